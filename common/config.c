@@ -1,0 +1,744 @@
+/* dcps — the job file; see config.h.
+ *
+ * One table of keys drives everything: parsing a file (libinih) or a `--set`
+ * override, the defaults, the range checks, dcps_config_dump and
+ * dcps_config_write. This file owns the job file's text and the checks between
+ * keys; it opens no file named in the job and binds nothing.
+ *
+ * Every value accepted here can be written back by dcps_config_write and read
+ * again: strings are limited to what fits on one line, and the only values that
+ * may need several lines (servers.shards, model.layers) may continue on indented
+ * lines, which libinih (built with INI_ALLOW_MULTILINE) hands over one by one. */
+#include "common/config.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/shardmap.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* libinih reads each line into INI_MAX_LINE bytes, NUL included. */
+#define LINE_CHARS (INI_MAX_LINE - 1)
+/* An endpoint must fit, with its comma, on the first line after "shards = ". */
+#define ENDPOINT_CHARS (LINE_CHARS - (int)sizeof "shards = ")
+/* Room for any list value once its continuation lines are joined. */
+#define LIST_CHARS (DCPS_MAX_SHARDS * DCPS_ENDPOINT_MAX)
+#define LAYER_MAX 65536
+
+enum type { T_INT, T_U64, T_DOUBLE, T_BOOL, T_STRING, T_Z85, T_ENUM, T_LEVEL, T_SHARDS, T_LAYERS };
+
+struct key {
+    const char *section, *name;
+    enum type type;
+    size_t off, size;        /* the field in dcps_config_t */
+    const char *def;         /* parsed like any value by dcps_config_defaults */
+    double lo, hi;           /* T_INT, T_DOUBLE: bounds; T_STRING: lo = minimum length */
+    bool lo_open, hi_open;   /* the bound itself is outside the range */
+    const char *const *names; /* T_ENUM, T_LEVEL: the spellings, index = value */
+    const char *doc;
+};
+
+static const char *const mode_names[] = {"async", "sync", "ssp", NULL};
+static const char *const opt_names[] = {"sgd", "momentum", "dcasgd", NULL};
+static const char *const push_names[] = {"dense", "topk", NULL};
+static const char *const pull_names[] = {"dense", "delta", NULL};
+static const char *const device_names[] = {"auto", "cpu", "gpu", NULL};
+/* Index = syslog priority - DCPS_LOG_ERR, as dcps_log_level_parse returns it. */
+static const char *const level_names[] = {"err", "warning", "notice", "info", "debug", NULL};
+static const char z85_chars[] =
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+#define FIELD(f) .off = offsetof(dcps_config_t, f), .size = sizeof(((dcps_config_t *)0)->f)
+#define ROW(sec, k, t, f, d, doc_) .section = sec, .name = k, .type = t, FIELD(f), .def = d, .doc = doc_
+#define INT(sec, k, f, d, lo_, hi_, doc_) {ROW(sec, k, T_INT, f, d, doc_), .lo = lo_, .hi = hi_}
+#define DBL(sec, k, f, d, lo_, lo_open_, hi_, hi_open_, doc_)                                     \
+    {ROW(sec, k, T_DOUBLE, f, d, doc_), .lo = lo_, .lo_open = lo_open_, .hi = hi_, .hi_open = hi_open_}
+#define ENUM(sec, k, f, d, names_, doc_) {ROW(sec, k, T_ENUM, f, d, doc_), .names = names_}
+#define STR(sec, k, f, d, doc_) {ROW(sec, k, T_STRING, f, d, doc_)}
+#define OTHER(sec, k, t, f, d, doc_) {ROW(sec, k, t, f, d, doc_)}
+
+static const struct key keys[] = {
+    {ROW("job", "name", T_STRING, job_name, "dcps", "name of the job; id is derived from it"), .lo = 1},
+    OTHER("job", "id", T_U64, job_id, "0", "job id checked in every message; 0: FNV-1a of name"),
+    INT("job", "workers", workers, "2", 1, 1024, "number of worker processes"),
+    ENUM("job", "mode", mode, "async", mode_names, "consistency model"),
+    INT("job", "staleness", staleness, "4", 0, 1000, "ssp: most steps a worker may run ahead"),
+    OTHER("job", "seed", T_U64, seed, "42", "seed of parameter init and data order"),
+    {ROW("job", "log_level", T_LEVEL, log_level, "info", "most verbose level logged"),
+     .names = level_names},
+    OTHER("servers", "shards", T_SHARDS, shards, "tcp://127.0.0.1:17001,tcp://127.0.0.1:17002",
+          "shard endpoints, comma separated; position = shard index"),
+    OTHER("model", "layers", T_LAYERS, layers, "784,256,128,10",
+          "layer sizes of the MLP, input first"),
+    STR("data", "train_images", train_images,
+        "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "training images (IDX)"),
+    STR("data", "train_labels", train_labels,
+        "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", "training labels (IDX)"),
+    STR("data", "test_images", test_images,
+        "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "test images (IDX)"),
+    STR("data", "test_labels", test_labels,
+        "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "test labels (IDX)"),
+    INT("data", "batch_size", batch_size, "64", 1, 65536, "examples per step and worker"),
+    INT("data", "epochs", epochs, "3", 1, 10000, "passes over the training set"),
+    INT("data", "train_limit", train_limit, "0", 0, 1e8, "use the first N training examples; 0: all"),
+    ENUM("optimizer", "kind", opt_kind, "sgd", opt_names, "server update rule"),
+    DBL("optimizer", "lr", lr, "0.05", 0, true, 10, false, "learning rate"),
+    DBL("optimizer", "momentum", momentum, "0.9", 0, false, 1, true, "momentum coefficient"),
+    DBL("optimizer", "dc_lambda", dc_lambda, "0.04", 0, false, 1e6, false,
+        "DC-ASGD delay compensation strength"),
+    OTHER("optimizer", "dc_adaptive", T_BOOL, dc_adaptive, "false",
+          "DC-ASGD-a: scale lambda by the mean square of the gradient"),
+    DBL("optimizer", "dc_ms_decay", dc_ms_decay, "0.95", 0, false, 1, true,
+        "DC-ASGD-a: decay of the mean square"),
+    DBL("optimizer", "dc_epsilon", dc_epsilon, "1e-7", 0, true, 1, false,
+        "DC-ASGD-a: added to the root mean square"),
+    ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
+    ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
+    DBL("compression", "density", density, "0.01", 0, true, 1, false,
+        "topk: fraction of entries pushed"),
+    OTHER("compression", "error_feedback", T_BOOL, error_feedback, "true",
+          "topk: keep what was not pushed as a residual"),
+    INT("compression", "warmup_steps", warmup_steps, "0", 0, 1e9, "dense pushes before topk starts"),
+    INT("compression", "correction_every", correction_every, "0", 0, 1e9,
+        "dense push every N steps; 0: never"),
+    OTHER("compression", "pipeline", T_BOOL, pipeline, "false",
+          "overlap compression and communication with the next step"),
+    ENUM("worker", "device", device, "auto", device_names, "where gradients are computed"),
+    INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
+    STR("worker", "metrics", metrics, "", "metrics CSV path; empty: none"),
+    INT("worker", "timeout_ms", timeout_ms, "10000", 10, 3600000, "wait for a shard's reply"),
+    INT("worker", "retries", retries, "5", 0, 1000, "resends before a shard counts as down"),
+    STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
+    INT("server", "checkpoint_every", checkpoint_every, "60", 0, 86400,
+        "seconds between checkpoints; 0: only at exit"),
+    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "HTTP metrics port; 0: none"),
+    INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
+    INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
+        "silence after which a worker counts as dead; > heartbeat_ms"),
+    OTHER("security", "curve", T_BOOL, curve, "false", "encrypt with ZeroMQ CURVE"),
+    STR("security", "server_secret_key_file", server_secret_key_file, "", "server secret key file"),
+    OTHER("security", "server_public_key", T_Z85, server_public_key, "", "server public key"),
+    STR("security", "worker_keys_dir", worker_keys_dir, "", "public keys of allowed workers"),
+    STR("security", "worker_secret_key_file", worker_secret_key_file, "", "worker secret key file"),
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+static int say(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int say(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int report(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int report(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return DCPS_E_CONFIG;
+}
+
+static int find(const char *section, const char *name)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static bool section_known(const char *section)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].section, section) == 0)
+            return true;
+    return false;
+}
+
+static void join_names(const char *const *names, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; names[i] && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* The longest string value that still fits on one line as "name = value". */
+static size_t string_max(const struct key *k)
+{
+    size_t line = LINE_CHARS - strlen(k->name) - 3;
+    return k->size - 1 < line ? k->size - 1 : line;
+}
+
+/* "[1, 1024]", "(0, 10]": the bounds of a number key. */
+static void range_text(const struct key *k, char *buf, size_t n)
+{
+    snprintf(buf, n, "%c%.10g, %.10g%c", k->lo_open ? '(' : '[', k->lo, k->hi, k->hi_open ? ')' : ']');
+}
+
+/* What a key accepts, for the reference. */
+static void describe(const struct key *k, char *buf, size_t n)
+{
+    char names[128];
+    switch (k->type) {
+    case T_INT:
+    case T_DOUBLE: range_text(k, buf, n); break;
+    case T_U64: snprintf(buf, n, "[0, %" PRIu64 "]", UINT64_MAX); break;
+    case T_BOOL: snprintf(buf, n, "true or false"); break;
+    case T_STRING: snprintf(buf, n, "text, %d to %zu characters", (int)k->lo, string_max(k)); break;
+    case T_Z85: snprintf(buf, n, "empty or 40 Z85 characters"); break;
+    case T_ENUM:
+    case T_LEVEL: join_names(k->names, names, sizeof names); snprintf(buf, n, "%s", names); break;
+    case T_SHARDS:
+        snprintf(buf, n, "1 to %d of tcp://, ipc://, inproc://", DCPS_MAX_SHARDS);
+        break;
+    case T_LAYERS: snprintf(buf, n, "2 to %d sizes in [1, %d]", DCPS_MAX_LAYERS, LAYER_MAX); break;
+    }
+}
+
+static int out_of_range(const struct key *k, const char *v, char *why, size_t n)
+{
+    char range[64];
+    range_text(k, range, sizeof range);
+    return say(why, n, "value %s is outside %s", v, range);
+}
+
+static bool in_range(const struct key *k, double x)
+{
+    return (k->lo_open ? x > k->lo : x >= k->lo) && (k->hi_open ? x < k->hi : x <= k->hi);
+}
+
+/* A string must read back the same from a job file: libinih ends a value at a
+ * ';' that starts it or follows white space, and a line at a control character. */
+static int parse_string(const struct key *k, const char *v, char *field, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len < (size_t)k->lo)
+        return say(why, n, "must not be empty");
+    if (len > string_max(k))
+        return say(why, n, "is %zu characters, more than %zu", len, string_max(k));
+    for (const char *p = v; *p; p++) {
+        if (iscntrl((unsigned char)*p))
+            return say(why, n, "contains a control character");
+        if (*p == ';' && (p == v || isspace((unsigned char)p[-1])))
+            return say(why, n, "contains a ';' that would start a comment");
+    }
+    memset(field, 0, k->size);
+    memcpy(field, v, len);
+    return 0;
+}
+
+/* Splits a comma-separated list; calls `entry` with each trimmed entry (1-based
+ * position) until it fails. Returns the entry count, or -1. */
+static int split(const char *v, int max, int (*entry)(const char *e, size_t len, int pos, void *ctx),
+                 void *ctx, char *why, size_t n)
+{
+    int count = 0;
+    for (const char *p = v;; p++) {
+        const char *end = p + strcspn(p, ",");
+        const char *next = end;
+        while (p < end && isspace((unsigned char)*p))
+            p++;
+        while (end > p && isspace((unsigned char)end[-1]))
+            end--;
+        if (++count > max)
+            return say(why, n, "more than %d entries", max);
+        if (end == p)
+            return say(why, n, "entry %d is empty", count);
+        if (entry(p, (size_t)(end - p), count, ctx) != 0)
+            return -1;
+        if (*next == '\0')
+            return count;
+        p = next;
+    }
+}
+
+struct list_ctx {
+    dcps_config_t *cfg;
+    char *why;
+    size_t n;
+};
+
+static int shard_entry(const char *e, size_t len, int pos, void *ctx)
+{
+    struct list_ctx *c = ctx;
+    static const char *const schemes[] = {"tcp://", "ipc://", "inproc://"};
+    if (len > ENDPOINT_CHARS)
+        return say(c->why, c->n, "endpoint %d is longer than %d characters", pos, ENDPOINT_CHARS);
+    for (size_t i = 0; i < len; i++)
+        if (isspace((unsigned char)e[i]))
+            return say(c->why, c->n, "endpoint %d \"%.*s\" contains a space", pos, (int)len, e);
+    size_t s = 0;
+    while (s < 3 && strncmp(e, schemes[s], strlen(schemes[s])) != 0)
+        s++;
+    if (s == 3)
+        return say(c->why, c->n, "endpoint %d \"%.*s\" does not start with tcp://, ipc:// or inproc://",
+                   pos, (int)len, e);
+    if (len == strlen(schemes[s]))
+        return say(c->why, c->n, "endpoint %d \"%.*s\" has no address", pos, (int)len, e);
+    memcpy(c->cfg->shards[pos - 1], e, len);
+    return 0;
+}
+
+static int layer_entry(const char *e, size_t len, int pos, void *ctx)
+{
+    struct list_ctx *c = ctx;
+    char num[16], *end;
+    snprintf(num, sizeof num, "%.*s", (int)len, e);
+    errno = 0;
+    long x = strtol(num, &end, 10);
+    if (len >= sizeof num || *end || errno == ERANGE || x < 1 || x > LAYER_MAX)
+        return say(c->why, c->n, "size %d \"%.*s\" is not an integer in [1, %d]", pos, (int)len, e,
+                   LAYER_MAX);
+    c->cfg->layers[pos - 1] = (int)x;
+    return 0;
+}
+
+static int parse_shards(dcps_config_t *cfg, const char *v, char *why, size_t n)
+{
+    struct list_ctx c = {cfg, why, n};
+    memset(cfg->shards, 0, sizeof cfg->shards);
+    int count = split(v, DCPS_MAX_SHARDS, shard_entry, &c, why, n);
+    if (count < 0)
+        return -1;
+    cfg->n_shards = count;
+    return 0;
+}
+
+/* Parameter indices travel as uint32 on the wire, so a model has fewer than 2^32. */
+static int parse_layers(dcps_config_t *cfg, const char *v, char *why, size_t n)
+{
+    struct list_ctx c = {cfg, why, n};
+    memset(cfg->layers, 0, sizeof cfg->layers);
+    int count = split(v, DCPS_MAX_LAYERS, layer_entry, &c, why, n);
+    if (count < 0)
+        return -1;
+    if (count < 2)
+        return say(why, n, "needs at least 2 sizes (input and output), got %d", count);
+    uint64_t params = 0;
+    for (int i = 0; i + 1 < count; i++)
+        params += (uint64_t)cfg->layers[i] * (uint64_t)cfg->layers[i + 1] + (uint64_t)cfg->layers[i + 1];
+    if (params > UINT32_MAX)
+        return say(why, n, "the model has %" PRIu64 " parameters, more than %" PRIu32
+                   " (indices are 32-bit on the wire)", params, UINT32_MAX);
+    cfg->n_layers = count;
+    cfg->n_params = params;
+    return 0;
+}
+
+/* Parses v as key k into cfg. Returns 0, or -1 with what is wrong in why. */
+static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, char *why, size_t n)
+{
+    char *field = (char *)cfg + k->off, *end;
+    char names[128];
+    errno = 0;
+    switch (k->type) {
+    case T_INT: {
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || isspace((unsigned char)*v))
+            return say(why, n, "\"%s\" is not an integer", v);
+        if (errno == ERANGE || !in_range(k, (double)x))
+            return out_of_range(k, v, why, n);
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case T_U64: {
+        /* strtoull would accept "-1" as UINT64_MAX. */
+        unsigned long long x = isdigit((unsigned char)*v) ? strtoull(v, &end, 10) : 0;
+        if (!isdigit((unsigned char)*v) || *end)
+            return say(why, n, "\"%s\" is not a non-negative integer", v);
+        if (errno == ERANGE)
+            return say(why, n, "value %s is outside [0, %" PRIu64 "]", v, UINT64_MAX);
+        *(uint64_t *)field = x;
+        return 0;
+    }
+    case T_DOUBLE: {
+        double x = strtod(v, &end);
+        if (end == v || *end || isspace((unsigned char)*v))
+            return say(why, n, "\"%s\" is not a number", v);
+        if (errno == ERANGE)
+            return say(why, n, "value %s cannot be represented as a double", v);
+        if (!isfinite(x))
+            return say(why, n, "\"%s\" is not a finite number", v);
+        if (!in_range(k, x))
+            return out_of_range(k, v, why, n);
+        *(double *)field = x;
+        return 0;
+    }
+    case T_BOOL: {
+        static const char *const spell[] = {"false", "true", "no", "yes", "off", "on", "0", "1"};
+        for (int i = 0; i < 8; i++)
+            if (strcasecmp(v, spell[i]) == 0) {
+                *(bool *)field = i % 2;
+                return 0;
+            }
+        return say(why, n, "\"%s\" is not a boolean (true/false, yes/no, on/off, 1/0)", v);
+    }
+    case T_ENUM:
+        for (int i = 0; k->names[i]; i++)
+            if (strcasecmp(v, k->names[i]) == 0) {
+                *(int *)field = i;
+                return 0;
+            }
+        join_names(k->names, names, sizeof names);
+        return say(why, n, "\"%s\" is not one of %s", v, names);
+    case T_LEVEL: {
+        int level = dcps_log_level_parse(v);
+        if (level < 0) {
+            join_names(k->names, names, sizeof names);
+            return say(why, n, "\"%s\" is not one of %s", v, names);
+        }
+        return parse_string(k, k->names[level - DCPS_LOG_ERR], field, why, n);
+    }
+    case T_Z85:
+        if (*v && strlen(v) != 40)
+            return say(why, n, "is %zu characters; a Z85 key has 40", strlen(v));
+        if (v[strspn(v, z85_chars)])
+            return say(why, n, "'%c' is not a Z85 character", v[strspn(v, z85_chars)]);
+        return parse_string(k, v, field, why, n);
+    case T_STRING: return parse_string(k, v, field, why, n);
+    case T_SHARDS: return parse_shards(cfg, v, why, n);
+    case T_LAYERS: return parse_layers(cfg, v, why, n);
+    }
+    return say(why, n, "bad key type");
+}
+
+void dcps_config_defaults(dcps_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char why[256];
+        if (set_value(cfg, &keys[i], keys[i].def, why, sizeof why) != 0) {
+            /* A default that fails its own key's checks is a bug in the table. */
+            fprintf(stderr, "dcps: config table: [%s] %s: default: %s\n", keys[i].section,
+                    keys[i].name, why);
+            abort();
+        }
+    }
+}
+
+/* Reading one file. libinih stops calling the handler only at the end, so the
+ * earliest error is kept and the reader ends the stream once one is known. */
+struct load {
+    dcps_config_t *cfg;
+    const char *path;
+    FILE *fp;
+    int line;          /* lines read so far */
+    bool indented;     /* the current line starts with white space */
+    bool after_key;    /* a key was read in this section: an indented line continues it */
+    int pending;       /* list key whose lines are still being joined, or -1 */
+    int pending_line;
+    char list[LIST_CHARS];
+    int seen[N_KEYS]; /* line where each key was given, 0 if not yet */
+    int err_line;     /* earliest error, 0 if none */
+    char *err;
+    size_t errlen;
+};
+
+static void fail(struct load *st, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(struct load *st, int line, const char *fmt, ...)
+{
+    if (st->err_line && st->err_line <= line)
+        return;
+    st->err_line = line;
+    int used = snprintf(st->err, st->errlen, "%s:%d: ", st->path, line);
+    if (used < 0 || (size_t)used >= st->errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->err + used, st->errlen - (size_t)used, fmt, ap);
+    va_end(ap);
+}
+
+/* An fgets that counts lines and refuses one that does not fit the buffer. */
+static char *read_line(char *str, int num, void *stream)
+{
+    struct load *st = stream;
+    if (st->err_line || !fgets(str, num, st->fp)) {
+        if (!st->err_line && ferror(st->fp))
+            fail(st, st->line + 1, "cannot read: %s", strerror(errno));
+        return NULL;
+    }
+    st->line++;
+    size_t len = strlen(str);
+    if (len > 0 && str[len - 1] != '\n') {
+        int c = getc(st->fp);
+        if (c != '\n' && c != EOF) {
+            fail(st, st->line, "line too long (more than %d characters)", num - 1);
+            return NULL;
+        }
+    }
+    /* libinih's rule: an indented line after a key continues it; else '[' opens a section. */
+    const char *s = str + strspn(str, " \t\r\n\v\f");
+    st->indented = s > str && *s;
+    if (!(st->indented && st->after_key) && *s == '[')
+        st->after_key = false;
+    return str;
+}
+
+static void flush(struct load *st)
+{
+    char why[256];
+    if (st->pending < 0 || st->err_line)
+        return;
+    const struct key *k = &keys[st->pending];
+    st->pending = -1;
+    if (set_value(st->cfg, k, st->list, why, sizeof why) != 0)
+        fail(st, st->pending_line, "[%s] %s: %s", k->section, k->name, why);
+}
+
+static int on_pair(void *user, const char *section, const char *name, const char *value)
+{
+    struct load *st = user;
+    char why[256];
+    if (st->indented && st->after_key && st->pending >= 0) {
+        size_t used = strlen(st->list);
+        const char *sep = used && st->list[used - 1] != ',' ? "," : "";
+        if ((size_t)snprintf(st->list + used, sizeof st->list - used, "%s%s", sep, value)
+            >= sizeof st->list - used)
+            fail(st, st->line, "[%s] %s: value too long", section, name);
+        return !st->err_line;
+    }
+    flush(st);
+    if (st->err_line)
+        return 0;
+    if (st->indented && st->after_key) {
+        fail(st, st->line, "[%s] %s: indented line continues this value; only lists may span lines",
+             section, name);
+        return 0;
+    }
+    st->after_key = true;
+    int i = find(section, name);
+    if (i < 0 && !*section)
+        fail(st, st->line, "%s: key outside any [section]", name);
+    else if (i < 0)
+        fail(st, st->line, "[%s] %s: unknown %s", section, name, section_known(section) ? "key" : "section");
+    else if (st->seen[i])
+        fail(st, st->line, "[%s] %s: key given twice (first on line %d)", section, name, st->seen[i]);
+    if (st->err_line)
+        return 0;
+    st->seen[i] = st->line;
+    if (keys[i].type == T_SHARDS || keys[i].type == T_LAYERS) {
+        st->pending = i;
+        st->pending_line = st->line;
+        snprintf(st->list, sizeof st->list, "%s", value);
+        return 1;
+    }
+    if (set_value(st->cfg, &keys[i], value, why, sizeof why) != 0)
+        fail(st, st->line, "[%s] %s: %s", section, name, why);
+    return !st->err_line;
+}
+
+static int load_file(dcps_config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    struct load *st = calloc(1, sizeof *st); /* the list buffer is too big for the stack */
+    if (!st)
+        return report(err, errlen, "%s: out of memory", path);
+    st->cfg = cfg;
+    st->path = path;
+    st->pending = -1;
+    st->err = err;
+    st->errlen = errlen;
+    st->fp = fopen(path, "r");
+    if (!st->fp) {
+        report(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        free(st);
+        return DCPS_E_CONFIG;
+    }
+    int ret = ini_parse_stream(read_line, st, on_pair, st);
+    flush(st);
+    if (ret > 0)
+        fail(st, ret, "syntax error");
+    fclose(st->fp);
+    int rc = st->err_line || ret < 0 ? DCPS_E_CONFIG : 0;
+    if (ret < 0 && !st->err_line)
+        snprintf(err, errlen, "%s: cannot parse (libinih error %d)", path, ret);
+    free(st);
+    return rc;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    for (size_t n = strlen(s); n && isspace((unsigned char)s[n - 1]); n--)
+        s[n - 1] = '\0';
+    return s;
+}
+
+/* "section.key=value"; pos is its 1-based position among the overrides. */
+static int apply_override(dcps_config_t *cfg, const char *arg, int pos, char *err, size_t errlen)
+{
+    char *copy = strdup(arg), why[256];
+    if (!copy)
+        return report(err, errlen, "--set %d: out of memory", pos);
+    char *eq = strchr(copy, '=');
+    char *dot = eq ? memchr(copy, '.', (size_t)(eq - copy)) : NULL;
+    int rc = DCPS_E_CONFIG;
+    if (!dot) {
+        snprintf(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
+        goto out;
+    }
+    *dot = *eq = '\0';
+    char *section = trim(copy), *name = trim(dot + 1), *value = trim(eq + 1);
+    int i = find(section, name);
+    if (!*section || !*name)
+        snprintf(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
+    else if (i < 0)
+        snprintf(err, errlen, "--set %d: [%s] %s: unknown %s", pos, section, name,
+                 section_known(section) ? "key" : "section");
+    else if (set_value(cfg, &keys[i], value, why, sizeof why) != 0)
+        snprintf(err, errlen, "--set %d: [%s] %s: %s", pos, section, name, why);
+    else
+        rc = 0;
+out:
+    free(copy);
+    return rc;
+}
+
+static uint64_t fnv1a64(const char *s)
+{
+    uint64_t h = 14695981039346656037u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+/* The checks between keys, after every value is in; src names where they came from. */
+static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
+{
+    if (cfg->job_id == 0)
+        cfg->job_id = fnv1a64(cfg->job_name);
+    if (cfg->job_id == 0) /* 0 means "derive"; no job may end up with it */
+        cfg->job_id = 1;
+    if (cfg->dead_after_ms <= cfg->heartbeat_ms)
+        return report(err, errlen,
+                      "%s: [server] dead_after_ms (%d) must be greater than [server] heartbeat_ms (%d)",
+                      src, cfg->dead_after_ms, cfg->heartbeat_ms);
+    for (int s = 0; s < cfg->n_shards; s++) {
+        dcps_range_t r = dcps_shardmap_range(cfg->n_params, cfg->n_shards, s);
+        if (r.hi == r.lo)
+            return report(err, errlen,
+                          "%s: [model] layers give %" PRIu64 " parameters, too few for the %d "
+                          "[servers] shards: shard %d would own none",
+                          src, cfg->n_params, cfg->n_shards, s);
+    }
+    if (cfg->curve)
+        return report(err, errlen, "%s: [security] curve: CURVE is not implemented yet", src);
+    return 0;
+}
+
+int dcps_config_load(dcps_config_t *cfg, const char *path, const char *const *overrides,
+                     size_t n_overrides, char *err, size_t errlen)
+{
+    if (!err)
+        errlen = 0;
+    if (errlen)
+        err[0] = '\0';
+    dcps_config_defaults(cfg);
+    if (path && load_file(cfg, path, err, errlen) != 0)
+        return DCPS_E_CONFIG;
+    for (size_t i = 0; i < n_overrides; i++)
+        if (apply_override(cfg, overrides[i], (int)i + 1, err, errlen) != 0)
+            return DCPS_E_CONFIG;
+    return check(cfg, path ? path : "--set", err, errlen);
+}
+
+static void section_header(FILE *out, const struct key *k)
+{
+    if (k == keys || strcmp(k[-1].section, k->section) != 0)
+        fprintf(out, "\n[%s]\n", k->section);
+}
+
+void dcps_config_dump(FILE *out)
+{
+    char range[160];
+    fprintf(out, "; dcps job file: every key with its default value.\n"
+                 "; Any key can be overridden with --set section.key=value.\n");
+    for (const struct key *k = keys; k < keys + N_KEYS; k++) {
+        section_header(out, k);
+        describe(k, range, sizeof range);
+        fprintf(out, "; %s (%s)\n%s = %s\n", k->doc, range, k->name, k->def);
+    }
+}
+
+/* Shortest of %.15g..%.17g that reads back as the same double. */
+static void write_double(FILE *out, double x)
+{
+    char buf[32];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    fputs(buf, out);
+}
+
+/* The endpoints packed into lines of at most LINE_CHARS; later lines are indented
+ * continuations. */
+static void write_shards(FILE *out, const dcps_config_t *cfg)
+{
+    int col = fprintf(out, "shards = ");
+    for (int s = 0; s < cfg->n_shards; s++) {
+        int need = (int)strlen(cfg->shards[s]) + (s + 1 < cfg->n_shards);
+        if (s > 0 && col + need > LINE_CHARS)
+            col = fprintf(out, "\n    ");
+        col += fprintf(out, "%s%s", cfg->shards[s], s + 1 < cfg->n_shards ? "," : "");
+    }
+    fputc('\n', out);
+}
+
+static const char *name_of(const char *const *names, int v)
+{
+    for (int i = 0; names[i]; i++)
+        if (i == v)
+            return names[i];
+    return "unknown";
+}
+
+void dcps_config_write(const dcps_config_t *cfg, FILE *out)
+{
+    fprintf(out, "; dcps job file, as run.\n");
+    for (const struct key *k = keys; k < keys + N_KEYS; k++) {
+        const char *field = (const char *)cfg + k->off;
+        section_header(out, k);
+        if (k->type == T_SHARDS) {
+            write_shards(out, cfg);
+            continue;
+        }
+        fprintf(out, "%s = ", k->name);
+        switch (k->type) {
+        case T_INT: fprintf(out, "%d", *(const int *)field); break;
+        case T_U64: fprintf(out, "%" PRIu64, *(const uint64_t *)field); break;
+        case T_DOUBLE: write_double(out, *(const double *)field); break;
+        case T_BOOL: fputs(*(const bool *)field ? "true" : "false", out); break;
+        case T_ENUM: fputs(name_of(k->names, *(const int *)field), out); break;
+        case T_STRING:
+        case T_Z85:
+        case T_LEVEL: fputs(field, out); break;
+        case T_LAYERS:
+            for (int i = 0; i < cfg->n_layers; i++)
+                fprintf(out, "%s%d", i ? "," : "", cfg->layers[i]);
+            break;
+        case T_SHARDS: break;
+        }
+        fputc('\n', out);
+    }
+}
+
+const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); }
+const char *dcps_config_optimizer_name(int kind) { return name_of(opt_names, kind); }
+const char *dcps_config_push_name(int push) { return name_of(push_names, push); }
+const char *dcps_config_pull_name(int pull) { return name_of(pull_names, pull); }

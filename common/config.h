@@ -1,0 +1,123 @@
+/* dcps — the job file.
+ *
+ * One INI file describes a job; servers and workers read the same file. Every key
+ * is a row of one table (config.c): section, name, type, default, range and a
+ * one-line description. The table drives parsing, the checks, `--set` overrides
+ * and `--dump-config`, so a key cannot exist without its default and its doc.
+ *
+ * Errors name the file (or "--set"), the line (or the argument's position) and the
+ * key: "job.ini:12: [optimizer] lr: 7 is outside [0, 10]". An unknown key, a key
+ * given twice, a bad value and a syntax error all stop the load. */
+#ifndef DCPS_CONFIG_H
+#define DCPS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DCPS_MAX_SHARDS 64
+#define DCPS_MAX_LAYERS 16
+#define DCPS_ENDPOINT_MAX 256
+#define DCPS_PATH_MAX 1024
+#define DCPS_NAME_MAX 64
+
+enum dcps_mode { DCPS_MODE_ASYNC, DCPS_MODE_SYNC, DCPS_MODE_SSP };
+enum dcps_optimizer { DCPS_OPT_SGD, DCPS_OPT_MOMENTUM, DCPS_OPT_DCASGD };
+enum dcps_push { DCPS_PUSH_DENSE, DCPS_PUSH_TOPK };
+enum dcps_pull { DCPS_PULL_DENSE, DCPS_PULL_DELTA };
+enum dcps_device { DCPS_DEVICE_AUTO, DCPS_DEVICE_CPU, DCPS_DEVICE_GPU };
+
+typedef struct dcps_config {
+    /* [job] */
+    char job_name[DCPS_NAME_MAX];
+    uint64_t job_id; /* 0 in the file: derived from job_name (FNV-1a), never 0 after load */
+    int workers;
+    int mode; /* enum dcps_mode */
+    int staleness;
+    uint64_t seed;
+    char log_level[16];
+
+    /* [servers] */
+    int n_shards;
+    char shards[DCPS_MAX_SHARDS][DCPS_ENDPOINT_MAX];
+
+    /* [model] */
+    int n_layers; /* sizes, input first: 784,256,128,10 gives n_layers = 4 */
+    int layers[DCPS_MAX_LAYERS];
+    uint64_t n_params; /* derived: sum over layers of in*out + out */
+
+    /* [data] */
+    char train_images[DCPS_PATH_MAX];
+    char train_labels[DCPS_PATH_MAX];
+    char test_images[DCPS_PATH_MAX];
+    char test_labels[DCPS_PATH_MAX];
+    int batch_size;
+    int epochs;
+    int train_limit; /* use only the first train_limit training examples; 0: all */
+
+    /* [optimizer] */
+    int opt_kind; /* enum dcps_optimizer */
+    double lr;
+    double momentum;
+    double dc_lambda;
+    bool dc_adaptive;
+    double dc_ms_decay;
+    double dc_epsilon;
+
+    /* [compression] */
+    int push; /* enum dcps_push */
+    int pull; /* enum dcps_pull */
+    double density;
+    bool error_feedback;
+    int warmup_steps;
+    int correction_every;
+    bool pipeline;
+
+    /* [worker] */
+    int device; /* enum dcps_device */
+    int log_every;
+    char metrics[DCPS_PATH_MAX];
+    int timeout_ms;
+    int retries;
+
+    /* [server] */
+    char checkpoint_dir[DCPS_PATH_MAX];
+    int checkpoint_every;
+    int metrics_port;
+    int heartbeat_ms;
+    int dead_after_ms;
+
+    /* [security] */
+    bool curve;
+    char server_secret_key_file[DCPS_PATH_MAX];
+    char server_public_key[64];
+    char worker_keys_dir[DCPS_PATH_MAX];
+    char worker_secret_key_file[DCPS_PATH_MAX];
+} dcps_config_t;
+
+/* Fills cfg with every key's default. */
+void dcps_config_defaults(dcps_config_t *cfg);
+
+/* Loads `path` over the defaults, then applies the overrides ("section.key=value",
+ * in order), then checks the keys against each other (derived values, shard
+ * count against model size, ...). Returns 0, or DCPS_E_CONFIG with a sentence in
+ * err (file, line, key and what is wrong) and cfg in an unspecified state.
+ * path may be NULL: defaults plus overrides only. */
+int dcps_config_load(dcps_config_t *cfg, const char *path, const char *const *overrides,
+                     size_t n_overrides, char *err, size_t errlen);
+
+/* Writes the reference: one line per key with its default, range and doc, in
+ * INI form (a valid job file of defaults). */
+void dcps_config_dump(FILE *out);
+
+/* Writes the values in cfg as a job file (what a program actually runs with). */
+void dcps_config_write(const dcps_config_t *cfg, FILE *out);
+
+/* The name of an enum value as the job file spells it ("async", "dcasgd"). */
+const char *dcps_config_mode_name(int mode);
+const char *dcps_config_optimizer_name(int kind);
+const char *dcps_config_push_name(int push);
+const char *dcps_config_pull_name(int pull);
+
+#endif

@@ -1,0 +1,107 @@
+/* dcps — ZeroMQ framing; see frame.h. */
+#include "common/frame.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "common/error.h"
+
+int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
+{
+    f->n = 0;
+    f->extra = 0;
+    for (;;) {
+        zmq_msg_t scratch;
+        zmq_msg_t *p = f->n < DCPS_MAX_PARTS ? &f->part[f->n] : &scratch;
+        zmq_msg_init(p);
+        if (zmq_msg_recv(p, sock, f->n == 0 && f->extra == 0 ? flags : 0) < 0) {
+            int e = errno;
+            zmq_msg_close(p);
+            dcps_frames_close(f);
+            if (e == EAGAIN)
+                return 0;
+            errno = e;
+            return DCPS_E_ZMQ;
+        }
+        int more = zmq_msg_more(p);
+        if (p == &scratch) {
+            zmq_msg_close(p);
+            f->extra++;
+        } else {
+            f->n++;
+        }
+        if (!more)
+            return f->n;
+    }
+}
+
+void dcps_frames_close(dcps_frames_t *f)
+{
+    for (int i = 0; i < f->n; i++)
+        zmq_msg_close(&f->part[i]);
+    f->n = 0;
+}
+
+int dcps_frames_decode(const dcps_frames_t *f, int first, uint64_t expect_job, dcps_msg_t *m,
+                       char *why, size_t whylen)
+{
+    dcps_buf_t pay[DCPS_MAX_PARTS];
+    if (f->n <= first) {
+        memset(m, 0, sizeof *m);
+        snprintf(why, whylen, "message has no header frame");
+        return DCPS_E_HEADER;
+    }
+    size_t np = (size_t)(f->n - first - 1) + f->extra;
+    for (int i = first + 1; i < f->n; i++) {
+        zmq_msg_t *p = (zmq_msg_t *)&f->part[i];
+        pay[i - first - 1] = (dcps_buf_t){zmq_msg_data(p), zmq_msg_size(p)};
+    }
+    zmq_msg_t *h = (zmq_msg_t *)&f->part[first];
+    return dcps_codec_unpack(zmq_msg_data(h), zmq_msg_size(h), pay,
+                             np > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : np, expect_job, m, why,
+                             whylen);
+}
+
+static int send_part(void *sock, const void *data, size_t len, zmq_free_fn *ffn, void *hint,
+                     int flags)
+{
+    zmq_msg_t msg;
+    if (ffn) {
+        if (zmq_msg_init_data(&msg, (void *)data, len, ffn, hint) != 0)
+            return DCPS_E_ZMQ;
+    } else {
+        if (zmq_msg_init_size(&msg, len) != 0)
+            return DCPS_E_ZMQ;
+        if (len)
+            memcpy(zmq_msg_data(&msg), data, len);
+    }
+    if (zmq_msg_send(&msg, sock, flags) < 0) {
+        int e = errno;
+        zmq_msg_close(&msg);
+        errno = e;
+        return DCPS_E_ZMQ;
+    }
+    return 0;
+}
+
+int dcps_frames_send(void *sock, const dcps_buf_t *id, const dcps_msg_t *m, zmq_free_fn *ffn,
+                     void *hint, int flags)
+{
+    uint8_t hdr[DCPS_HEADER_MAX];
+    int len = dcps_codec_pack(m, hdr, sizeof hdr);
+    int rc;
+
+    if (len < 0)
+        return len;
+    if (id && (rc = send_part(sock, id->data, id->len, NULL, NULL, flags | ZMQ_SNDMORE)) != 0)
+        return rc;
+    rc = send_part(sock, hdr, (size_t)len, NULL, NULL, flags | (m->nframes ? ZMQ_SNDMORE : 0));
+    size_t bytes = (size_t)len;
+    for (int i = 0; rc == 0 && i < m->nframes; i++) {
+        rc = send_part(sock, m->payload[i].data, m->payload[i].len, ffn, hint,
+                       flags | (i + 1 < m->nframes ? ZMQ_SNDMORE : 0));
+        bytes += m->payload[i].len;
+    }
+    return rc == 0 ? (bytes > INT_MAX ? INT_MAX : (int)bytes) : rc;
+}

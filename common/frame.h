@@ -1,0 +1,44 @@
+/* dcps — ZeroMQ framing: one dcps message as one multipart message.
+ *
+ * Layout: [routing id (ROUTER side only)] [header] [payload 0] ... Sending packs
+ * the header (proto/codec.h) and sends payload frames either copied or zero-copy
+ * with the caller's free callback. Receiving takes the whole multipart message,
+ * also when it has more parts than any dcps message may have (the surplus is
+ * received and counted, so the socket is never left mid-message). */
+#ifndef DCPS_FRAME_H
+#define DCPS_FRAME_H
+
+#include <zmq.h>
+
+#include "proto/codec.h"
+
+#define DCPS_MAX_PARTS (2 + DCPS_MAX_FRAMES)
+
+typedef struct {
+    zmq_msg_t part[DCPS_MAX_PARTS];
+    int n;        /* parts held in part[] */
+    size_t extra; /* parts received beyond DCPS_MAX_PARTS and dropped */
+} dcps_frames_t;
+
+/* Receives one multipart message with zmq flags (ZMQ_DONTWAIT or 0). Returns the
+ * number of parts (≥ 1), 0 if none was ready (EAGAIN), or DCPS_E_ZMQ. On a
+ * positive return the caller owns f and calls dcps_frames_close. */
+int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags);
+
+void dcps_frames_close(dcps_frames_t *f);
+
+/* Decodes the message whose header is part[first] (first is 1 on a ROUTER, 0 on a
+ * DEALER); see dcps_codec_unpack. m->payload borrows f's parts. */
+int dcps_frames_decode(const dcps_frames_t *f, int first, uint64_t expect_job, dcps_msg_t *m,
+                       char *why, size_t whylen);
+
+/* Sends m: the routing id if id is non-NULL, the packed header, then
+ * m->payload[0 .. m->nframes). With ffn NULL the payload is copied; otherwise each
+ * payload frame is sent zero-copy and ffn(data, hint) runs once per frame when
+ * ZeroMQ no longer needs it (from ZeroMQ's I/O thread). Never blocks when flags
+ * has ZMQ_DONTWAIT. Returns the bytes sent (header and payload; at most INT_MAX)
+ * or DCPS_E_ZMQ (errno set by ZeroMQ). */
+int dcps_frames_send(void *sock, const dcps_buf_t *id, const dcps_msg_t *m, zmq_free_fn *ffn,
+                     void *hint, int flags);
+
+#endif

@@ -1,0 +1,106 @@
+/* dcps — the wire codec: header + raw payload frames.
+ *
+ * A message is a protobuf-c Header followed by raw little-endian payload frames
+ * (proto/dcps.proto). This module turns a dcps_msg_t into header bytes and back,
+ * and checks everything a peer could get wrong before any of it is used: the
+ * header parses, the protocol version and job id match, the type is known, each
+ * frame matches its description, and the payload of a push is in range, strictly
+ * ascending and finite. It owns no sockets (common/frame.h sends and receives). */
+#ifndef DCPS_CODEC_H
+#define DCPS_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DCPS_PROTOCOL 1
+#define DCPS_MAX_FRAMES 4      /* payload frames per message */
+#define DCPS_ERROR_TEXT_MAX 256
+#define DCPS_HEADER_MAX 1024   /* packed header bytes, upper bound for buffers */
+
+enum dcps_msg_type {
+    DCPS_MSG_HELLO = 1,
+    DCPS_MSG_WELCOME = 2,
+    DCPS_MSG_PUSH = 3,
+    DCPS_MSG_PUSH_ACK = 4,
+    DCPS_MSG_PULL = 5,
+    DCPS_MSG_PULL_REPLY = 6,
+    DCPS_MSG_BARRIER = 7,
+    DCPS_MSG_HEARTBEAT = 8,
+    DCPS_MSG_BYE = 9,
+    DCPS_MSG_ERROR = 10,
+    DCPS_MSG_INIT = 11,
+    DCPS_MSG_TYPE_END
+};
+
+enum dcps_frame_kind { DCPS_FRAME_DENSE = 1, DCPS_FRAME_INDICES = 2, DCPS_FRAME_VALUES = 3 };
+enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2 };
+
+/* Header flags. */
+#define DCPS_FLAG_DUPLICATE 1u /* PUSH_ACK/INIT ack: already applied, not applied again */
+
+typedef struct {
+    const void *data;
+    size_t len;
+} dcps_buf_t;
+
+typedef struct {
+    uint32_t kind;  /* enum dcps_frame_kind */
+    uint32_t dtype; /* enum dcps_dtype */
+    uint64_t count; /* elements */
+} dcps_frame_desc_t;
+
+/* A message with its header fields decoded. On the receiving side payload[]
+ * borrows the received frames: valid while those frames are. */
+typedef struct {
+    uint32_t type;
+    uint64_t job_id;
+    uint32_t rank;
+    uint64_t seq;
+    uint32_t shard;
+    uint64_t param_version;
+    uint64_t n_params;
+    uint64_t range_lo, range_hi;
+    bool initialized;
+    uint32_t error_code; /* positive dcps code (−DCPS_E_…) */
+    char error_text[DCPS_ERROR_TEXT_MAX];
+    uint32_t flags;
+    uint32_t workers;
+    uint64_t step;
+    int nframes;
+    dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
+    dcps_buf_t payload[DCPS_MAX_FRAMES];
+} dcps_msg_t;
+
+/* The name of a message type ("PUSH"), or "unknown". */
+const char *dcps_msg_type_name(uint32_t type);
+
+/* Packs m's header (protocol DCPS_PROTOCOL, fields, frame descriptions with their
+ * byte lengths) into buf. Returns the length, or DCPS_E_INVAL if it does not fit. */
+int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap);
+
+/* Parses a header and attaches the received payload frames, checking: the header
+ * parses (HEADER), protocol (PROTOVER), job id unless expect_job is 0 (JOBID),
+ * known type (MSGTYPE), as many frames as descriptions and at most
+ * DCPS_MAX_FRAMES (FRAMECOUNT), known kind/dtype and byte length = count × size =
+ * the frame's length (FRAMELEN). On failure returns the code and writes a
+ * sentence to why; out is then only valid for type, rank and seq. */
+int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
+                      uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen);
+
+/* A dense payload: exactly one DENSE float32 frame of `count` finite values.
+ * Sets *values to the frame's data (borrowed). */
+int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
+                     size_t whylen);
+
+/* A sparse payload: INDICES (uint32) then VALUES (float32) with equal counts, at
+ * most hi − lo entries, indices strictly ascending in [lo, hi), values finite.
+ * Sets idx, values (borrowed) and k. */
+int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
+                      const float **values, size_t *k, char *why, size_t whylen);
+
+/* Fills a reply header from a request: job id, rank, seq and shard are copied,
+ * everything else is cleared. */
+void dcps_msg_reply(dcps_msg_t *reply, const dcps_msg_t *req, uint32_t type);
+
+#endif

@@ -1,0 +1,265 @@
+/* dcps-server — the daemon for one shard.
+ *
+ * dcps-server --config FILE --shard S [--set section.key=value]... [--endpoint-file F]
+ *
+ * Reads the job file, binds shard S's endpoint with a ROUTER socket, and serves
+ * it on a libuv loop until SIGTERM or SIGINT, after which it logs a summary and
+ * exits 0. Under systemd it sends READY=1 once bound. A bad job file or option
+ * stops it before it binds anything, with exit status 2. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/notify.h"
+#include "config.h"
+#include "server/router.h"
+#include "server/shard.h"
+
+#define MAX_OVERRIDES 128
+
+typedef struct {
+    const char *config;
+    int shard;
+    const char *endpoint_file;
+    const char *overrides[MAX_OVERRIDES];
+    size_t n_overrides;
+} options_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dcps-server --config FILE --shard S [options]\n"
+            "  -c, --config FILE        job file (INI)\n"
+            "  -s, --shard S            shard index: position in [servers] shards\n"
+            "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
+            "      --endpoint-file F    write the bound endpoint to F (for port 0 / '*')\n"
+            "      --dump-config        print every key with default, range and doc\n"
+            "  -V, --version            print the version\n"
+            "  -h, --help               this text\n");
+}
+
+/* Returns 0, or 2 after printing why; -1 for a normal early exit (help). */
+static int parse_args(int argc, char **argv, options_t *o)
+{
+    enum { OPT_SET = 256, OPT_ENDPOINT_FILE, OPT_DUMP };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"shard", required_argument, NULL, 's'},
+        {"set", required_argument, NULL, OPT_SET},
+        {"endpoint-file", required_argument, NULL, OPT_ENDPOINT_FILE},
+        {"dump-config", no_argument, NULL, OPT_DUMP},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    char *end;
+
+    memset(o, 0, sizeof *o);
+    o->shard = -1;
+    while ((c = getopt_long(argc, argv, "c:s:Vh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            o->config = optarg;
+            break;
+        case 's':
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || v < 0 || v >= DCPS_MAX_SHARDS) {
+                fprintf(stderr, "dcps-server: --shard: \"%s\" is not a shard index (0 to %d)\n",
+                        optarg, DCPS_MAX_SHARDS - 1);
+                return 2;
+            }
+            o->shard = (int)v;
+            break;
+        case OPT_SET:
+            if (o->n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "dcps-server: more than %d --set options\n", MAX_OVERRIDES);
+                return 2;
+            }
+            o->overrides[o->n_overrides++] = optarg;
+            break;
+        case OPT_ENDPOINT_FILE:
+            o->endpoint_file = optarg;
+            break;
+        case OPT_DUMP:
+            dcps_config_dump(stdout);
+            return -1;
+        case 'V':
+            printf("dcps-server %s\n", PACKAGE_VERSION);
+            return -1;
+        case 'h':
+            usage(stdout);
+            return -1;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dcps-server: unexpected argument \"%s\"\n", argv[optind]);
+        return 2;
+    }
+    if (!o->config || o->shard < 0) {
+        fprintf(stderr, "dcps-server: --config and --shard are required\n");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Writes the endpoint to path through a temporary file and a rename, so a reader
+ * never sees half of it. */
+static int write_endpoint(const char *path, const char *endpoint)
+{
+    char tmp[DCPS_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int ok = fprintf(f, "%s\n", endpoint) > 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint;
+    dcps_router_t router;
+    int stopping;
+} server_t;
+
+static void on_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    server_t *s = h->data;
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    DCPS_NOTICE("%s received, stopping", strsignal(signum));
+    dcps_notify("STOPPING=1");
+    uv_close((uv_handle_t *)&s->sigterm, on_closed);
+    uv_close((uv_handle_t *)&s->sigint, on_closed);
+    dcps_router_close(&s->router, on_closed);
+}
+
+int main(int argc, char **argv)
+{
+    options_t opt;
+    dcps_config_t *cfg = NULL;
+    dcps_shard_t *shard = NULL;
+    void *ctx = NULL, *sock = NULL;
+    server_t srv;
+    char err[512], ident[32], endpoint[DCPS_ENDPOINT_MAX];
+    int rc, status = 1;
+
+    dcps_log_init("dcps-server");
+    rc = parse_args(argc, argv, &opt);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    cfg = malloc(sizeof *cfg);
+    if (!cfg) {
+        fprintf(stderr, "dcps-server: out of memory\n");
+        return 1;
+    }
+    if (dcps_config_load(cfg, opt.config, opt.overrides, opt.n_overrides, err, sizeof err) != 0) {
+        fprintf(stderr, "dcps-server: %s\n", err);
+        free(cfg);
+        return 2;
+    }
+    if (opt.shard >= cfg->n_shards) {
+        fprintf(stderr, "dcps-server: --shard %d: %s lists %d shard endpoints ([servers] shards)\n",
+                opt.shard, opt.config, cfg->n_shards);
+        free(cfg);
+        return 2;
+    }
+    snprintf(ident, sizeof ident, "dcps-server[%d]", opt.shard);
+    dcps_log_init(ident);
+    dcps_log_set_level(dcps_log_level_parse(cfg->log_level));
+
+    shard = dcps_shard_new(cfg, opt.shard, &rc);
+    if (!shard) {
+        DCPS_ERR("cannot allocate shard %d: %s", opt.shard, dcps_strerror(rc));
+        goto fail_shard;
+    }
+    ctx = zmq_ctx_new();
+    sock = ctx ? zmq_socket(ctx, ZMQ_ROUTER) : NULL;
+    if (!sock) {
+        DCPS_ERR("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
+        goto fail_socket;
+    }
+    int linger = 0;
+    /* A message larger than the biggest valid one (a dense range, or indices and
+     * values of the whole range) is refused by ZeroMQ, which drops the sender. */
+    int64_t maxmsg = (int64_t)shard->n * 8 + 65536;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (zmq_bind(sock, cfg->shards[opt.shard]) != 0) {
+        DCPS_ERR("cannot bind %s: %s", cfg->shards[opt.shard], zmq_strerror(errno));
+        goto fail_socket;
+    }
+    size_t len = sizeof endpoint;
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {
+        DCPS_ERR("cannot write %s: %s", opt.endpoint_file, strerror(errno));
+        goto fail_socket;
+    }
+
+    memset(&srv, 0, sizeof srv);
+    uv_loop_init(&srv.loop);
+    if ((rc = dcps_router_init(&srv.router, &srv.loop, sock, cfg, shard)) != 0) {
+        DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
+        goto fail_loop;
+    }
+    uv_signal_init(&srv.loop, &srv.sigterm);
+    uv_signal_init(&srv.loop, &srv.sigint);
+    srv.sigterm.data = srv.sigint.data = &srv;
+    uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&srv.sigint, on_signal, SIGINT);
+
+    DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d serves parameters [%" PRIu64 ", %" PRIu64
+                ") of %" PRIu64 " at %s; %d workers, optimizer %s, mode %s",
+                cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, shard->range.lo,
+                shard->range.hi, cfg->n_params, endpoint, cfg->workers,
+                dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
+    DCPS_INFO("memory: %zu bytes (parameters %zu)", dcps_shard_memory(shard),
+              shard->n * sizeof(float));
+    dcps_notify("READY=1\nSTATUS=serving shard %d at %s", opt.shard, endpoint);
+
+    uv_run(&srv.loop, UV_RUN_DEFAULT);
+
+    DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64
+                " duplicates), %" PRIu64 " pulls, %" PRIu64 " bad messages, %" PRIu64
+                " bytes in, %" PRIu64 " bytes out",
+                shard->version, shard->pushes, shard->duplicates, shard->pulls,
+                dcps_router_error_count(&srv.router), srv.router.bytes_in, srv.router.bytes_out);
+    status = 0;
+fail_loop:
+    uv_loop_close(&srv.loop);
+fail_socket:
+    if (sock)
+        zmq_close(sock);
+    if (ctx)
+        zmq_ctx_term(ctx);
+    dcps_shard_destroy(&shard);
+fail_shard:
+    free(cfg);
+    return status;
+}

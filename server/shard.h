@@ -1,0 +1,56 @@
+/* dcps — one shard's parameter store.
+ *
+ * A shard owns the parameters [lo, hi) of the model, their version and what it
+ * needs to apply each push exactly once: the last applied sequence number of
+ * every worker rank. It is single-owner (the server's loop thread) and takes no
+ * locks. It checks nothing that comes from the network: the router validates
+ * every message (proto/codec.h) before it reaches these functions. */
+#ifndef DCPS_SHARD_H
+#define DCPS_SHARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/shardmap.h"
+
+typedef struct dcps_shard {
+    int index;
+    dcps_range_t range;
+    size_t n;            /* hi − lo */
+    float *w;            /* n parameters; allocated once */
+    bool initialized;    /* set by the first INIT */
+    uint64_t version;    /* incremented by every applied update */
+    int workers;
+    uint64_t *last_seq;  /* per rank: the highest push seq applied */
+    float lr;            /* from [optimizer] lr */
+    uint64_t pushes, duplicates, pulls;
+} dcps_shard_t;
+
+/* Allocates the store of shard `index` for cfg. Returns NULL on allocation
+ * failure (DCPS_E_NOMEM in *err). */
+dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err);
+
+/* Frees the store and sets *s to NULL. */
+void dcps_shard_destroy(dcps_shard_t **s);
+
+/* Sets the initial parameters (n values) if none were set. Returns 1 if it set
+ * them, 0 if the shard was already initialised (nothing changed). */
+int dcps_shard_init(dcps_shard_t *s, const float *w);
+
+/* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
+ * rank increase: a seq at or below the last applied one is a duplicate. */
+bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq);
+
+/* Applies a gradient from (rank, seq) with the job's rule, records seq and bumps
+ * the version. Dense: g has n values. Sparse: global indices in [lo, hi),
+ * strictly ascending. */
+void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
+void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
+                             const float *v, size_t k);
+
+/* Bytes the shard holds (parameters and per-worker state). */
+size_t dcps_shard_memory(const dcps_shard_t *s);
+
+#endif

@@ -1,0 +1,771 @@
+/* Tests for common/config: every key's default, every way a job file or a
+ * --set override can be wrong (each message pinned exactly: file, line, section,
+ * key, reason), the checks between keys, and that write and dump give job files
+ * that load back. */
+#include "common/config.h"
+#include "common/error.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/dcps-test-config-XXXXXX";
+static char path[128]; /* dir/job.ini, the file every test writes */
+static char err[1024];
+static dcps_config_t cfg;
+
+static void put(const char *file, const char *text)
+{
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Loads text as the job file (NULL: no file) with n overrides. */
+static int load(const char *text, size_t n, const char *const *ov)
+{
+    if (text)
+        put(path, text);
+    return dcps_config_load(&cfg, text ? path : NULL, ov, n, err, sizeof err);
+}
+
+/* The load fails with exactly "<path><suffix>". */
+static void expect_file_error(const char *text, const char *suffix)
+{
+    char want[1024];
+    snprintf(want, sizeof want, "%s%s", path, suffix);
+    ck_assert_int_eq(load(text, 0, NULL), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, want);
+}
+
+/* Defaults plus one override fail with exactly msg. */
+static void expect_set_error(const char *override, const char *msg)
+{
+    const char *ov[] = {"job.workers=3", override};
+    ck_assert_int_eq(load(NULL, 2, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, msg);
+}
+
+static void expect_ok(const char *text)
+{
+    int rc = load(text, 0, NULL);
+    ck_assert_msg(rc == 0, "load failed: %s", err);
+}
+
+START_TEST(defaults_are_the_documented_values)
+{
+    dcps_config_defaults(&cfg);
+    ck_assert_str_eq(cfg.job_name, "dcps");
+    ck_assert_uint_eq(cfg.job_id, 0);
+    ck_assert_int_eq(cfg.workers, 2);
+    ck_assert_int_eq(cfg.mode, DCPS_MODE_ASYNC);
+    ck_assert_int_eq(cfg.staleness, 4);
+    ck_assert_uint_eq(cfg.seed, 42);
+    ck_assert_str_eq(cfg.log_level, "info");
+    ck_assert_int_eq(cfg.n_shards, 2);
+    ck_assert_str_eq(cfg.shards[0], "tcp://127.0.0.1:17001");
+    ck_assert_str_eq(cfg.shards[1], "tcp://127.0.0.1:17002");
+    ck_assert_int_eq(cfg.n_layers, 4);
+    ck_assert_int_eq(cfg.layers[0], 784);
+    ck_assert_int_eq(cfg.layers[1], 256);
+    ck_assert_int_eq(cfg.layers[2], 128);
+    ck_assert_int_eq(cfg.layers[3], 10);
+    ck_assert_uint_eq(cfg.n_params, 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+    ck_assert_str_eq(cfg.train_images, "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+    ck_assert_str_eq(cfg.train_labels, "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+    ck_assert_str_eq(cfg.test_images, "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+    ck_assert_str_eq(cfg.test_labels, "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+    ck_assert_int_eq(cfg.batch_size, 64);
+    ck_assert_int_eq(cfg.epochs, 3);
+    ck_assert_int_eq(cfg.train_limit, 0);
+    ck_assert_int_eq(cfg.opt_kind, DCPS_OPT_SGD);
+    ck_assert_double_eq(cfg.lr, 0.05);
+    ck_assert_double_eq(cfg.momentum, 0.9);
+    ck_assert_double_eq(cfg.dc_lambda, 0.04);
+    ck_assert(!cfg.dc_adaptive);
+    ck_assert_double_eq(cfg.dc_ms_decay, 0.95);
+    ck_assert_double_eq(cfg.dc_epsilon, 1e-7);
+    ck_assert_int_eq(cfg.push, DCPS_PUSH_DENSE);
+    ck_assert_int_eq(cfg.pull, DCPS_PULL_DENSE);
+    ck_assert_double_eq(cfg.density, 0.01);
+    ck_assert(cfg.error_feedback);
+    ck_assert_int_eq(cfg.warmup_steps, 0);
+    ck_assert_int_eq(cfg.correction_every, 0);
+    ck_assert(!cfg.pipeline);
+    ck_assert_int_eq(cfg.device, DCPS_DEVICE_AUTO);
+    ck_assert_int_eq(cfg.log_every, 100);
+    ck_assert_str_eq(cfg.metrics, "");
+    ck_assert_int_eq(cfg.timeout_ms, 10000);
+    ck_assert_int_eq(cfg.retries, 5);
+    ck_assert_str_eq(cfg.checkpoint_dir, "");
+    ck_assert_int_eq(cfg.checkpoint_every, 60);
+    ck_assert_int_eq(cfg.metrics_port, 0);
+    ck_assert_int_eq(cfg.heartbeat_ms, 1000);
+    ck_assert_int_eq(cfg.dead_after_ms, 10000);
+    ck_assert(!cfg.curve);
+    ck_assert_str_eq(cfg.server_secret_key_file, "");
+    ck_assert_str_eq(cfg.server_public_key, "");
+    ck_assert_str_eq(cfg.worker_keys_dir, "");
+    ck_assert_str_eq(cfg.worker_secret_key_file, "");
+}
+END_TEST
+
+START_TEST(job_id_is_fnv1a_of_the_name_unless_given)
+{
+    const char *other[] = {"job.name=other"};
+    const char *given[] = {"job.id=7"};
+    ck_assert_int_eq(load(NULL, 0, NULL), 0);
+    ck_assert_uint_eq(cfg.job_id, 0x733c096726255429u); /* FNV-1a 64 of "dcps" */
+    ck_assert_int_eq(load(NULL, 1, other), 0);
+    ck_assert_uint_eq(cfg.job_id, 0x0a24ad61c2562a55u);
+    ck_assert_int_eq(load(NULL, 1, given), 0);
+    ck_assert_uint_eq(cfg.job_id, 7);
+}
+END_TEST
+
+START_TEST(comments_blank_lines_and_inline_comments_are_ignored)
+{
+    expect_ok("; top\n# hash comment\n\n[job]\nworkers = 8 ; eight\n  ; indented comment\n"
+              "[optimizer]\nkind = momentum\nlr: 0.5\n");
+    ck_assert_int_eq(cfg.workers, 8);
+    ck_assert_int_eq(cfg.opt_kind, DCPS_OPT_MOMENTUM);
+    ck_assert_double_eq(cfg.lr, 0.5);
+    ck_assert_int_eq(cfg.epochs, 3); /* untouched keys keep their defaults */
+}
+END_TEST
+
+START_TEST(missing_file_names_the_path_and_the_reason)
+{
+    char missing[160], want[256];
+    snprintf(missing, sizeof missing, "%s/nope.ini", dir);
+    snprintf(want, sizeof want, "%s: cannot open: No such file or directory", missing);
+    ck_assert_int_eq(dcps_config_load(&cfg, missing, NULL, 0, err, sizeof err), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, want);
+}
+END_TEST
+
+START_TEST(unknown_key_names_line_section_and_key)
+{
+    expect_file_error("[job]\nname = x\n\ncolour = red\n", ":4: [job] colour: unknown key");
+}
+END_TEST
+
+START_TEST(unknown_section_is_refused_at_its_first_key)
+{
+    expect_file_error("[job]\nworkers = 2\n[jobs]\nworkers = 3\n", ":4: [jobs] workers: unknown section");
+}
+END_TEST
+
+START_TEST(key_before_any_section_is_refused)
+{
+    expect_file_error("; c\nworkers = 2\n", ":2: workers: key outside any [section]");
+}
+END_TEST
+
+START_TEST(key_given_twice_names_both_lines)
+{
+    expect_file_error("[job]\nworkers = 2\n; c\nworkers = 3\n",
+                      ":4: [job] workers: key given twice (first on line 2)");
+}
+END_TEST
+
+START_TEST(key_given_twice_in_split_sections_is_refused)
+{
+    expect_file_error("[job]\nworkers = 2\n[data]\nepochs = 1\n[job]\nworkers = 3\n",
+                      ":6: [job] workers: key given twice (first on line 2)");
+}
+END_TEST
+
+START_TEST(line_without_equals_is_a_syntax_error)
+{
+    expect_file_error("[job]\nworkers = 2\nmode async\n", ":3: syntax error");
+}
+END_TEST
+
+START_TEST(unclosed_section_is_a_syntax_error)
+{
+    expect_file_error("[job]\nworkers = 2\n[data\n", ":3: syntax error");
+}
+END_TEST
+
+START_TEST(earliest_error_in_the_file_is_reported)
+{
+    expect_file_error("[job]\nbogus\ncolour = 1\n", ":2: syntax error");
+    expect_file_error("[job]\ncolour = 1\nbogus\n", ":2: [job] colour: unknown key");
+}
+END_TEST
+
+START_TEST(line_too_long_is_refused)
+{
+    char text[400] = "[job]\nworkers = 2\n;";
+    memset(text + strlen(text), 'x', 250);
+    strcat(text, "\nworkers = 3\n");
+    expect_file_error(text, ":3: line too long (more than 199 characters)");
+}
+END_TEST
+
+START_TEST(line_of_199_characters_is_the_longest_accepted)
+{
+    /* "train_images = " is 15 characters: 184 are left for the value. */
+    char text[400] = "[data]\ntrain_images = /", value[200] = "/";
+    memset(text + strlen(text), 'a', 183);
+    memset(value + 1, 'a', 183);
+    expect_ok(text); /* at the end of the file, without a newline */
+    ck_assert_str_eq(cfg.train_images, value);
+    strcat(text, "\n[job]\nworkers = 9\n");
+    expect_ok(text);
+    ck_assert_str_eq(cfg.train_images, value);
+    ck_assert_int_eq(cfg.workers, 9);
+    char *a = strchr(text, '/') + 1;
+    memmove(a + 1, a, strlen(a) + 1); /* one more character in the value */
+    expect_file_error(text, ":2: line too long (more than 199 characters)");
+}
+END_TEST
+
+START_TEST(string_that_would_not_fit_a_line_is_refused)
+{
+    char arg[300] = "data.train_images=/";
+    memset(arg + strlen(arg), 'a', 184);
+    expect_set_error(arg, "--set 2: [data] train_images: is 185 characters, more than 184");
+}
+END_TEST
+
+START_TEST(string_that_would_not_read_back_is_refused)
+{
+    expect_set_error("worker.metrics=a ;b", "--set 2: [worker] metrics: contains a ';' that would start a comment");
+    expect_set_error("worker.metrics=;b", "--set 2: [worker] metrics: contains a ';' that would start a comment");
+    expect_set_error("worker.metrics=a\tb", "--set 2: [worker] metrics: contains a control character");
+    expect_set_error("job.name= ", "--set 2: [job] name: must not be empty");
+    const char *ok[] = {"worker.metrics=a;b"}; /* no space before ';': not a comment */
+    ck_assert_int_eq(load(NULL, 1, ok), 0);
+    ck_assert_str_eq(cfg.metrics, "a;b");
+}
+END_TEST
+
+START_TEST(bad_integer_is_refused)
+{
+    expect_file_error("[job]\nworkers = two\n", ":2: [job] workers: \"two\" is not an integer");
+}
+END_TEST
+
+START_TEST(trailing_junk_after_a_number_is_refused)
+{
+    expect_file_error("[job]\nworkers = 3x\n", ":2: [job] workers: \"3x\" is not an integer");
+    expect_file_error("[optimizer]\nlr = 0.1abc\n", ":2: [optimizer] lr: \"0.1abc\" is not a number");
+    expect_file_error("[job]\nseed = 12 3\n", ":2: [job] seed: \"12 3\" is not a non-negative integer");
+}
+END_TEST
+
+START_TEST(empty_number_is_refused)
+{
+    expect_file_error("[data]\nepochs =\n", ":2: [data] epochs: \"\" is not an integer");
+    expect_file_error("[optimizer]\nlr =\n", ":2: [optimizer] lr: \"\" is not a number");
+}
+END_TEST
+
+START_TEST(integer_below_its_range_is_refused)
+{
+    expect_file_error("[job]\nworkers = 0\n", ":2: [job] workers: value 0 is outside [1, 1024]");
+    expect_file_error("[worker]\ntimeout_ms = 9\n", ":2: [worker] timeout_ms: value 9 is outside [10, 3600000]");
+}
+END_TEST
+
+START_TEST(integer_above_its_range_is_refused)
+{
+    expect_file_error("[job]\nworkers = 1025\n", ":2: [job] workers: value 1025 is outside [1, 1024]");
+    expect_file_error("[server]\nmetrics_port = 65536\n",
+                      ":2: [server] metrics_port: value 65536 is outside [0, 65535]");
+}
+END_TEST
+
+START_TEST(integer_beyond_long_is_out_of_range)
+{
+    expect_file_error("[job]\nworkers = 99999999999999999999\n",
+                      ":2: [job] workers: value 99999999999999999999 is outside [1, 1024]");
+    expect_file_error("[job]\nworkers = -99999999999999999999\n",
+                      ":2: [job] workers: value -99999999999999999999 is outside [1, 1024]");
+}
+END_TEST
+
+START_TEST(uint64_refuses_negative_and_overflow)
+{
+    expect_file_error("[job]\nseed = -1\n", ":2: [job] seed: \"-1\" is not a non-negative integer");
+    expect_file_error("[job]\nid = 18446744073709551616\n",
+                      ":2: [job] id: value 18446744073709551616 is outside [0, 18446744073709551615]");
+    expect_ok("[job]\nseed = 18446744073709551615\n");
+    ck_assert_uint_eq(cfg.seed, UINT64_MAX);
+}
+END_TEST
+
+START_TEST(exclusive_lower_bound_refuses_the_bound)
+{
+    expect_file_error("[compression]\ndensity = 0\n", ":2: [compression] density: value 0 is outside (0, 1]");
+    expect_file_error("[optimizer]\nlr = 0\n", ":2: [optimizer] lr: value 0 is outside (0, 10]");
+    expect_file_error("[optimizer]\nlr = -0.5\n", ":2: [optimizer] lr: value -0.5 is outside (0, 10]");
+    expect_file_error("[optimizer]\nlr = 10.5\n", ":2: [optimizer] lr: value 10.5 is outside (0, 10]");
+    expect_ok("[optimizer]\nlr = 10\n[compression]\ndensity = 1\n");
+    ck_assert_double_eq(cfg.lr, 10);
+    ck_assert_double_eq(cfg.density, 1);
+}
+END_TEST
+
+START_TEST(exclusive_upper_bound_refuses_the_bound)
+{
+    expect_file_error("[optimizer]\nmomentum = 1\n", ":2: [optimizer] momentum: value 1 is outside [0, 1)");
+    expect_file_error("[optimizer]\ndc_ms_decay = 1.0\n",
+                      ":2: [optimizer] dc_ms_decay: value 1.0 is outside [0, 1)");
+    expect_ok("[optimizer]\nmomentum = 0\ndc_ms_decay = 0.999\n");
+    ck_assert_double_eq(cfg.momentum, 0);
+}
+END_TEST
+
+START_TEST(nan_and_infinity_are_refused)
+{
+    expect_file_error("[optimizer]\nlr = nan\n", ":2: [optimizer] lr: \"nan\" is not a finite number");
+    expect_file_error("[optimizer]\ndc_lambda = inf\n", ":2: [optimizer] dc_lambda: \"inf\" is not a finite number");
+    expect_file_error("[optimizer]\ndc_lambda = 1e999\n",
+                      ":2: [optimizer] dc_lambda: value 1e999 cannot be represented as a double");
+}
+END_TEST
+
+START_TEST(bad_enum_lists_the_choices)
+{
+    expect_file_error("[job]\nmode = fast\n", ":2: [job] mode: \"fast\" is not one of async, sync, ssp");
+    expect_file_error("[compression]\npush = gtopk\n",
+                      ":2: [compression] push: \"gtopk\" is not one of dense, topk");
+}
+END_TEST
+
+START_TEST(bad_bool_lists_the_spellings)
+{
+    expect_file_error("[compression]\npipeline = maybe\n",
+                      ":2: [compression] pipeline: \"maybe\" is not a boolean (true/false, yes/no, on/off, 1/0)");
+}
+END_TEST
+
+START_TEST(bad_log_level_lists_the_levels)
+{
+    expect_file_error("[job]\nlog_level = loud\n",
+                      ":2: [job] log_level: \"loud\" is not one of err, warning, notice, info, debug");
+}
+END_TEST
+
+START_TEST(enums_bools_and_levels_accept_every_spelling)
+{
+    expect_ok("[job]\nmode = SSP\nlog_level = DEBUG\n[optimizer]\nkind = dcasgd\ndc_adaptive = YES\n"
+              "[compression]\npush = topk\npull = delta\nerror_feedback = 0\npipeline = on\n"
+              "[worker]\ndevice = gpu\n[security]\ncurve = off\n");
+    ck_assert_int_eq(cfg.mode, DCPS_MODE_SSP);
+    ck_assert_str_eq(cfg.log_level, "debug");
+    ck_assert_int_eq(cfg.opt_kind, DCPS_OPT_DCASGD);
+    ck_assert(cfg.dc_adaptive);
+    ck_assert_int_eq(cfg.push, DCPS_PUSH_TOPK);
+    ck_assert_int_eq(cfg.pull, DCPS_PULL_DELTA);
+    ck_assert(!cfg.error_feedback);
+    ck_assert(cfg.pipeline);
+    ck_assert_int_eq(cfg.device, DCPS_DEVICE_GPU);
+    const char *spell[] = {"true", "False", "yes", "NO", "on", "Off", "1", "0"};
+    for (int i = 0; i < 8; i++) {
+        char arg[64];
+        const char *ov[] = {arg};
+        snprintf(arg, sizeof arg, "compression.pipeline=%s", spell[i]);
+        ck_assert_int_eq(load(NULL, 1, ov), 0);
+        ck_assert_int_eq(cfg.pipeline, i % 2 == 0);
+    }
+}
+END_TEST
+
+START_TEST(shards_are_trimmed_and_counted)
+{
+    expect_ok("[servers]\nshards = tcp://a:1 ,  ipc:///tmp/s1,inproc://s2\n");
+    ck_assert_int_eq(cfg.n_shards, 3);
+    ck_assert_str_eq(cfg.shards[0], "tcp://a:1");
+    ck_assert_str_eq(cfg.shards[1], "ipc:///tmp/s1");
+    ck_assert_str_eq(cfg.shards[2], "inproc://s2");
+}
+END_TEST
+
+START_TEST(shard_list_with_an_empty_entry_is_refused)
+{
+    expect_file_error("[job]\n[servers]\nshards = tcp://a:1,,tcp://b:2\n", ":3: [servers] shards: entry 2 is empty");
+    expect_file_error("[servers]\nshards = tcp://a:1,\n", ":2: [servers] shards: entry 2 is empty");
+    expect_file_error("[servers]\nshards =\n", ":2: [servers] shards: entry 1 is empty");
+}
+END_TEST
+
+START_TEST(shard_with_a_bad_scheme_or_a_space_is_refused)
+{
+    expect_file_error("[servers]\nshards = tcp://a:1,udp://b:2\n",
+                      ":2: [servers] shards: endpoint 2 \"udp://b:2\" does not start with tcp://, ipc:// or inproc://");
+    expect_file_error("[servers]\nshards = tcp://a b:1\n",
+                      ":2: [servers] shards: endpoint 1 \"tcp://a b:1\" contains a space");
+    expect_file_error("[servers]\nshards = tcp://\n", ":2: [servers] shards: endpoint 1 \"tcp://\" has no address");
+}
+END_TEST
+
+/* n entries "inproc://sNN", ten to a line, continued on indented lines. */
+static void shard_lines(char *text, size_t size, int n)
+{
+    size_t used = (size_t)snprintf(text, size, "[job]\nworkers = 4\n[servers]\nshards = ");
+    for (int i = 0; i < n; i++)
+        used += (size_t)snprintf(text + used, size - used, "inproc://s%02d%s%s", i, i + 1 < n ? "," : "",
+                                 i % 10 == 9 && i + 1 < n ? "\n    " : "");
+    snprintf(text + used, size - used, "\n[data]\nepochs = 7\n");
+}
+
+START_TEST(shard_list_continues_on_indented_lines)
+{
+    char text[2048];
+    shard_lines(text, sizeof text, DCPS_MAX_SHARDS);
+    expect_ok(text);
+    ck_assert_int_eq(cfg.n_shards, DCPS_MAX_SHARDS);
+    ck_assert_str_eq(cfg.shards[0], "inproc://s00");
+    ck_assert_str_eq(cfg.shards[10], "inproc://s10");
+    ck_assert_str_eq(cfg.shards[63], "inproc://s63");
+    ck_assert_int_eq(cfg.epochs, 7);
+}
+END_TEST
+
+START_TEST(too_many_shards_are_refused_at_the_key)
+{
+    char text[2048];
+    shard_lines(text, sizeof text, DCPS_MAX_SHARDS + 1);
+    expect_file_error(text, ":4: [servers] shards: more than 64 entries");
+}
+END_TEST
+
+START_TEST(scalar_value_cannot_continue_on_an_indented_line)
+{
+    expect_file_error("[job]\nname = a\n  b\n",
+                      ":3: [job] name: indented line continues this value; only lists may span lines");
+    expect_file_error("[job]\nname = a\n  workers = 3\n",
+                      ":3: [job] name: indented line continues this value; only lists may span lines");
+}
+END_TEST
+
+START_TEST(indented_first_key_of_a_section_is_a_key)
+{
+    expect_ok("[job]\n  workers = 7\n[data]\n\tepochs = 2\n");
+    ck_assert_int_eq(cfg.workers, 7);
+    ck_assert_int_eq(cfg.epochs, 2);
+}
+END_TEST
+
+START_TEST(layers_give_the_parameter_count)
+{
+    expect_ok("[model]\nlayers = 10, 20 ,5\n");
+    ck_assert_int_eq(cfg.n_layers, 3);
+    ck_assert_int_eq(cfg.layers[1], 20);
+    ck_assert_uint_eq(cfg.n_params, 10 * 20 + 20 + 20 * 5 + 5);
+}
+END_TEST
+
+START_TEST(layers_with_one_entry_are_refused)
+{
+    expect_file_error("[model]\nlayers = 784\n", ":2: [model] layers: needs at least 2 sizes (input and output), got 1");
+}
+END_TEST
+
+START_TEST(layer_of_size_zero_or_too_big_is_refused)
+{
+    expect_file_error("[model]\nlayers = 784,0,10\n", ":2: [model] layers: size 2 \"0\" is not an integer in [1, 65536]");
+    expect_file_error("[model]\nlayers = 784,65537\n",
+                      ":2: [model] layers: size 2 \"65537\" is not an integer in [1, 65536]");
+    expect_file_error("[model]\nlayers = 784,x\n", ":2: [model] layers: size 2 \"x\" is not an integer in [1, 65536]");
+    expect_file_error("[model]\nlayers = 784,,10\n", ":2: [model] layers: entry 2 is empty");
+}
+END_TEST
+
+START_TEST(too_many_layers_are_refused)
+{
+    expect_file_error("[model]\nlayers = 9,9,9,9,9,9,9,9,9,9,9,9,9,9,9,9,9\n",
+                      ":2: [model] layers: more than 16 entries");
+    expect_ok("[model]\nlayers = 9,9,9,9,9,9,9,9,9,9,9,9,9,9,9,9\n");
+    ck_assert_int_eq(cfg.n_layers, 16);
+}
+END_TEST
+
+START_TEST(model_with_2_to_the_32_parameters_is_refused)
+{
+    expect_file_error("[model]\nlayers = 65536,65536\n",
+                      ":2: [model] layers: the model has 4295032832 parameters, more than 4294967295 "
+                      "(indices are 32-bit on the wire)");
+    expect_ok("[model]\nlayers = 65535,65535\n"); /* 4294901760: just fits */
+    ck_assert_uint_eq(cfg.n_params, 4294901760u);
+}
+END_TEST
+
+START_TEST(more_shards_than_parameter_blocks_are_refused)
+{
+    /* 110 parameters are 2 blocks of 64: the first of 3 shards would own none. */
+    expect_file_error("[servers]\nshards = inproc://a,inproc://b,inproc://c\n[model]\nlayers = 10,10\n",
+                      ": [model] layers give 110 parameters, too few for the 3 [servers] shards: "
+                      "shard 0 would own none");
+    expect_ok("[servers]\nshards = inproc://a,inproc://b\n[model]\nlayers = 10,10\n");
+}
+END_TEST
+
+START_TEST(dead_after_must_exceed_heartbeat)
+{
+    expect_file_error("[server]\nheartbeat_ms = 1000\ndead_after_ms = 1000\n",
+                      ": [server] dead_after_ms (1000) must be greater than [server] heartbeat_ms (1000)");
+    expect_ok("[server]\nheartbeat_ms = 1000\ndead_after_ms = 1001\n");
+}
+END_TEST
+
+START_TEST(curve_is_refused_until_implemented)
+{
+    expect_file_error("[security]\ncurve = true\n", ": [security] curve: CURVE is not implemented yet");
+}
+END_TEST
+
+START_TEST(server_public_key_must_be_empty_or_40_z85_characters)
+{
+    expect_file_error("[security]\nserver_public_key = abc\n",
+                      ":2: [security] server_public_key: is 3 characters; a Z85 key has 40");
+    expect_file_error("[security]\nserver_public_key = 0123456789abcdefghij0123456789abcdefghi~\n",
+                      ":2: [security] server_public_key: '~' is not a Z85 character");
+    expect_ok("[security]\nserver_public_key = rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n");
+    ck_assert_str_eq(cfg.server_public_key, "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+}
+END_TEST
+
+START_TEST(job_name_must_not_be_empty)
+{
+    expect_file_error("[job]\nname =\n", ":2: [job] name: must not be empty");
+}
+END_TEST
+
+START_TEST(override_beats_the_file_and_the_last_override_wins)
+{
+    const char *ov[] = {"job.workers=5", " optimizer.lr = 0.25 ", "job.workers=6"};
+    put(path, "[job]\nworkers = 3\n[optimizer]\nlr = 0.5\n");
+    ck_assert_int_eq(dcps_config_load(&cfg, path, ov, 2, err, sizeof err), 0);
+    ck_assert_int_eq(cfg.workers, 5);
+    ck_assert_double_eq(cfg.lr, 0.25);
+    ck_assert_int_eq(dcps_config_load(&cfg, path, ov, 3, err, sizeof err), 0);
+    ck_assert_int_eq(cfg.workers, 6);
+}
+END_TEST
+
+START_TEST(override_that_is_not_section_key_value_is_refused)
+{
+    expect_set_error("jobworkers", "--set 2: \"jobworkers\" is not section.key=value");
+    expect_set_error("job.workers", "--set 2: \"job.workers\" is not section.key=value");
+    expect_set_error("jobworkers=3", "--set 2: \"jobworkers=3\" is not section.key=value");
+    expect_set_error(".workers=3", "--set 2: \".workers=3\" is not section.key=value");
+    expect_set_error("job.=3", "--set 2: \"job.=3\" is not section.key=value");
+}
+END_TEST
+
+START_TEST(override_of_an_unknown_key_is_refused)
+{
+    expect_set_error("job.colour=red", "--set 2: [job] colour: unknown key");
+    expect_set_error("jobs.workers=3", "--set 2: [jobs] workers: unknown section");
+}
+END_TEST
+
+START_TEST(override_with_a_bad_value_names_its_position)
+{
+    expect_set_error("optimizer.lr=11", "--set 2: [optimizer] lr: value 11 is outside (0, 10]");
+    expect_set_error("job.mode=fast", "--set 2: [job] mode: \"fast\" is not one of async, sync, ssp");
+}
+END_TEST
+
+START_TEST(override_is_checked_against_other_keys)
+{
+    const char *ov[] = {"server.heartbeat_ms=20000"};
+    ck_assert_int_eq(load(NULL, 1, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "--set: [server] dead_after_ms (10000) must be greater than [server] heartbeat_ms (20000)");
+}
+END_TEST
+
+START_TEST(load_failure_without_an_error_buffer_is_still_reported)
+{
+    const char *ov[] = {"job.workers=0"};
+    ck_assert_int_eq(dcps_config_load(&cfg, NULL, ov, 1, NULL, 0), DCPS_E_CONFIG);
+    char tiny[8];
+    ck_assert_int_eq(dcps_config_load(&cfg, NULL, ov, 1, tiny, sizeof tiny), DCPS_E_CONFIG);
+    ck_assert_str_eq(tiny, "--set 1");
+}
+END_TEST
+
+/* Every line of the file at p is short enough for libinih. */
+static void assert_lines_fit(const char *p)
+{
+    char line[1024];
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        ck_assert_uint_le(strlen(line), 200); /* 199 characters and the newline */
+    fclose(f);
+}
+
+START_TEST(written_config_loads_back_the_same)
+{
+    char shards[64 * 80 + 32] = "servers.shards=";
+    for (int i = 0; i < DCPS_MAX_SHARDS; i++)
+        sprintf(shards + strlen(shards), "%stcp://worker-node-with-a-long-name-%02d.example.org:%d", i ? "," : "",
+                i, 17000 + i);
+    const char *ov[] = {shards, "job.name=round trip", "job.mode=ssp", "job.seed=18446744073709551615",
+                        "job.log_level=warning", "model.layers=100,60,7", "data.train_limit=1000",
+                        "optimizer.kind=dcasgd", "optimizer.lr=0.1", "optimizer.dc_epsilon=1e-7",
+                        "optimizer.dc_lambda=0.3333333333333333", "optimizer.dc_adaptive=yes",
+                        "compression.push=topk", "compression.density=0.001", "compression.error_feedback=off",
+                        "worker.metrics=/tmp/m;1.csv", "server.checkpoint_dir=/var/lib/dcps",
+                        "security.server_public_key=rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"};
+    dcps_config_t want;
+    char written[160];
+    int rc = dcps_config_load(&want, NULL, ov, sizeof ov / sizeof ov[0], err, sizeof err);
+    ck_assert_msg(rc == 0, "load failed: %s", err);
+    snprintf(written, sizeof written, "%s/written.ini", dir);
+    FILE *f = fopen(written, "w");
+    ck_assert_ptr_nonnull(f);
+    dcps_config_write(&want, f);
+    fclose(f);
+    assert_lines_fit(written);
+    rc = dcps_config_load(&cfg, written, NULL, 0, err, sizeof err);
+    ck_assert_msg(rc == 0, "reload failed: %s", err);
+    ck_assert_int_eq(cfg.n_shards, 64);
+    ck_assert_str_eq(cfg.shards[63], want.shards[63]);
+    ck_assert_str_eq(cfg.job_name, "round trip");
+    ck_assert_uint_eq(cfg.job_id, want.job_id);
+    ck_assert_double_eq(cfg.dc_lambda, 0.3333333333333333);
+    ck_assert_str_eq(cfg.log_level, "warning");
+    ck_assert_mem_eq(&cfg, &want, sizeof cfg);
+    unlink(written);
+}
+END_TEST
+
+START_TEST(dump_loads_back_as_the_defaults)
+{
+    char dumped[160];
+    dcps_config_t want;
+    snprintf(dumped, sizeof dumped, "%s/dump.ini", dir);
+    FILE *f = fopen(dumped, "w");
+    ck_assert_ptr_nonnull(f);
+    dcps_config_dump(f);
+    fclose(f);
+    assert_lines_fit(dumped);
+    ck_assert_int_eq(dcps_config_load(&want, NULL, NULL, 0, err, sizeof err), 0);
+    int rc = dcps_config_load(&cfg, dumped, NULL, 0, err, sizeof err);
+    ck_assert_msg(rc == 0, "dump does not load: %s", err);
+    ck_assert_mem_eq(&cfg, &want, sizeof cfg);
+    unlink(dumped);
+}
+END_TEST
+
+START_TEST(dump_documents_each_key_with_its_range)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    dcps_config_dump(f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(text, "\n[optimizer]\n; server update rule (sgd, momentum, dcasgd)\nkind = sgd\n"));
+    ck_assert_ptr_nonnull(strstr(text, "; learning rate ((0, 10])\nlr = 0.05\n"));
+    ck_assert_ptr_nonnull(strstr(text, "; number of worker processes ([1, 1024])\nworkers = 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\ndc_epsilon = 1e-7\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nshards = tcp://127.0.0.1:17001,tcp://127.0.0.1:17002\n"));
+    int keys = 0, docs = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        keys += strstr(line, " = ") != NULL && line[0] != ';';
+        docs += line[0] == ';' && line[strlen(line) - 1] == ')';
+    }
+    ck_assert_int_eq(keys, 45);
+    ck_assert_int_eq(docs, 45);
+    free(text);
+}
+END_TEST
+
+START_TEST(enum_names_match_the_job_file_spelling)
+{
+    ck_assert_str_eq(dcps_config_mode_name(DCPS_MODE_ASYNC), "async");
+    ck_assert_str_eq(dcps_config_mode_name(DCPS_MODE_SSP), "ssp");
+    ck_assert_str_eq(dcps_config_optimizer_name(DCPS_OPT_DCASGD), "dcasgd");
+    ck_assert_str_eq(dcps_config_optimizer_name(DCPS_OPT_MOMENTUM), "momentum");
+    ck_assert_str_eq(dcps_config_push_name(DCPS_PUSH_TOPK), "topk");
+    ck_assert_str_eq(dcps_config_pull_name(DCPS_PULL_DELTA), "delta");
+    ck_assert_str_eq(dcps_config_mode_name(3), "unknown");
+    ck_assert_str_eq(dcps_config_pull_name(-1), "unknown");
+}
+END_TEST
+
+int main(void)
+{
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, defaults_are_the_documented_values);
+    tcase_add_test(tc, job_id_is_fnv1a_of_the_name_unless_given);
+    tcase_add_test(tc, comments_blank_lines_and_inline_comments_are_ignored);
+    tcase_add_test(tc, missing_file_names_the_path_and_the_reason);
+    tcase_add_test(tc, unknown_key_names_line_section_and_key);
+    tcase_add_test(tc, unknown_section_is_refused_at_its_first_key);
+    tcase_add_test(tc, key_before_any_section_is_refused);
+    tcase_add_test(tc, key_given_twice_names_both_lines);
+    tcase_add_test(tc, key_given_twice_in_split_sections_is_refused);
+    tcase_add_test(tc, line_without_equals_is_a_syntax_error);
+    tcase_add_test(tc, unclosed_section_is_a_syntax_error);
+    tcase_add_test(tc, earliest_error_in_the_file_is_reported);
+    tcase_add_test(tc, line_too_long_is_refused);
+    tcase_add_test(tc, line_of_199_characters_is_the_longest_accepted);
+    tcase_add_test(tc, string_that_would_not_fit_a_line_is_refused);
+    tcase_add_test(tc, string_that_would_not_read_back_is_refused);
+    tcase_add_test(tc, bad_integer_is_refused);
+    tcase_add_test(tc, trailing_junk_after_a_number_is_refused);
+    tcase_add_test(tc, empty_number_is_refused);
+    tcase_add_test(tc, integer_below_its_range_is_refused);
+    tcase_add_test(tc, integer_above_its_range_is_refused);
+    tcase_add_test(tc, integer_beyond_long_is_out_of_range);
+    tcase_add_test(tc, uint64_refuses_negative_and_overflow);
+    tcase_add_test(tc, exclusive_lower_bound_refuses_the_bound);
+    tcase_add_test(tc, exclusive_upper_bound_refuses_the_bound);
+    tcase_add_test(tc, nan_and_infinity_are_refused);
+    tcase_add_test(tc, bad_enum_lists_the_choices);
+    tcase_add_test(tc, bad_bool_lists_the_spellings);
+    tcase_add_test(tc, bad_log_level_lists_the_levels);
+    tcase_add_test(tc, enums_bools_and_levels_accept_every_spelling);
+    tcase_add_test(tc, shards_are_trimmed_and_counted);
+    tcase_add_test(tc, shard_list_with_an_empty_entry_is_refused);
+    tcase_add_test(tc, shard_with_a_bad_scheme_or_a_space_is_refused);
+    tcase_add_test(tc, shard_list_continues_on_indented_lines);
+    tcase_add_test(tc, too_many_shards_are_refused_at_the_key);
+    tcase_add_test(tc, scalar_value_cannot_continue_on_an_indented_line);
+    tcase_add_test(tc, indented_first_key_of_a_section_is_a_key);
+    tcase_add_test(tc, layers_give_the_parameter_count);
+    tcase_add_test(tc, layers_with_one_entry_are_refused);
+    tcase_add_test(tc, layer_of_size_zero_or_too_big_is_refused);
+    tcase_add_test(tc, too_many_layers_are_refused);
+    tcase_add_test(tc, model_with_2_to_the_32_parameters_is_refused);
+    tcase_add_test(tc, more_shards_than_parameter_blocks_are_refused);
+    tcase_add_test(tc, dead_after_must_exceed_heartbeat);
+    tcase_add_test(tc, curve_is_refused_until_implemented);
+    tcase_add_test(tc, server_public_key_must_be_empty_or_40_z85_characters);
+    tcase_add_test(tc, job_name_must_not_be_empty);
+    tcase_add_test(tc, override_beats_the_file_and_the_last_override_wins);
+    tcase_add_test(tc, override_that_is_not_section_key_value_is_refused);
+    tcase_add_test(tc, override_of_an_unknown_key_is_refused);
+    tcase_add_test(tc, override_with_a_bad_value_names_its_position);
+    tcase_add_test(tc, override_is_checked_against_other_keys);
+    tcase_add_test(tc, load_failure_without_an_error_buffer_is_still_reported);
+    tcase_add_test(tc, written_config_loads_back_the_same);
+    tcase_add_test(tc, dump_loads_back_as_the_defaults);
+    tcase_add_test(tc, dump_documents_each_key_with_its_range);
+    tcase_add_test(tc, enum_names_match_the_job_file_spelling);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    unlink(path);
+    rmdir(dir);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,528 @@
+/* libdcps — the client; see dcps.h.
+ *
+ * Every call is an exchange: one request per shard involved, sent together, then
+ * a zmq_poll over those sockets until each has answered with the request's
+ * sequence number (late answers to earlier attempts are dropped). An attempt
+ * that times out is resent with the same sequence number. */
+#include "worker/dcps.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/shardmap.h"
+
+typedef struct {
+    void *sock;
+    dcps_range_t range;
+    bool initialized;
+    uint64_t version;        /* the shard's version in its last reply */
+    uint64_t pulled_version; /* the version of the parameters last pulled */
+} conn_t;
+
+struct dcps_client {
+    dcps_config_t cfg;
+    int rank;
+    void *ctx;
+    conn_t conn[DCPS_MAX_SHARDS];
+    uint64_t seq;
+    atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
+    dcps_client_stats_t stats;
+    char err[512];
+};
+
+/* One request of an exchange and what became of it. */
+typedef struct slot slot_t;
+typedef int (*reply_fn)(dcps_client_t *c, int shard, const dcps_msg_t *reply, void *arg);
+struct slot {
+    bool active, done;
+    dcps_msg_t req;
+    uint32_t want;  /* expected reply type */
+    int rc;
+};
+
+static int fail(dcps_client_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(dcps_client_t *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static void released(void *data, void *hint)
+{
+    (void)data;
+    atomic_fetch_sub((atomic_int *)hint, 1);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int connect_shard(dcps_client_t *c, int s)
+{
+    int linger = 0, immediate = 0;
+    void *sock = zmq_socket(c->ctx, ZMQ_DEALER);
+    if (!sock)
+        return fail(c, DCPS_E_ZMQ, "cannot create a socket: %s", zmq_strerror(errno));
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
+    if (zmq_connect(sock, c->cfg.shards[s]) != 0) {
+        int e = errno;
+        zmq_close(sock);
+        return fail(c, DCPS_E_ZMQ, "cannot connect to shard %d at %s: %s", s, c->cfg.shards[s],
+                    zmq_strerror(e));
+    }
+    c->conn[s].sock = sock;
+    return 0;
+}
+
+/* Waits until ZeroMQ has released every zero-copy frame, so the caller's buffers
+ * may change. After a timeout frames can sit in a socket's queue for a shard that
+ * is gone; closing the socket (linger 0) drops them, and it is connected anew. */
+static void settle(dcps_client_t *c)
+{
+    double until = now_ms() + 200;
+    while (atomic_load(&c->inflight) > 0 && now_ms() < until)
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    if (atomic_load(&c->inflight) == 0)
+        return;
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        zmq_close(c->conn[s].sock);
+        c->conn[s].sock = NULL;
+        if (connect_shard(c, s) != 0)
+            DCPS_WARN("%s", c->err);
+    }
+    while (atomic_load(&c->inflight) > 0)
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+}
+
+static int send_slot(dcps_client_t *c, int s, slot_t *sl)
+{
+    bool zerocopy = sl->req.nframes > 0;
+    if (zerocopy)
+        atomic_fetch_add(&c->inflight, sl->req.nframes);
+    int n = dcps_frames_send(c->conn[s].sock, NULL, &sl->req, zerocopy ? released : NULL,
+                             &c->inflight, ZMQ_DONTWAIT);
+    if (n < 0)
+        return fail(c, DCPS_E_ZMQ, "cannot send %s to shard %d (%s): %s",
+                    dcps_msg_type_name(sl->req.type), s, c->cfg.shards[s], zmq_strerror(errno));
+    c->stats.bytes_sent += (uint64_t)n;
+    if (sl->req.type == DCPS_MSG_PUSH || sl->req.type == DCPS_MSG_INIT)
+        c->stats.bytes_pushed += (uint64_t)n;
+    return 0;
+}
+
+/* Receives what shard s sent; returns 1 if it answered the slot. */
+static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *arg)
+{
+    dcps_frames_t f;
+    dcps_msg_t m;
+    char why[DCPS_ERROR_TEXT_MAX];
+    int n = dcps_frames_recv(c->conn[s].sock, &f, ZMQ_DONTWAIT);
+    if (n <= 0)
+        return 0;
+    size_t bytes = 0;
+    for (int i = 0; i < f.n; i++)
+        bytes += zmq_msg_size(&f.part[i]);
+    c->stats.bytes_received += bytes;
+    int rc = dcps_frames_decode(&f, 0, c->cfg.job_id, &m, why, sizeof why);
+    if (rc != 0) {
+        sl->rc = fail(c, rc, "shard %d (%s) sent a bad reply: %s", s, c->cfg.shards[s], why);
+    } else if (m.seq != sl->req.seq) {
+        dcps_frames_close(&f); /* an answer to an earlier attempt */
+        return 0;
+    } else if (m.type == DCPS_MSG_ERROR) {
+        int code = -(int)m.error_code;
+        sl->rc = fail(c, dcps_error_known(code) ? code : DCPS_E_REMOTE,
+                      "shard %d (%s) refused %s: %s", s, c->cfg.shards[s],
+                      dcps_msg_type_name(sl->req.type), m.error_text);
+    } else if (m.type != sl->want) {
+        sl->rc = fail(c, DCPS_E_MSGTYPE, "shard %d (%s) answered %s with %s", s,
+                      c->cfg.shards[s], dcps_msg_type_name(sl->req.type),
+                      dcps_msg_type_name(m.type));
+    } else {
+        if (m.type == DCPS_MSG_PULL_REPLY)
+            c->stats.bytes_pulled += bytes;
+        c->conn[s].version = m.param_version;
+        sl->rc = fn ? fn(c, s, &m, arg) : 0;
+    }
+    dcps_frames_close(&f);
+    sl->done = true;
+    return 1;
+}
+
+/* Sends every active slot, collects the replies (calling fn for each good one)
+ * and resends what is unanswered after attempt_ms, up to `attempts` times.
+ * Returns the first slot's error, or 0. */
+static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
+                    int attempts)
+{
+    zmq_pollitem_t items[DCPS_MAX_SHARDS];
+    int who[DCPS_MAX_SHARDS];
+    int rc = 0;
+
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        if (!slots[s].active)
+            continue;
+        slots[s].done = false;
+        slots[s].rc = 0;
+        slots[s].req.job_id = c->cfg.job_id;
+        slots[s].req.rank = (uint32_t)c->rank;
+        slots[s].req.shard = (uint32_t)s;
+        slots[s].req.seq = ++c->seq;
+    }
+    for (int attempt = 0; attempt < attempts && rc == 0; attempt++) {
+        int pending = 0;
+        for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
+            if (slots[s].active && !slots[s].done) {
+                rc = send_slot(c, s, &slots[s]);
+                pending++;
+            }
+        if (attempt > 0)
+            c->stats.retries += (uint64_t)pending;
+        double deadline = now_ms() + attempt_ms;
+        while (rc == 0 && pending > 0) {
+            int n = 0;
+            for (int s = 0; s < c->cfg.n_shards; s++)
+                if (slots[s].active && !slots[s].done) {
+                    items[n] = (zmq_pollitem_t){c->conn[s].sock, 0, ZMQ_POLLIN, 0};
+                    who[n++] = s;
+                }
+            double left = deadline - now_ms();
+            if (left <= 0)
+                break;
+            if (zmq_poll(items, n, (long)left + 1) < 0 && errno != EINTR) {
+                rc = fail(c, DCPS_E_ZMQ, "poll: %s", zmq_strerror(errno));
+                break;
+            }
+            for (int i = 0; i < n; i++) {
+                int s = who[i];
+                if (!(items[i].revents & ZMQ_POLLIN))
+                    continue;
+                while (!slots[s].done && take_reply(c, s, &slots[s], fn, arg))
+                    ;
+                if (slots[s].done) {
+                    pending--;
+                    if (slots[s].rc && !rc)
+                        rc = slots[s].rc;
+                }
+            }
+        }
+        if (rc == 0 && pending == 0)
+            break;
+    }
+    if (rc == 0)
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            if (slots[s].active && !slots[s].done) {
+                rc = fail(c, DCPS_E_TIMEOUT,
+                          "shard %d (%s) did not answer %s within %d ms, %d attempts", s,
+                          c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempt_ms,
+                          attempts);
+                break;
+            }
+    settle(c);
+    return rc;
+}
+
+static void slots_all(dcps_client_t *c, slot_t *slots, uint32_t type, uint32_t want)
+{
+    memset(slots, 0, sizeof(slot_t) * DCPS_MAX_SHARDS);
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        slots[s].active = true;
+        slots[s].req.type = type;
+        slots[s].want = want;
+    }
+}
+
+static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    conn_t *k = &c->conn[s];
+    if (m->range_lo != k->range.lo || m->range_hi != k->range.hi ||
+        m->n_params != c->cfg.n_params || m->workers != (uint32_t)c->cfg.workers)
+        return fail(c, DCPS_E_SIZE,
+                    "shard %d (%s) serves [%llu, %llu) of %llu parameters for %u workers; this "
+                    "job expects [%llu, %llu) of %llu for %d",
+                    s, c->cfg.shards[s], (unsigned long long)m->range_lo,
+                    (unsigned long long)m->range_hi, (unsigned long long)m->n_params, m->workers,
+                    (unsigned long long)k->range.lo, (unsigned long long)k->range.hi,
+                    (unsigned long long)c->cfg.n_params, c->cfg.workers);
+    k->initialized = m->initialized;
+    return 0;
+}
+
+static int hello(dcps_client_t *c)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_HELLO, DCPS_MSG_WELCOME);
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        slots[s].req.n_params = c->cfg.n_params;
+    return exchange(c, slots, on_welcome, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+}
+
+dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err, char *errbuf,
+                               size_t errlen)
+{
+    dcps_client_t *c = calloc(1, sizeof *c);
+    int rc;
+    if (!c) {
+        *err = DCPS_E_NOMEM;
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    c->rank = rank;
+    /* Sequence numbers start from the clock, so a restarted worker's pushes are
+     * never mistaken for retries of its previous life's. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->seq = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    if (rank < 0 || rank >= cfg->workers) {
+        rc = fail(c, DCPS_E_RANK, "rank %d is outside the job's %d workers", rank, cfg->workers);
+        goto fail;
+    }
+    c->ctx = zmq_ctx_new();
+    if (!c->ctx) {
+        rc = fail(c, DCPS_E_ZMQ, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    for (int s = 0; s < cfg->n_shards; s++) {
+        c->conn[s].range = dcps_shardmap_range(cfg->n_params, cfg->n_shards, s);
+        if ((rc = connect_shard(c, s)) != 0)
+            goto fail;
+    }
+    if ((rc = hello(c)) != 0)
+        goto fail;
+    return c;
+
+fail:
+    *err = rc;
+    snprintf(errbuf, errlen, "%s", c->err);
+    dcps_client_close(&c);
+    return NULL;
+}
+
+dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *const *overrides,
+                                size_t n_overrides, int *err, char *errbuf, size_t errlen)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    if (!cfg) {
+        *err = DCPS_E_NOMEM;
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    dcps_client_t *c = NULL;
+    *err = dcps_config_load(cfg, job_file, overrides, n_overrides, errbuf, errlen);
+    if (*err == 0)
+        c = dcps_client_new(cfg, rank, err, errbuf, errlen);
+    free(cfg);
+    return c;
+}
+
+void dcps_client_close(dcps_client_t **cp)
+{
+    dcps_client_t *c = *cp;
+    if (!c)
+        return;
+    if (c->ctx && c->conn[c->cfg.n_shards - 1].sock) {
+        /* Best effort and brief: a shard that is gone must not delay the exit. */
+        slot_t slots[DCPS_MAX_SHARDS];
+        slots_all(c, slots, DCPS_MSG_BYE, DCPS_MSG_BYE);
+        exchange(c, slots, NULL, NULL, c->cfg.timeout_ms < 500 ? c->cfg.timeout_ms : 500, 1);
+    }
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (c->conn[s].sock)
+            zmq_close(c->conn[s].sock);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    free(c);
+    *cp = NULL;
+}
+
+uint64_t dcps_client_num_params(const dcps_client_t *c)
+{
+    return c->cfg.n_params;
+}
+
+int dcps_client_initialized(const dcps_client_t *c)
+{
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (!c->conn[s].initialized)
+            return 0;
+    return 1;
+}
+
+static void set_dense(dcps_msg_t *m, const float *v, uint64_t n)
+{
+    m->nframes = 1;
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+    m->payload[0] = (dcps_buf_t){v, n * sizeof *v};
+}
+
+static int on_init_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    c->conn[s].initialized = true;
+    return 0;
+}
+
+int dcps_client_init(dcps_client_t *c, const float *params)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    if (c->rank != 0)
+        return fail(c, DCPS_E_STATE, "only rank 0 initialises parameters");
+    slots_all(c, slots, DCPS_MSG_INIT, DCPS_MSG_PUSH_ACK);
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        const dcps_range_t *r = &c->conn[s].range;
+        slots[s].active = !c->conn[s].initialized;
+        set_dense(&slots[s].req, params + r->lo, r->hi - r->lo);
+    }
+    return exchange(c, slots, on_init_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+}
+
+int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
+{
+    double until = now_ms() + timeout_ms;
+    for (;;) {
+        int rc = hello(c);
+        if (rc != 0)
+            return rc;
+        if (dcps_client_initialized(c))
+            return 0;
+        if (now_ms() >= until)
+            return fail(c, DCPS_E_NOTREADY,
+                        "parameters not initialised after %d ms: is rank 0 running?", timeout_ms);
+        nanosleep(&(struct timespec){0, 200 * 1000000}, NULL);
+    }
+}
+
+static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    if (m->flags & DCPS_FLAG_DUPLICATE) {
+        c->stats.duplicates++;
+        return 0;
+    }
+    /* Updates applied between this worker's last pull and its push, its own push
+     * not counted: how stale the gradient was when it arrived. */
+    uint64_t pulled = c->conn[s].pulled_version;
+    c->stats.staleness_sum += m->param_version > pulled ? m->param_version - pulled - 1 : 0;
+    c->stats.staleness_count++;
+    return 0;
+}
+
+int dcps_client_push_dense(dcps_client_t *c, const float *grad)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        const dcps_range_t *r = &c->conn[s].range;
+        set_dense(&slots[s].req, grad + r->lo, r->hi - r->lo);
+        slots[s].req.param_version = c->conn[s].version;
+    }
+    int rc = exchange(c, slots, on_push_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+    c->stats.pushes += rc == 0;
+    return rc;
+}
+
+/* The first position in idx[0..k) whose index is >= x. */
+static size_t lower_bound(const uint32_t *idx, size_t k, uint64_t x)
+{
+    size_t lo = 0, hi = k;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (idx[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        const dcps_range_t *r = &c->conn[s].range;
+        size_t a = lower_bound(idx, k, r->lo), b = lower_bound(idx, k, r->hi);
+        dcps_msg_t *m = &slots[s].req;
+        m->nframes = 2;
+        m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, b - a};
+        m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, b - a};
+        m->payload[0] = (dcps_buf_t){idx + a, (b - a) * sizeof *idx};
+        m->payload[1] = (dcps_buf_t){val + a, (b - a) * sizeof *val};
+        m->param_version = c->conn[s].version;
+    }
+    int rc = exchange(c, slots, on_push_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+    c->stats.pushes += rc == 0;
+    return rc;
+}
+
+static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    const dcps_range_t *r = &c->conn[s].range;
+    const float *v;
+    char why[DCPS_ERROR_TEXT_MAX];
+    int rc = dcps_codec_dense(m, r->hi - r->lo, &v, why, sizeof why);
+    if (rc != 0)
+        return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY: %s", s, c->cfg.shards[s], why);
+    memcpy((float *)arg + r->lo, v, (r->hi - r->lo) * sizeof *v);
+    c->conn[s].pulled_version = m->param_version;
+    return 0;
+}
+
+int dcps_client_pull(dcps_client_t *c, float *params)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        slots[s].req.param_version = c->conn[s].version;
+    int rc = exchange(c, slots, on_pull_reply, params, c->cfg.timeout_ms, c->cfg.retries + 1);
+    if (rc == 0) {
+        c->stats.pulls++;
+        c->stats.version = 0;
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            c->stats.version += c->conn[s].version;
+    }
+    return rc;
+}
+
+int dcps_client_barrier(dcps_client_t *c, uint64_t step, int timeout_ms)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_BARRIER, DCPS_MSG_BARRIER);
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        slots[s].req.step = step;
+    /* Waiting for slower workers is normal here: the barrier is asked again every
+     * timeout_ms of the job (same seq, so the shard keeps one entry) until the
+     * caller's limit. */
+    int per = c->cfg.timeout_ms;
+    int attempts = timeout_ms / per + 1;
+    return exchange(c, slots, NULL, NULL, per, attempts);
+}
+
+void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out)
+{
+    *out = c->stats;
+}
+
+const char *dcps_client_error(const dcps_client_t *c)
+{
+    return c->err;
+}

@@ -1,0 +1,94 @@
+/* libdcps — the dcps client library.
+ *
+ * A client is one worker rank of a job. It holds one DEALER socket per shard
+ * and speaks the dcps protocol (proto/dcps.proto): it pushes gradients, pulls
+ * parameters and meets the other workers at barriers. Every call blocks until
+ * each shard involved has answered, or fails after the job's [worker]
+ * timeout_ms per attempt and [worker] retries resends. A resent push carries the
+ * same sequence number, so a shard applies it once.
+ *
+ * Errors are values: calls return 0 or a negative DCPS_E_… code (common/error.h)
+ * and dcps_client_error() gives a sentence that names the shard and what went
+ * wrong. The library never exits the process. A client is used by one thread.
+ *
+ * Vectors are the whole model: n = dcps_client_num_params() float32 values in
+ * the job's global index order; the client splits and joins them by shard. */
+#ifndef DCPS_CLIENT_H
+#define DCPS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dcps_config;
+typedef struct dcps_client dcps_client_t;
+
+typedef struct {
+    uint64_t bytes_pushed;  /* PUSH and INIT messages, headers included */
+    uint64_t bytes_pulled;  /* PULL_REPLY messages, headers included */
+    uint64_t bytes_sent;    /* every message sent */
+    uint64_t bytes_received; /* every message received */
+    uint64_t pushes, pulls; /* completed calls */
+    uint64_t retries;       /* requests sent again after a timeout */
+    uint64_t duplicates;    /* pushes a shard had already applied */
+    uint64_t version;       /* sum of the shards' versions at the last pull */
+    uint64_t staleness_sum; /* per push and shard: updates by others since the pull */
+    uint64_t staleness_count;
+} dcps_client_stats_t;
+
+/* Opens rank `rank` of the job in job_file (with "section.key=value"
+ * overrides), connects to every shard and says HELLO. Returns NULL on failure
+ * with the code in *err and a sentence in errbuf. */
+dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *const *overrides,
+                                size_t n_overrides, int *err, char *errbuf, size_t errlen);
+
+/* The same from a loaded job (common/config.h); cfg is copied. */
+dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err, char *errbuf,
+                               size_t errlen);
+
+/* Sends BYE to every shard (best effort), closes the sockets, frees the client
+ * and sets *c to NULL. */
+void dcps_client_close(dcps_client_t **c);
+
+/* The model's parameter count n. */
+uint64_t dcps_client_num_params(const dcps_client_t *c);
+
+/* 1 if every shard reported initialised parameters at HELLO or since, else 0. */
+int dcps_client_initialized(const dcps_client_t *c);
+
+/* Sets the initial parameters (n values) on every shard that has none; shards
+ * that already have parameters keep them. Only rank 0 may call it. */
+int dcps_client_init(dcps_client_t *c, const float *params);
+
+/* Waits until every shard has parameters (rank 0 initialises them), asking
+ * again every few hundred milliseconds, for at most timeout_ms. */
+int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
+
+/* Pushes a dense gradient of n values. `grad` is borrowed (sent zero-copy)
+ * until the call returns. */
+int dcps_client_push_dense(dcps_client_t *c, const float *grad);
+
+/* Pushes k entries: global indices strictly ascending, below n, and their
+ * values. Every shard receives a push, possibly empty. */
+int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k);
+
+/* Pulls the parameters into params (n values). On failure params may be
+ * partly updated. */
+int dcps_client_pull(dcps_client_t *c, float *params);
+
+/* Waits until every live worker of the job has reached barrier `step` on every
+ * shard, for at most timeout_ms. */
+int dcps_client_barrier(dcps_client_t *c, uint64_t step, int timeout_ms);
+
+void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out);
+
+/* The sentence for the last failure of c; "" if none. Valid until the next call. */
+const char *dcps_client_error(const dcps_client_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

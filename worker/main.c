@@ -1,0 +1,124 @@
+/* dcps-worker — one worker rank of a training job.
+ *
+ * dcps-worker --config FILE --rank R [--set section.key=value]... [--metrics F]
+ *
+ * Exit status: 0 after the `final:` line, 1 when training fails (the reason is
+ * logged), 2 for a bad job file or option (nothing was started). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "config.h"
+#include "worker/trainer.h"
+
+#define MAX_OVERRIDES 128
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dcps-worker --config FILE --rank R [options]\n"
+            "  -c, --config FILE        job file (INI)\n"
+            "  -r, --rank R             this worker's rank, 0 to [job] workers - 1\n"
+            "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
+            "      --metrics FILE       write per-step metrics as CSV (overrides [worker] metrics)\n"
+            "      --dump-config        print every key with default, range and doc\n"
+            "  -V, --version            print the version\n"
+            "  -h, --help               this text\n");
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_SET = 256, OPT_METRICS, OPT_DUMP };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},  {"rank", required_argument, NULL, 'r'},
+        {"set", required_argument, NULL, OPT_SET}, {"metrics", required_argument, NULL, OPT_METRICS},
+        {"dump-config", no_argument, NULL, OPT_DUMP}, {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    const char *config = NULL, *metrics = NULL;
+    const char *overrides[MAX_OVERRIDES];
+    size_t n_overrides = 0;
+    long rank = -1;
+    char *end, err[1024], ident[32];
+    int c;
+
+    dcps_log_init("dcps-worker");
+    while ((c = getopt_long(argc, argv, "c:r:Vh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config = optarg;
+            break;
+        case 'r':
+            errno = 0;
+            rank = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || rank < 0 || rank > 1000000) {
+                fprintf(stderr, "dcps-worker: --rank: \"%s\" is not a rank\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_SET:
+            if (n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "dcps-worker: more than %d --set options\n", MAX_OVERRIDES);
+                return 2;
+            }
+            overrides[n_overrides++] = optarg;
+            break;
+        case OPT_METRICS:
+            metrics = optarg;
+            break;
+        case OPT_DUMP:
+            dcps_config_dump(stdout);
+            return 0;
+        case 'V':
+            printf("dcps-worker %s\n", PACKAGE_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dcps-worker: unexpected argument \"%s\"\n", argv[optind]);
+        return 2;
+    }
+    if (!config || rank < 0) {
+        fprintf(stderr, "dcps-worker: --config and --rank are required\n");
+        usage(stderr);
+        return 2;
+    }
+
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    if (!cfg) {
+        fprintf(stderr, "dcps-worker: out of memory\n");
+        return 1;
+    }
+    if (dcps_config_load(cfg, config, overrides, n_overrides, err, sizeof err) != 0) {
+        fprintf(stderr, "dcps-worker: %s\n", err);
+        free(cfg);
+        return 2;
+    }
+    if (rank >= cfg->workers) {
+        fprintf(stderr, "dcps-worker: --rank %ld: %s has [job] workers = %d (ranks 0 to %d)\n",
+                rank, config, cfg->workers, cfg->workers - 1);
+        free(cfg);
+        return 2;
+    }
+    snprintf(ident, sizeof ident, "dcps-worker[%ld]", rank);
+    dcps_log_init(ident);
+    dcps_log_set_level(dcps_log_level_parse(cfg->log_level));
+
+    int rc = dcps_trainer_run(cfg, (int)rank, metrics ? metrics : cfg->metrics, stdout, err,
+                              sizeof err);
+    if (rc != 0)
+        DCPS_ERR("%s", err);
+    free(cfg);
+    return rc == 0 ? 0 : 1;
+}
