@@ -57,16 +57,19 @@ static const char z85_chars[] =
     "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
 
 #define FIELD(f) .off = offsetof(dcps_config_t, f), .size = sizeof(((dcps_config_t *)0)->f)
-#define ROW(sec, k, t, f, d, doc_) .section = sec, .name = k, .type = t, FIELD(f), .def = d, .doc = doc_
+#define ROW(sec, k, t, f, d, doc_)                                                             \
+    .section = sec, .name = k, .type = t, FIELD(f), .def = d, .doc = doc_
 #define INT(sec, k, f, d, lo_, hi_, doc_) {ROW(sec, k, T_INT, f, d, doc_), .lo = lo_, .hi = hi_}
-#define DBL(sec, k, f, d, lo_, lo_open_, hi_, hi_open_, doc_)                                     \
-    {ROW(sec, k, T_DOUBLE, f, d, doc_), .lo = lo_, .lo_open = lo_open_, .hi = hi_, .hi_open = hi_open_}
+#define DBL(sec, k, f, d, lo_, lo_open_, hi_, hi_open_, doc_)                                  \
+    {ROW(sec, k, T_DOUBLE, f, d, doc_), .lo = lo_, .lo_open = lo_open_, .hi = hi_,              \
+     .hi_open = hi_open_}
 #define ENUM(sec, k, f, d, names_, doc_) {ROW(sec, k, T_ENUM, f, d, doc_), .names = names_}
 #define STR(sec, k, f, d, doc_) {ROW(sec, k, T_STRING, f, d, doc_)}
 #define OTHER(sec, k, t, f, d, doc_) {ROW(sec, k, t, f, d, doc_)}
 
 static const struct key keys[] = {
-    {ROW("job", "name", T_STRING, job_name, "dcps", "name of the job; id is derived from it"), .lo = 1},
+    {ROW("job", "name", T_STRING, job_name, "dcps", "name of the job; id is derived from it"),
+     .lo = 1},
     OTHER("job", "id", T_U64, job_id, "0", "job id checked in every message; 0: FNV-1a of name"),
     INT("job", "workers", workers, "2", 1, 1024, "number of worker processes"),
     ENUM("job", "mode", mode, "async", mode_names, "consistency model"),
@@ -95,11 +98,11 @@ static const struct key keys[] = {
     DBL("optimizer", "dc_lambda", dc_lambda, "0.04", 0, false, 1e6, false,
         "DC-ASGD delay compensation strength"),
     OTHER("optimizer", "dc_adaptive", T_BOOL, dc_adaptive, "false",
-          "DC-ASGD-a: scale lambda by the mean square of the gradient"),
+          "DC-ASGD-a: divide lambda by the root mean square of the gradient"),
     DBL("optimizer", "dc_ms_decay", dc_ms_decay, "0.95", 0, false, 1, true,
         "DC-ASGD-a: decay of the mean square"),
     DBL("optimizer", "dc_epsilon", dc_epsilon, "1e-7", 0, true, 1, false,
-        "DC-ASGD-a: added to the root mean square"),
+        "DC-ASGD-a: added to the mean square under the root"),
     ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
     ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
     DBL("compression", "density", density, "0.01", 0, true, 1, false,
@@ -115,10 +118,10 @@ static const struct key keys[] = {
     INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
     STR("worker", "metrics", metrics, "", "metrics CSV path; empty: none"),
     INT("worker", "timeout_ms", timeout_ms, "10000", 10, 3600000, "wait for a shard's reply"),
-    INT("worker", "retries", retries, "5", 0, 1000, "resends before a shard counts as down"),
+    INT("worker", "retries", retries, "5", 0, 1000, "retries of a request before giving up"),
     STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
     INT("server", "checkpoint_every", checkpoint_every, "60", 0, 86400,
-        "seconds between checkpoints; 0: only at exit"),
+        "seconds between checkpoints; 0: no periodic ones"),
     INT("server", "metrics_port", metrics_port, "0", 0, 65535, "HTTP metrics port; 0: none"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
@@ -131,6 +134,7 @@ static const struct key keys[] = {
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
+/* Formats into buf; returns DCPS_E_CONFIG so that a failing check is one line. */
 static int say(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int say(char *buf, size_t n, const char *fmt, ...)
 {
@@ -138,33 +142,20 @@ static int say(char *buf, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, n, fmt, ap);
     va_end(ap);
-    return -1;
-}
-
-static int report(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int report(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
     return DCPS_E_CONFIG;
 }
 
+/* The row of [section] name; -1: a known section has no such key; -2: no such section. */
 static int find(const char *section, const char *name)
 {
+    int r = -2;
     for (size_t i = 0; i < N_KEYS; i++)
-        if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static bool section_known(const char *section)
-{
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (strcmp(keys[i].section, section) == 0)
-            return true;
-    return false;
+        if (strcmp(keys[i].section, section) == 0) {
+            if (strcmp(keys[i].name, name) == 0)
+                return (int)i;
+            r = -1;
+        }
+    return r;
 }
 
 static void join_names(const char *const *names, char *buf, size_t n)
@@ -185,13 +176,13 @@ static size_t string_max(const struct key *k)
 /* "[1, 1024]", "(0, 10]": the bounds of a number key. */
 static void range_text(const struct key *k, char *buf, size_t n)
 {
-    snprintf(buf, n, "%c%.10g, %.10g%c", k->lo_open ? '(' : '[', k->lo, k->hi, k->hi_open ? ')' : ']');
+    snprintf(buf, n, "%c%.10g, %.10g%c", k->lo_open ? '(' : '[', k->lo, k->hi,
+             k->hi_open ? ')' : ']');
 }
 
 /* What a key accepts, for the reference. */
 static void describe(const struct key *k, char *buf, size_t n)
 {
-    char names[128];
     switch (k->type) {
     case T_INT:
     case T_DOUBLE: range_text(k, buf, n); break;
@@ -200,7 +191,7 @@ static void describe(const struct key *k, char *buf, size_t n)
     case T_STRING: snprintf(buf, n, "text, %d to %zu characters", (int)k->lo, string_max(k)); break;
     case T_Z85: snprintf(buf, n, "empty or 40 Z85 characters"); break;
     case T_ENUM:
-    case T_LEVEL: join_names(k->names, names, sizeof names); snprintf(buf, n, "%s", names); break;
+    case T_LEVEL: join_names(k->names, buf, n); break;
     case T_SHARDS:
         snprintf(buf, n, "1 to %d of tcp://, ipc://, inproc://", DCPS_MAX_SHARDS);
         break;
@@ -220,8 +211,8 @@ static bool in_range(const struct key *k, double x)
     return (k->lo_open ? x > k->lo : x >= k->lo) && (k->hi_open ? x < k->hi : x <= k->hi);
 }
 
-/* A string must read back the same from a job file: libinih ends a value at a
- * ';' that starts it or follows white space, and a line at a control character. */
+/* A string must read back the same from a job file: libinih ends a value at a ';'
+ * that starts it or follows white space, and a control character would not survive. */
 static int parse_string(const struct key *k, const char *v, char *field, char *why, size_t n)
 {
     size_t len = strlen(v);
@@ -240,79 +231,51 @@ static int parse_string(const struct key *k, const char *v, char *field, char *w
     return 0;
 }
 
-/* Splits a comma-separated list; calls `entry` with each trimmed entry (1-based
- * position) until it fails. Returns the entry count, or -1. */
-static int split(const char *v, int max, int (*entry)(const char *e, size_t len, int pos, void *ctx),
-                 void *ctx, char *why, size_t n)
+/* Splits a comma-separated list into at most max trimmed, non-empty entries
+ * (e[i], len[i]). Returns the count, or DCPS_E_CONFIG with the reason in why. */
+static int split(const char *v, int max, const char **e, int *len, char *why, size_t n)
 {
-    int count = 0;
-    for (const char *p = v;; p++) {
-        const char *end = p + strcspn(p, ",");
-        const char *next = end;
-        while (p < end && isspace((unsigned char)*p))
-            p++;
-        while (end > p && isspace((unsigned char)end[-1]))
+    for (int count = 0;; v++) {
+        const char *end = v + strcspn(v, ","), *next = end;
+        while (v < end && isspace((unsigned char)*v))
+            v++;
+        while (end > v && isspace((unsigned char)end[-1]))
             end--;
-        if (++count > max)
+        if (count == max)
             return say(why, n, "more than %d entries", max);
-        if (end == p)
-            return say(why, n, "entry %d is empty", count);
-        if (entry(p, (size_t)(end - p), count, ctx) != 0)
-            return -1;
+        if (end == v)
+            return say(why, n, "entry %d is empty", count + 1);
+        e[count] = v;
+        len[count++] = (int)(end - v);
         if (*next == '\0')
             return count;
-        p = next;
+        v = next;
     }
-}
-
-struct list_ctx {
-    dcps_config_t *cfg;
-    char *why;
-    size_t n;
-};
-
-static int shard_entry(const char *e, size_t len, int pos, void *ctx)
-{
-    struct list_ctx *c = ctx;
-    static const char *const schemes[] = {"tcp://", "ipc://", "inproc://"};
-    if (len > ENDPOINT_CHARS)
-        return say(c->why, c->n, "endpoint %d is longer than %d characters", pos, ENDPOINT_CHARS);
-    for (size_t i = 0; i < len; i++)
-        if (isspace((unsigned char)e[i]))
-            return say(c->why, c->n, "endpoint %d \"%.*s\" contains a space", pos, (int)len, e);
-    size_t s = 0;
-    while (s < 3 && strncmp(e, schemes[s], strlen(schemes[s])) != 0)
-        s++;
-    if (s == 3)
-        return say(c->why, c->n, "endpoint %d \"%.*s\" does not start with tcp://, ipc:// or inproc://",
-                   pos, (int)len, e);
-    if (len == strlen(schemes[s]))
-        return say(c->why, c->n, "endpoint %d \"%.*s\" has no address", pos, (int)len, e);
-    memcpy(c->cfg->shards[pos - 1], e, len);
-    return 0;
-}
-
-static int layer_entry(const char *e, size_t len, int pos, void *ctx)
-{
-    struct list_ctx *c = ctx;
-    char num[16], *end;
-    snprintf(num, sizeof num, "%.*s", (int)len, e);
-    errno = 0;
-    long x = strtol(num, &end, 10);
-    if (len >= sizeof num || *end || errno == ERANGE || x < 1 || x > LAYER_MAX)
-        return say(c->why, c->n, "size %d \"%.*s\" is not an integer in [1, %d]", pos, (int)len, e,
-                   LAYER_MAX);
-    c->cfg->layers[pos - 1] = (int)x;
-    return 0;
 }
 
 static int parse_shards(dcps_config_t *cfg, const char *v, char *why, size_t n)
 {
-    struct list_ctx c = {cfg, why, n};
-    memset(cfg->shards, 0, sizeof cfg->shards);
-    int count = split(v, DCPS_MAX_SHARDS, shard_entry, &c, why, n);
+    static const char *const schemes[] = {"tcp://", "ipc://", "inproc://"};
+    const char *e[DCPS_MAX_SHARDS];
+    int len[DCPS_MAX_SHARDS], count = split(v, DCPS_MAX_SHARDS, e, len, why, n);
     if (count < 0)
-        return -1;
+        return count;
+    memset(cfg->shards, 0, sizeof cfg->shards);
+    for (int i = 0; i < count; i++) {
+        int s = 0;
+        while (s < 3 && strncmp(e[i], schemes[s], strlen(schemes[s])) != 0)
+            s++;
+        if (len[i] > ENDPOINT_CHARS)
+            return say(why, n, "endpoint %d is longer than %d characters", i + 1, ENDPOINT_CHARS);
+        if ((int)strcspn(e[i], " \t\r\n\v\f") < len[i])
+            return say(why, n, "endpoint %d \"%.*s\" contains a space", i + 1, len[i], e[i]);
+        if (s == 3)
+            return say(why, n, "endpoint %d \"%.*s\" does not start with tcp://, ipc:// or inproc://",
+                       i + 1, len[i], e[i]);
+        if (len[i] == (int)strlen(schemes[s]))
+            return say(why, n, "endpoint %d \"%.*s\" has no address", i + 1, len[i], e[i]);
+        memcpy(cfg->shards[i], e[i], (size_t)len[i]);
+    }
     cfg->n_shards = count;
     return 0;
 }
@@ -320,16 +283,25 @@ static int parse_shards(dcps_config_t *cfg, const char *v, char *why, size_t n)
 /* Parameter indices travel as uint32 on the wire, so a model has fewer than 2^32. */
 static int parse_layers(dcps_config_t *cfg, const char *v, char *why, size_t n)
 {
-    struct list_ctx c = {cfg, why, n};
-    memset(cfg->layers, 0, sizeof cfg->layers);
-    int count = split(v, DCPS_MAX_LAYERS, layer_entry, &c, why, n);
+    const char *e[DCPS_MAX_LAYERS];
+    int len[DCPS_MAX_LAYERS], count = split(v, DCPS_MAX_LAYERS, e, len, why, n);
     if (count < 0)
-        return -1;
+        return count;
     if (count < 2)
         return say(why, n, "needs at least 2 sizes (input and output), got %d", count);
     uint64_t params = 0;
-    for (int i = 0; i + 1 < count; i++)
-        params += (uint64_t)cfg->layers[i] * (uint64_t)cfg->layers[i + 1] + (uint64_t)cfg->layers[i + 1];
+    memset(cfg->layers, 0, sizeof cfg->layers);
+    for (int i = 0; i < count; i++) {
+        char num[16], *end;
+        snprintf(num, sizeof num, "%.*s", len[i], e[i]);
+        long x = strtol(num, &end, 10);
+        if (len[i] >= (int)sizeof num || *end || x < 1 || x > LAYER_MAX)
+            return say(why, n, "size %d \"%.*s\" is not an integer in [1, %d]", i + 1, len[i], e[i],
+                       LAYER_MAX);
+        cfg->layers[i] = (int)x;
+        if (i > 0)
+            params += (uint64_t)cfg->layers[i - 1] * (uint64_t)x + (uint64_t)x;
+    }
     if (params > UINT32_MAX)
         return say(why, n, "the model has %" PRIu64 " parameters, more than %" PRIu32
                    " (indices are 32-bit on the wire)", params, UINT32_MAX);
@@ -338,7 +310,7 @@ static int parse_layers(dcps_config_t *cfg, const char *v, char *why, size_t n)
     return 0;
 }
 
-/* Parses v as key k into cfg. Returns 0, or -1 with what is wrong in why. */
+/* Parses v as key k into cfg. Returns 0, or DCPS_E_CONFIG with what is wrong in why. */
 static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, char *why, size_t n)
 {
     char *field = (char *)cfg + k->off, *end;
@@ -429,17 +401,17 @@ void dcps_config_defaults(dcps_config_t *cfg)
     }
 }
 
-/* Reading one file. libinih stops calling the handler only at the end, so the
- * earliest error is kept and the reader ends the stream once one is known. */
+/* Reading one file. libinih goes on after an error (no INI_STOP_ON_FIRST_ERROR), so
+ * the earliest error is kept, and the reader ends the stream once one is known. */
 struct load {
     dcps_config_t *cfg;
     const char *path;
     FILE *fp;
-    int line;          /* lines read so far */
-    bool indented;     /* the current line starts with white space */
-    bool after_key;    /* a key was read in this section: an indented line continues it */
-    int pending;       /* list key whose lines are still being joined, or -1 */
-    int pending_line;
+    int line;         /* lines read so far */
+    bool indented;    /* the current line starts with white space */
+    bool after_key;   /* a key was read in this section: an indented line continues it */
+    int pending;      /* list key whose lines are still being joined, or -1 */
+    int pending_line; /* where that key was given */
     char list[LIST_CHARS];
     int seen[N_KEYS]; /* line where each key was given, 0 if not yet */
     int err_line;     /* earliest error, 0 if none */
@@ -447,7 +419,8 @@ struct load {
     size_t errlen;
 };
 
-static void fail(struct load *st, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(struct load *st, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void fail(struct load *st, int line, const char *fmt, ...)
 {
     if (st->err_line && st->err_line <= line)
@@ -524,9 +497,10 @@ static int on_pair(void *user, const char *section, const char *name, const char
     if (i < 0 && !*section)
         fail(st, st->line, "%s: key outside any [section]", name);
     else if (i < 0)
-        fail(st, st->line, "[%s] %s: unknown %s", section, name, section_known(section) ? "key" : "section");
+        fail(st, st->line, "[%s] %s: unknown %s", section, name, i == -1 ? "key" : "section");
     else if (st->seen[i])
-        fail(st, st->line, "[%s] %s: key given twice (first on line %d)", section, name, st->seen[i]);
+        fail(st, st->line, "[%s] %s: key given twice (first on line %d)", section, name,
+             st->seen[i]);
     if (st->err_line)
         return 0;
     st->seen[i] = st->line;
@@ -543,30 +517,17 @@ static int on_pair(void *user, const char *section, const char *name, const char
 
 static int load_file(dcps_config_t *cfg, const char *path, char *err, size_t errlen)
 {
-    struct load *st = calloc(1, sizeof *st); /* the list buffer is too big for the stack */
-    if (!st)
-        return report(err, errlen, "%s: out of memory", path);
-    st->cfg = cfg;
-    st->path = path;
-    st->pending = -1;
-    st->err = err;
-    st->errlen = errlen;
-    st->fp = fopen(path, "r");
-    if (!st->fp) {
-        report(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        free(st);
-        return DCPS_E_CONFIG;
-    }
-    int ret = ini_parse_stream(read_line, st, on_pair, st);
-    flush(st);
-    if (ret > 0)
-        fail(st, ret, "syntax error");
-    fclose(st->fp);
-    int rc = st->err_line || ret < 0 ? DCPS_E_CONFIG : 0;
-    if (ret < 0 && !st->err_line)
-        snprintf(err, errlen, "%s: cannot parse (libinih error %d)", path, ret);
-    free(st);
-    return rc;
+    struct load st = {.cfg = cfg, .path = path, .pending = -1, .err = err, .errlen = errlen};
+    if (!(st.fp = fopen(path, "r")))
+        return say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int ret = ini_parse_stream(read_line, &st, on_pair, &st);
+    flush(&st);
+    if (ret > 0) /* the first line libinih could not parse */
+        fail(&st, ret, "syntax error");
+    else if (ret < 0) /* -2: libinih could not allocate its line buffer */
+        fail(&st, 1, "libinih is out of memory");
+    fclose(st.fp);
+    return st.err_line ? DCPS_E_CONFIG : 0;
 }
 
 static char *trim(char *s)
@@ -583,27 +544,21 @@ static int apply_override(dcps_config_t *cfg, const char *arg, int pos, char *er
 {
     char *copy = strdup(arg), why[256];
     if (!copy)
-        return report(err, errlen, "--set %d: out of memory", pos);
-    char *eq = strchr(copy, '=');
-    char *dot = eq ? memchr(copy, '.', (size_t)(eq - copy)) : NULL;
-    int rc = DCPS_E_CONFIG;
-    if (!dot) {
-        snprintf(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
-        goto out;
+        return say(err, errlen, "--set %d: out of memory", pos);
+    char *eq = strchr(copy, '='), *dot = eq ? memchr(copy, '.', (size_t)(eq - copy)) : NULL;
+    char *section = copy, *name = copy, *value = copy;
+    if (dot) {
+        *dot = *eq = '\0';
+        section = trim(copy), name = trim(dot + 1), value = trim(eq + 1);
     }
-    *dot = *eq = '\0';
-    char *section = trim(copy), *name = trim(dot + 1), *value = trim(eq + 1);
-    int i = find(section, name);
-    if (!*section || !*name)
-        snprintf(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
+    int i = dot && *section && *name ? find(section, name) : -3, rc = 0;
+    if (i == -3)
+        rc = say(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
     else if (i < 0)
-        snprintf(err, errlen, "--set %d: [%s] %s: unknown %s", pos, section, name,
-                 section_known(section) ? "key" : "section");
+        rc = say(err, errlen, "--set %d: [%s] %s: unknown %s", pos, section, name,
+                 i == -1 ? "key" : "section");
     else if (set_value(cfg, &keys[i], value, why, sizeof why) != 0)
-        snprintf(err, errlen, "--set %d: [%s] %s: %s", pos, section, name, why);
-    else
-        rc = 0;
-out:
+        rc = say(err, errlen, "--set %d: [%s] %s: %s", pos, section, name, why);
     free(copy);
     return rc;
 }
@@ -624,19 +579,19 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
     if (cfg->job_id == 0) /* 0 means "derive"; no job may end up with it */
         cfg->job_id = 1;
     if (cfg->dead_after_ms <= cfg->heartbeat_ms)
-        return report(err, errlen,
-                      "%s: [server] dead_after_ms (%d) must be greater than [server] heartbeat_ms (%d)",
-                      src, cfg->dead_after_ms, cfg->heartbeat_ms);
+        return say(err, errlen,
+                   "%s: [server] dead_after_ms (%d) must be greater than [server] heartbeat_ms (%d)",
+                   src, cfg->dead_after_ms, cfg->heartbeat_ms);
     for (int s = 0; s < cfg->n_shards; s++) {
         dcps_range_t r = dcps_shardmap_range(cfg->n_params, cfg->n_shards, s);
         if (r.hi == r.lo)
-            return report(err, errlen,
-                          "%s: [model] layers give %" PRIu64 " parameters, too few for the %d "
-                          "[servers] shards: shard %d would own none",
-                          src, cfg->n_params, cfg->n_shards, s);
+            return say(err, errlen,
+                       "%s: [model] layers give %" PRIu64 " parameters, too few for the %d "
+                       "[servers] shards: shard %d would own none",
+                       src, cfg->n_params, cfg->n_shards, s);
     }
     if (cfg->curve)
-        return report(err, errlen, "%s: [security] curve: CURVE is not implemented yet", src);
+        return say(err, errlen, "%s: [security] curve: CURVE is not implemented yet", src);
     return 0;
 }
 
@@ -670,7 +625,7 @@ void dcps_config_dump(FILE *out)
     for (const struct key *k = keys; k < keys + N_KEYS; k++) {
         section_header(out, k);
         describe(k, range, sizeof range);
-        fprintf(out, "; %s (%s)\n%s = %s\n", k->doc, range, k->name, k->def);
+        fprintf(out, "; %s (%s)\n%s =%s%s\n", k->doc, range, k->name, *k->def ? " " : "", k->def);
     }
 }
 
@@ -679,25 +634,27 @@ static void write_double(FILE *out, double x)
 {
     char buf[32];
     for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        snprintf(buf, sizeof buf, " %.*g", prec, x);
         if (strtod(buf, NULL) == x)
             break;
     }
     fputs(buf, out);
 }
 
-/* The endpoints packed into lines of at most LINE_CHARS; later lines are indented
- * continuations. */
+/* The endpoints, packed into lines of at most LINE_CHARS; later lines are indented,
+ * so libinih hands them over as continuations. */
 static void write_shards(FILE *out, const dcps_config_t *cfg)
 {
-    int col = fprintf(out, "shards = ");
+    int col = (int)strlen("shards =");
     for (int s = 0; s < cfg->n_shards; s++) {
-        int need = (int)strlen(cfg->shards[s]) + (s + 1 < cfg->n_shards);
-        if (s > 0 && col + need > LINE_CHARS)
-            col = fprintf(out, "\n    ");
-        col += fprintf(out, "%s%s", cfg->shards[s], s + 1 < cfg->n_shards ? "," : "");
+        const char *sep = s + 1 < cfg->n_shards ? "," : "";
+        bool wrap = s > 0 && col + (int)strlen(cfg->shards[s]) + (int)strlen(sep) > LINE_CHARS;
+        if (wrap) {
+            fputs("\n   ", out);
+            col = 3;
+        }
+        col += fprintf(out, "%s%s%s", s == 0 || wrap ? " " : "", cfg->shards[s], sep);
     }
-    fputc('\n', out);
 }
 
 static const char *name_of(const char *const *names, int v)
@@ -714,25 +671,21 @@ void dcps_config_write(const dcps_config_t *cfg, FILE *out)
     for (const struct key *k = keys; k < keys + N_KEYS; k++) {
         const char *field = (const char *)cfg + k->off;
         section_header(out, k);
-        if (k->type == T_SHARDS) {
-            write_shards(out, cfg);
-            continue;
-        }
-        fprintf(out, "%s = ", k->name);
+        fprintf(out, "%s =", k->name);
         switch (k->type) {
-        case T_INT: fprintf(out, "%d", *(const int *)field); break;
-        case T_U64: fprintf(out, "%" PRIu64, *(const uint64_t *)field); break;
+        case T_INT: fprintf(out, " %d", *(const int *)field); break;
+        case T_U64: fprintf(out, " %" PRIu64, *(const uint64_t *)field); break;
         case T_DOUBLE: write_double(out, *(const double *)field); break;
-        case T_BOOL: fputs(*(const bool *)field ? "true" : "false", out); break;
-        case T_ENUM: fputs(name_of(k->names, *(const int *)field), out); break;
+        case T_BOOL: fputs(*(const bool *)field ? " true" : " false", out); break;
+        case T_ENUM: fprintf(out, " %s", name_of(k->names, *(const int *)field)); break;
         case T_STRING:
         case T_Z85:
-        case T_LEVEL: fputs(field, out); break;
+        case T_LEVEL: fprintf(out, "%s%s", *field ? " " : "", field); break;
+        case T_SHARDS: write_shards(out, cfg); break;
         case T_LAYERS:
             for (int i = 0; i < cfg->n_layers; i++)
-                fprintf(out, "%s%d", i ? "," : "", cfg->layers[i]);
+                fprintf(out, "%c%d", i ? ',' : ' ', cfg->layers[i]);
             break;
-        case T_SHARDS: break;
         }
         fputc('\n', out);
     }

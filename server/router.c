@@ -98,7 +98,19 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
                    size_t whylen)
 {
     dcps_shard_t *s = r->shard;
+    const float *v;
+    const uint32_t *idx = NULL;
+    size_t k = 0;
     int rc;
+
+    /* The payload is checked first, so a malformed push is refused whatever the
+     * shard's state, and never acknowledged. */
+    if (m->nframes == 1)
+        rc = dcps_codec_dense(m, s->n, &v, why, whylen);
+    else
+        rc = dcps_codec_sparse(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen);
+    if (rc != 0)
+        return rc;
     if (!s->initialized)
         return not_ready(why, whylen);
     if (dcps_shard_is_duplicate(s, m->rank, m->seq)) {
@@ -107,19 +119,10 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
         return 0;
     }
-    if (m->nframes == 1) {
-        const float *g;
-        if ((rc = dcps_codec_dense(m, s->n, &g, why, whylen)) != 0)
-            return rc;
-        dcps_shard_apply_dense(s, m->rank, m->seq, g);
-    } else {
-        const uint32_t *idx;
-        const float *v;
-        size_t k;
-        if ((rc = dcps_codec_sparse(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen)) != 0)
-            return rc;
+    if (idx)
         dcps_shard_apply_sparse(s, m->rank, m->seq, idx, v, k);
-    }
+    else
+        dcps_shard_apply_dense(s, m->rank, m->seq, v);
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
     return 0;
 }
@@ -234,7 +237,9 @@ static const handler_fn handlers[DCPS_MSG_TYPE_END] = {
 static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg_t *m, int code,
                         const char *why)
 {
-    const char *peer = zmq_msg_gets((zmq_msg_t *)&f->part[0], "Peer-Address");
+    /* Metadata rides on frames that came off the wire, not on the routing id the
+     * ROUTER socket made up. */
+    const char *peer = zmq_msg_gets((zmq_msg_t *)&f->part[f->n > 1 ? 1 : 0], "Peer-Address");
     r->errors[-code < DCPS_ERROR_SLOTS ? -code : 0]++;
     DCPS_WARN("bad %s from rank %u at %s: %s: %s", dcps_msg_type_name(m->type), m->rank,
               peer ? peer : "?", dcps_errname(code), why);

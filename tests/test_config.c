@@ -155,7 +155,8 @@ END_TEST
 
 START_TEST(unknown_section_is_refused_at_its_first_key)
 {
-    expect_file_error("[job]\nworkers = 2\n[jobs]\nworkers = 3\n", ":4: [jobs] workers: unknown section");
+    expect_file_error("[job]\nworkers = 2\n[jobs]\nworkers = 3\n",
+                      ":4: [jobs] workers: unknown section");
 }
 END_TEST
 
@@ -198,6 +199,22 @@ START_TEST(earliest_error_in_the_file_is_reported)
 }
 END_TEST
 
+START_TEST(line_numbers_count_comments_blank_lines_and_continuations)
+{
+    static const char head[] = "; job\n\n[job]\nworkers = 2 ; two\n# hash\n\n[servers]\n"
+                               "shards = tcp://a:1,\n    tcp://b:2,\n\n    tcp://c:3\n[optimizer]\n";
+    char text[512];
+    snprintf(text, sizeof text, "%slr = 7\nmomentum = 1\n", head);
+    expect_file_error(text, ":14: [optimizer] momentum: value 1 is outside [0, 1)");
+    snprintf(text, sizeof text, "%slr = 7\n\nmomentum\n", head);
+    expect_file_error(text, ":15: syntax error");
+    snprintf(text, sizeof text, "%slr = 7\n", head);
+    expect_ok(text);
+    ck_assert_int_eq(cfg.n_shards, 3);
+    ck_assert_str_eq(cfg.shards[2], "tcp://c:3");
+}
+END_TEST
+
 START_TEST(line_too_long_is_refused)
 {
     char text[400] = "[job]\nworkers = 2\n;";
@@ -235,9 +252,12 @@ END_TEST
 
 START_TEST(string_that_would_not_read_back_is_refused)
 {
-    expect_set_error("worker.metrics=a ;b", "--set 2: [worker] metrics: contains a ';' that would start a comment");
-    expect_set_error("worker.metrics=;b", "--set 2: [worker] metrics: contains a ';' that would start a comment");
-    expect_set_error("worker.metrics=a\tb", "--set 2: [worker] metrics: contains a control character");
+    expect_set_error("worker.metrics=a ;b",
+                     "--set 2: [worker] metrics: contains a ';' that would start a comment");
+    expect_set_error("worker.metrics=;b",
+                     "--set 2: [worker] metrics: contains a ';' that would start a comment");
+    expect_set_error("worker.metrics=a\tb",
+                     "--set 2: [worker] metrics: contains a control character");
     expect_set_error("job.name= ", "--set 2: [job] name: must not be empty");
     const char *ok[] = {"worker.metrics=a;b"}; /* no space before ';': not a comment */
     ck_assert_int_eq(load(NULL, 1, ok), 0);
@@ -254,8 +274,10 @@ END_TEST
 START_TEST(trailing_junk_after_a_number_is_refused)
 {
     expect_file_error("[job]\nworkers = 3x\n", ":2: [job] workers: \"3x\" is not an integer");
-    expect_file_error("[optimizer]\nlr = 0.1abc\n", ":2: [optimizer] lr: \"0.1abc\" is not a number");
-    expect_file_error("[job]\nseed = 12 3\n", ":2: [job] seed: \"12 3\" is not a non-negative integer");
+    expect_file_error("[optimizer]\nlr = 0.1abc\n",
+                      ":2: [optimizer] lr: \"0.1abc\" is not a number");
+    expect_file_error("[job]\nseed = 12 3\n",
+                      ":2: [job] seed: \"12 3\" is not a non-negative integer");
 }
 END_TEST
 
@@ -269,13 +291,15 @@ END_TEST
 START_TEST(integer_below_its_range_is_refused)
 {
     expect_file_error("[job]\nworkers = 0\n", ":2: [job] workers: value 0 is outside [1, 1024]");
-    expect_file_error("[worker]\ntimeout_ms = 9\n", ":2: [worker] timeout_ms: value 9 is outside [10, 3600000]");
+    expect_file_error("[worker]\ntimeout_ms = 9\n",
+                      ":2: [worker] timeout_ms: value 9 is outside [10, 3600000]");
 }
 END_TEST
 
 START_TEST(integer_above_its_range_is_refused)
 {
-    expect_file_error("[job]\nworkers = 1025\n", ":2: [job] workers: value 1025 is outside [1, 1024]");
+    expect_file_error("[job]\nworkers = 1025\n",
+                      ":2: [job] workers: value 1025 is outside [1, 1024]");
     expect_file_error("[server]\nmetrics_port = 65536\n",
                       ":2: [server] metrics_port: value 65536 is outside [0, 65535]");
 }
@@ -302,10 +326,13 @@ END_TEST
 
 START_TEST(exclusive_lower_bound_refuses_the_bound)
 {
-    expect_file_error("[compression]\ndensity = 0\n", ":2: [compression] density: value 0 is outside (0, 1]");
+    expect_file_error("[compression]\ndensity = 0\n",
+                      ":2: [compression] density: value 0 is outside (0, 1]");
     expect_file_error("[optimizer]\nlr = 0\n", ":2: [optimizer] lr: value 0 is outside (0, 10]");
-    expect_file_error("[optimizer]\nlr = -0.5\n", ":2: [optimizer] lr: value -0.5 is outside (0, 10]");
-    expect_file_error("[optimizer]\nlr = 10.5\n", ":2: [optimizer] lr: value 10.5 is outside (0, 10]");
+    expect_file_error("[optimizer]\nlr = -0.5\n",
+                      ":2: [optimizer] lr: value -0.5 is outside (0, 10]");
+    expect_file_error("[optimizer]\nlr = 10.5\n",
+                      ":2: [optimizer] lr: value 10.5 is outside (0, 10]");
     expect_ok("[optimizer]\nlr = 10\n[compression]\ndensity = 1\n");
     ck_assert_double_eq(cfg.lr, 10);
     ck_assert_double_eq(cfg.density, 1);
@@ -314,7 +341,8 @@ END_TEST
 
 START_TEST(exclusive_upper_bound_refuses_the_bound)
 {
-    expect_file_error("[optimizer]\nmomentum = 1\n", ":2: [optimizer] momentum: value 1 is outside [0, 1)");
+    expect_file_error("[optimizer]\nmomentum = 1\n",
+                      ":2: [optimizer] momentum: value 1 is outside [0, 1)");
     expect_file_error("[optimizer]\ndc_ms_decay = 1.0\n",
                       ":2: [optimizer] dc_ms_decay: value 1.0 is outside [0, 1)");
     expect_ok("[optimizer]\nmomentum = 0\ndc_ms_decay = 0.999\n");
@@ -324,8 +352,10 @@ END_TEST
 
 START_TEST(nan_and_infinity_are_refused)
 {
-    expect_file_error("[optimizer]\nlr = nan\n", ":2: [optimizer] lr: \"nan\" is not a finite number");
-    expect_file_error("[optimizer]\ndc_lambda = inf\n", ":2: [optimizer] dc_lambda: \"inf\" is not a finite number");
+    expect_file_error("[optimizer]\nlr = nan\n",
+                      ":2: [optimizer] lr: \"nan\" is not a finite number");
+    expect_file_error("[optimizer]\ndc_lambda = inf\n",
+                      ":2: [optimizer] dc_lambda: \"inf\" is not a finite number");
     expect_file_error("[optimizer]\ndc_lambda = 1e999\n",
                       ":2: [optimizer] dc_lambda: value 1e999 cannot be represented as a double");
 }
@@ -333,7 +363,8 @@ END_TEST
 
 START_TEST(bad_enum_lists_the_choices)
 {
-    expect_file_error("[job]\nmode = fast\n", ":2: [job] mode: \"fast\" is not one of async, sync, ssp");
+    expect_file_error("[job]\nmode = fast\n",
+                      ":2: [job] mode: \"fast\" is not one of async, sync, ssp");
     expect_file_error("[compression]\npush = gtopk\n",
                       ":2: [compression] push: \"gtopk\" is not one of dense, topk");
 }
@@ -390,7 +421,8 @@ END_TEST
 
 START_TEST(shard_list_with_an_empty_entry_is_refused)
 {
-    expect_file_error("[job]\n[servers]\nshards = tcp://a:1,,tcp://b:2\n", ":3: [servers] shards: entry 2 is empty");
+    expect_file_error("[job]\n[servers]\nshards = tcp://a:1,,tcp://b:2\n",
+                      ":3: [servers] shards: entry 2 is empty");
     expect_file_error("[servers]\nshards = tcp://a:1,\n", ":2: [servers] shards: entry 2 is empty");
     expect_file_error("[servers]\nshards =\n", ":2: [servers] shards: entry 1 is empty");
 }
@@ -402,7 +434,8 @@ START_TEST(shard_with_a_bad_scheme_or_a_space_is_refused)
                       ":2: [servers] shards: endpoint 2 \"udp://b:2\" does not start with tcp://, ipc:// or inproc://");
     expect_file_error("[servers]\nshards = tcp://a b:1\n",
                       ":2: [servers] shards: endpoint 1 \"tcp://a b:1\" contains a space");
-    expect_file_error("[servers]\nshards = tcp://\n", ":2: [servers] shards: endpoint 1 \"tcp://\" has no address");
+    expect_file_error("[servers]\nshards = tcp://\n",
+                      ":2: [servers] shards: endpoint 1 \"tcp://\" has no address");
 }
 END_TEST
 
@@ -465,16 +498,19 @@ END_TEST
 
 START_TEST(layers_with_one_entry_are_refused)
 {
-    expect_file_error("[model]\nlayers = 784\n", ":2: [model] layers: needs at least 2 sizes (input and output), got 1");
+    expect_file_error("[model]\nlayers = 784\n",
+                      ":2: [model] layers: needs at least 2 sizes (input and output), got 1");
 }
 END_TEST
 
 START_TEST(layer_of_size_zero_or_too_big_is_refused)
 {
-    expect_file_error("[model]\nlayers = 784,0,10\n", ":2: [model] layers: size 2 \"0\" is not an integer in [1, 65536]");
+    expect_file_error("[model]\nlayers = 784,0,10\n",
+                      ":2: [model] layers: size 2 \"0\" is not an integer in [1, 65536]");
     expect_file_error("[model]\nlayers = 784,65537\n",
                       ":2: [model] layers: size 2 \"65537\" is not an integer in [1, 65536]");
-    expect_file_error("[model]\nlayers = 784,x\n", ":2: [model] layers: size 2 \"x\" is not an integer in [1, 65536]");
+    expect_file_error("[model]\nlayers = 784,x\n",
+                      ":2: [model] layers: size 2 \"x\" is not an integer in [1, 65536]");
     expect_file_error("[model]\nlayers = 784,,10\n", ":2: [model] layers: entry 2 is empty");
 }
 END_TEST
@@ -518,7 +554,8 @@ END_TEST
 
 START_TEST(curve_is_refused_until_implemented)
 {
-    expect_file_error("[security]\ncurve = true\n", ": [security] curve: CURVE is not implemented yet");
+    expect_file_error("[security]\ncurve = true\n",
+                      ": [security] curve: CURVE is not implemented yet");
 }
 END_TEST
 
@@ -571,7 +608,8 @@ END_TEST
 START_TEST(override_with_a_bad_value_names_its_position)
 {
     expect_set_error("optimizer.lr=11", "--set 2: [optimizer] lr: value 11 is outside (0, 10]");
-    expect_set_error("job.mode=fast", "--set 2: [job] mode: \"fast\" is not one of async, sync, ssp");
+    expect_set_error("job.mode=fast",
+                     "--set 2: [job] mode: \"fast\" is not one of async, sync, ssp");
 }
 END_TEST
 
@@ -579,7 +617,8 @@ START_TEST(override_is_checked_against_other_keys)
 {
     const char *ov[] = {"server.heartbeat_ms=20000"};
     ck_assert_int_eq(load(NULL, 1, ov), DCPS_E_CONFIG);
-    ck_assert_str_eq(err, "--set: [server] dead_after_ms (10000) must be greater than [server] heartbeat_ms (20000)");
+    ck_assert_str_eq(err, "--set: [server] dead_after_ms (10000) must be greater than "
+                          "[server] heartbeat_ms (20000)");
 }
 END_TEST
 
@@ -608,13 +647,14 @@ START_TEST(written_config_loads_back_the_same)
 {
     char shards[64 * 80 + 32] = "servers.shards=";
     for (int i = 0; i < DCPS_MAX_SHARDS; i++)
-        sprintf(shards + strlen(shards), "%stcp://worker-node-with-a-long-name-%02d.example.org:%d", i ? "," : "",
-                i, 17000 + i);
+        sprintf(shards + strlen(shards), "%stcp://worker-node-with-a-long-name-%02d.example.org:%d",
+                i ? "," : "", i, 17000 + i);
     const char *ov[] = {shards, "job.name=round trip", "job.mode=ssp", "job.seed=18446744073709551615",
                         "job.log_level=warning", "model.layers=100,60,7", "data.train_limit=1000",
                         "optimizer.kind=dcasgd", "optimizer.lr=0.1", "optimizer.dc_epsilon=1e-7",
                         "optimizer.dc_lambda=0.3333333333333333", "optimizer.dc_adaptive=yes",
-                        "compression.push=topk", "compression.density=0.001", "compression.error_feedback=off",
+                        "compression.push=topk", "compression.density=0.001",
+                        "compression.error_feedback=off",
                         "worker.metrics=/tmp/m;1.csv", "server.checkpoint_dir=/var/lib/dcps",
                         "security.server_public_key=rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"};
     dcps_config_t want;
@@ -665,14 +705,15 @@ START_TEST(dump_documents_each_key_with_its_range)
     FILE *f = open_memstream(&text, &len);
     dcps_config_dump(f);
     fclose(f);
-    ck_assert_ptr_nonnull(strstr(text, "\n[optimizer]\n; server update rule (sgd, momentum, dcasgd)\nkind = sgd\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\n[optimizer]\n; server update rule (sgd, momentum, dcasgd)\nkind = sgd\n"));
     ck_assert_ptr_nonnull(strstr(text, "; learning rate ((0, 10])\nlr = 0.05\n"));
     ck_assert_ptr_nonnull(strstr(text, "; number of worker processes ([1, 1024])\nworkers = 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "\ndc_epsilon = 1e-7\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nshards = tcp://127.0.0.1:17001,tcp://127.0.0.1:17002\n"));
     int keys = 0, docs = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        keys += strstr(line, " = ") != NULL && line[0] != ';';
+        keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
     ck_assert_int_eq(keys, 45);
@@ -715,6 +756,7 @@ int main(void)
     tcase_add_test(tc, line_without_equals_is_a_syntax_error);
     tcase_add_test(tc, unclosed_section_is_a_syntax_error);
     tcase_add_test(tc, earliest_error_in_the_file_is_reported);
+    tcase_add_test(tc, line_numbers_count_comments_blank_lines_and_continuations);
     tcase_add_test(tc, line_too_long_is_refused);
     tcase_add_test(tc, line_of_199_characters_is_the_longest_accepted);
     tcase_add_test(tc, string_that_would_not_fit_a_line_is_refused);
@@ -765,7 +807,11 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     int failures = srunner_ntests_failed(sr);
     srunner_free(sr);
-    unlink(path);
+    static const char *const files[] = {"job.ini", "written.ini", "dump.ini"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
     rmdir(dir);
     return failures ? 1 : 0;
 }

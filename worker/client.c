@@ -408,7 +408,7 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
         if (now_ms() >= until)
             return fail(c, DCPS_E_NOTREADY,
                         "parameters not initialised after %d ms: is rank 0 running?", timeout_ms);
-        nanosleep(&(struct timespec){0, 200 * 1000000}, NULL);
+        nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
     }
 }
 

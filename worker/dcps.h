@@ -64,7 +64,7 @@ int dcps_client_initialized(const dcps_client_t *c);
 int dcps_client_init(dcps_client_t *c, const float *params);
 
 /* Waits until every shard has parameters (rank 0 initialises them), asking
- * again every few hundred milliseconds, for at most timeout_ms. */
+ * again every 50 ms, for at most timeout_ms. */
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
 
 /* Pushes a dense gradient of n values. `grad` is borrowed (sent zero-copy)

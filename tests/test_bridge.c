@@ -1,0 +1,195 @@
+/* dcps — the ZeroMQ + libuv bridge: no message may stall.
+ *
+ * ZMQ_FD is edge-triggered. A bridge that handles one message per wake-up, or
+ * forgets to drain after sending, leaves messages sitting in the socket with no
+ * edge to come: these tests then time out instead of counting every message. */
+#include <check.h>
+#include <pthread.h>
+#include <string.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "common/bridge.h"
+
+#define BURST 20000
+
+typedef struct {
+    void *ctx;
+    const char *endpoint;
+    int sent, echoed;
+    int pre_sent; /* messages sent before the bridge started */
+} peer_t;
+
+typedef struct {
+    uv_loop_t loop;
+    uv_timer_t deadline;
+    dcps_bridge_t bridge;
+    void *router;
+    int received;
+    int expect;
+    int timed_out;
+} server_t;
+
+static void on_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void finish(server_t *s)
+{
+    uv_timer_stop(&s->deadline);
+    uv_close((uv_handle_t *)&s->deadline, on_closed);
+    dcps_bridge_close(&s->bridge, on_closed);
+}
+
+/* Echoes every message back to its sender. */
+static void on_message(dcps_bridge_t *b)
+{
+    server_t *s = b->data;
+    zmq_msg_t id, body;
+    zmq_msg_init(&id);
+    zmq_msg_init(&body);
+    if (zmq_msg_recv(&id, s->router, ZMQ_DONTWAIT) < 0)
+        goto out;
+    ck_assert_int_ge(zmq_msg_recv(&body, s->router, ZMQ_DONTWAIT), 0);
+    s->received++;
+    zmq_msg_send(&id, s->router, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_msg_send(&body, s->router, ZMQ_DONTWAIT);
+    if (s->received == s->expect)
+        finish(s);
+out:
+    zmq_msg_close(&id);
+    zmq_msg_close(&body);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    server_t *s = t->data;
+    s->timed_out = 1;
+    finish(s);
+}
+
+static void *burst(void *arg)
+{
+    peer_t *p = arg;
+    void *d = zmq_socket(p->ctx, ZMQ_DEALER);
+    int hwm = 0, timeout = 20000;
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_connect(d, p->endpoint);
+    for (int i = 0; i < BURST; i++)
+        if (zmq_send(d, &i, sizeof i, 0) == sizeof i)
+            p->sent++;
+    for (int i = 0; i < BURST; i++) {
+        int v;
+        if (zmq_recv(d, &v, sizeof v, 0) != sizeof v)
+            break;
+        p->echoed++;
+    }
+    zmq_close(d);
+    return NULL;
+}
+
+static void run_server(server_t *s, void *ctx, const char *endpoint, int expect)
+{
+    int hwm = 0;
+    memset(s, 0, sizeof *s);
+    s->expect = expect;
+    s->router = zmq_socket(ctx, ZMQ_ROUTER);
+    zmq_setsockopt(s->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    ck_assert_int_eq(zmq_bind(s->router, endpoint), 0);
+    uv_loop_init(&s->loop);
+    uv_timer_init(&s->loop, &s->deadline);
+    s->deadline.data = s;
+}
+
+START_TEST(burst_of_messages_is_received_and_answered_in_full)
+{
+    void *ctx = zmq_ctx_new();
+    server_t s;
+    peer_t p = {ctx, "inproc://bridge-burst", 0, 0, 0};
+    run_server(&s, ctx, p.endpoint, BURST);
+    ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_message, &s), 0);
+    uv_timer_start(&s.deadline, on_deadline, 20000, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, burst, &p);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(s.timed_out, 0);
+    ck_assert_int_eq(s.received, BURST);
+    ck_assert_int_eq(p.echoed, BURST);
+    uv_loop_close(&s.loop);
+    zmq_close(s.router);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
+/* Messages that arrived before the bridge existed produced their edge already;
+ * the bridge must still find them. */
+START_TEST(messages_queued_before_the_bridge_starts_are_handled)
+{
+    void *ctx = zmq_ctx_new();
+    server_t s;
+    run_server(&s, ctx, "inproc://bridge-early", 50);
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_connect(d, "inproc://bridge-early");
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(zmq_send(d, &i, sizeof i, 0), sizeof i);
+    /* Let them arrive, and consume the edge, before the bridge starts. */
+    zmq_pollitem_t it = {s.router, 0, ZMQ_POLLIN, 0};
+    ck_assert_int_eq(zmq_poll(&it, 1, 2000), 1);
+    ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_message, &s), 0);
+    uv_timer_start(&s.deadline, on_deadline, 5000, 0);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(s.timed_out, 0);
+    ck_assert_int_eq(s.received, 50);
+    uv_loop_close(&s.loop);
+    zmq_close(d);
+    zmq_close(s.router);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
+/* Over TCP, with the budget forcing the idle path many times. */
+START_TEST(burst_over_tcp_with_a_small_budget_does_not_stall)
+{
+    void *ctx = zmq_ctx_new();
+    server_t s;
+    char endpoint[256];
+    size_t len = sizeof endpoint;
+    run_server(&s, ctx, "tcp://127.0.0.1:*", BURST);
+    zmq_getsockopt(s.router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    peer_t p = {ctx, endpoint, 0, 0, 0};
+    ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_message, &s), 0);
+    s.bridge.budget = 3;
+    uv_timer_start(&s.deadline, on_deadline, 30000, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, burst, &p);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(s.timed_out, 0);
+    ck_assert_int_eq(s.received, BURST);
+    ck_assert_int_eq(p.echoed, BURST);
+    uv_loop_close(&s.loop);
+    zmq_close(s.router);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("bridge");
+    TCase *tc = tcase_create("drain");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, burst_of_messages_is_received_and_answered_in_full);
+    tcase_add_test(tc, messages_queued_before_the_bridge_starts_are_handled);
+    tcase_add_test(tc, burst_over_tcp_with_a_small_budget_does_not_stall);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

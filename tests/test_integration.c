@@ -1,0 +1,217 @@
+/* dcps — integration tests: real dcps-server and dcps-worker processes on
+ * 127.0.0.1, trained on the real Fashion-MNIST files. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/gpu.h"
+#include "tests/harness.h"
+
+#define DATA "/usr/share/datasets/fashion-mnist/"
+
+/* A small, quick job: 12000 training examples, 2 epochs. */
+static const char *job(const char *name, const char *extra)
+{
+    static char text[4096];
+    snprintf(text, sizeof text,
+             "[job]\nname = itest\nworkers = 2\n"
+             "[servers]\nshards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n"
+             "[model]\nlayers = 784,64,10\n"
+             "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
+             "train_labels = " DATA "train-labels-idx1-ubyte.gz\n"
+             "test_images = " DATA "t10k-images-idx3-ubyte.gz\n"
+             "test_labels = " DATA "t10k-labels-idx1-ubyte.gz\n"
+             "batch_size = 32\nepochs = 2\ntrain_limit = 12000\n"
+             "[optimizer]\nlr = 0.1\n"
+             "[worker]\nlog_every = 5\ntimeout_ms = 5000\n"
+             "%s",
+             extra);
+    return h_write(name, text);
+}
+
+static void teardown(void)
+{
+    h_cleanup();
+}
+
+/* Reads the loss column of the first and the last step rows of a metrics CSV. */
+static void csv_losses(const char *path, double *first, double *last, int *rows)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    *rows = 0;
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "elapsed_s,step,epoch,loss,train_acc,test_acc,bytes_pushed,"
+                           "bytes_pulled,staleness_mean\n");
+    while (fgets(line, sizeof line, f)) {
+        double elapsed, loss;
+        long step;
+        int epoch;
+        ck_assert_int_eq(sscanf(line, "%lf,%ld,%d,%lf", &elapsed, &step, &epoch, &loss), 4);
+        if (*rows == 0)
+            *first = loss;
+        *last = loss;
+        (*rows)++;
+    }
+    fclose(f);
+}
+
+START_TEST(two_workers_on_two_shards_learn_fashion_mnist)
+{
+    char ep0[256], ep1[256], shards[600];
+    const char *j = job("job.ini", "");
+    pid_t s0 = h_server(j, 0, ep0), s1 = h_server(j, 1, ep1);
+    ck_assert_int_gt(s0, 0);
+    ck_assert_int_gt(s1, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
+
+    pid_t w[2];
+    for (int r = 0; r < 2; r++) {
+        char rank[4], tag[16];
+        snprintf(rank, sizeof rank, "%d", r);
+        snprintf(tag, sizeof tag, "worker%d", r);
+        const char *argv[] = {"--config", j, "--rank", rank, "--set", shards,
+                              "--metrics", h_path(tag, "csv"), NULL};
+        w[r] = h_spawn("dcps-worker", tag, argv);
+    }
+    double acc[2];
+    for (int r = 0; r < 2; r++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "worker%d", r);
+        int st = h_wait(w[r], 300000);
+        ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, h_slurp(h_path(tag, "err")));
+        const char *out = h_slurp(h_path(tag, "out"));
+        acc[r] = h_final(out, "test_acc");
+        /* Chance is 0.10; this small job reaches about 0.80. */
+        ck_assert_msg(acc[r] >= 0.70, "worker %d test_acc %g", r, acc[r]);
+        double steps = h_final(out, "steps");
+        ck_assert_double_eq(steps, 12000 / 2 / 32 * 2 + 2); /* 188 batches a worker, last partial */
+        /* Dense pushes: every step sends every parameter (784*64+64+64*10+10). */
+        ck_assert_double_ge(h_final(out, "bytes_pushed"), steps * 50890 * 4);
+        ck_assert_double_ge(h_final(out, "bytes_pulled"), steps * 50890 * 4);
+
+        double first, last;
+        int rows;
+        csv_losses(h_path(tag, "csv"), &first, &last, &rows);
+        ck_assert_int_ge(rows, 6);
+        /* Rank 0 starts from the fresh model (loss near ln 10); rank 1 may join
+         * after rank 0's first steps, so only its end point is checked. */
+        if (r == 0)
+            ck_assert_msg(first > 1.5 && last < first * 0.4, "loss went from %g to %g", first,
+                          last);
+        ck_assert_msg(last < 0.8, "rank %d ends with loss %g", r, last);
+    }
+    /* After the final barrier both ranks evaluate the same parameters. */
+    ck_assert_double_eq(acc[0], acc[1]);
+
+    ck_assert_int_eq(h_stop(s0, 5000), 0);
+    ck_assert_int_eq(h_stop(s1, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_ptr_nonnull(strstr(log, "stopped: version"));
+    ck_assert_ptr_nonnull(strstr(log, "0 bad messages"));
+}
+END_TEST
+
+START_TEST(server_stops_with_status_0_on_sigterm_and_sigint)
+{
+    char ep[256];
+    const char *j = job("job.ini", "");
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("server0", "err")), "Terminated received"));
+
+    s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    kill(s, SIGINT);
+    ck_assert_int_eq(h_wait(s, 5000), 0);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("server0", "err")), "Interrupt received"));
+}
+END_TEST
+
+/* An unknown key and an out-of-range value stop both programs before they bind
+ * or connect, naming file, line and key. */
+START_TEST(bad_job_file_stops_both_programs_before_binding)
+{
+    static const struct {
+        const char *extra, *expect;
+    } cases[] = {
+        {"colour = blue\n", ":21: [worker] colour: unknown key"},
+        {"[optimizer]\nmomentum = 5\n", ":22: [optimizer] momentum"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *j = job("bad.ini", cases[i].extra);
+        const char *epf = h_path("bad", "endpoint");
+        unlink(epf);
+        const char *sargv[] = {"--config", j, "--shard", "0", "--endpoint-file", epf, NULL};
+        int st = h_wait(h_spawn("dcps-server", "bad-server", sargv), 10000);
+        ck_assert_int_eq(st, 2);
+        const char *err = h_slurp(h_path("bad-server", "err"));
+        ck_assert_msg(strstr(err, "bad.ini") && strstr(err, cases[i].expect),
+                      "server said: %s", err);
+        ck_assert_int_ne(access(epf, F_OK), 0); /* never bound */
+
+        const char *wargv[] = {"--config", j, "--rank", "0", NULL};
+        st = h_wait(h_spawn("dcps-worker", "bad-worker", wargv), 10000);
+        ck_assert_int_eq(st, 2);
+        err = h_slurp(h_path("bad-worker", "err"));
+        ck_assert_msg(strstr(err, "bad.ini") && strstr(err, cases[i].expect),
+                      "worker said: %s", err);
+    }
+}
+END_TEST
+
+START_TEST(worker_gives_up_on_an_unreachable_shard_with_a_clear_error)
+{
+    const char *j = job("job.ini", "");
+    const char *argv[] = {"--config", j, "--rank", "0", "--set",
+                          "servers.shards=tcp://127.0.0.1:9,tcp://127.0.0.1:10",
+                          "--set", "worker.timeout_ms=200", "--set", "worker.retries=1", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "lonely", argv), 20000);
+    ck_assert_int_eq(st, 1);
+    const char *err = h_slurp(h_path("lonely", "err"));
+    ck_assert_msg(strstr(err, "did not answer HELLO within 200 ms") && strstr(err, "127.0.0.1:9"),
+                  "worker said: %s", err);
+}
+END_TEST
+
+START_TEST(worker_asked_for_a_gpu_without_one_exits_clearly)
+{
+    if (dcps_gpu_count() > 0)
+        return; /* the GPU suite covers this machine */
+    char ep0[256], ep1[256], shards[600];
+    const char *j = job("job.ini", "");
+    ck_assert_int_gt(h_server(j, 0, ep0), 0);
+    ck_assert_int_gt(h_server(j, 1, ep1), 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
+    const char *argv[] = {"--config", j, "--rank", "0", "--set", shards,
+                          "--set", "worker.device=gpu", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "gpuless", argv), 20000);
+    ck_assert_int_eq(st, 1);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("gpuless", "err")), "no GPU is usable"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("integration");
+    TCase *tc = tcase_create("processes");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, two_workers_on_two_shards_learn_fashion_mnist);
+    tcase_add_test(tc, server_stops_with_status_0_on_sigterm_and_sigint);
+    tcase_add_test(tc, bad_job_file_stops_both_programs_before_binding);
+    tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
+    tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,365 @@
+/* dcps — robustness: a client that sends garbage and malformed messages to a
+ * real shard gets an ERROR reply for each, with the right code, nothing of them
+ * is applied, and a worker training at the same time is not affected at all. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/frame.h"
+#include "common/rng.h"
+#include "dcps.pb-c.h"
+#include "proto/codec.h"
+#include "tests/harness.h"
+
+#define DATA "/usr/share/datasets/fashion-mnist/"
+
+static const char *job(int workers, const char *shards)
+{
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "[job]\nname = robust\nworkers = %d\n"
+             "[servers]\nshards = %s\n"
+             "[model]\nlayers = 784,32,10\n"
+             "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
+             "train_labels = " DATA "train-labels-idx1-ubyte.gz\n"
+             "test_images = " DATA "t10k-images-idx3-ubyte.gz\n"
+             "test_labels = " DATA "t10k-labels-idx1-ubyte.gz\n"
+             "batch_size = 32\nepochs = 1\ntrain_limit = 6000\n"
+             "[optimizer]\nlr = 0.1\n[worker]\nlog_every = 50\n",
+             workers, shards);
+    return h_write("job.ini", text);
+}
+
+static dcps_config_t cfg;
+static void *ctx, *sock;
+static float *p0, *got;
+
+static void setup(void)
+{
+    ctx = zmq_ctx_new();
+}
+
+static void teardown(void)
+{
+    if (sock)
+        zmq_close(sock);
+    sock = NULL;
+    zmq_ctx_term(ctx);
+    h_cleanup();
+    free(p0);
+    free(got);
+    p0 = got = NULL;
+}
+
+static void connect_to(const char *endpoint)
+{
+    int linger = 0, timeout = 5000;
+    sock = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq(zmq_connect(sock, endpoint), 0);
+}
+
+/* Receives one reply into m (payload borrowed from f; caller closes f). */
+static void receive(dcps_frames_t *f, dcps_msg_t *m)
+{
+    char why[256];
+    ck_assert_msg(dcps_frames_recv(sock, f, 0) > 0, "no reply within 5 s");
+    ck_assert_msg(dcps_frames_decode(f, 0, cfg.job_id, m, why, sizeof why) == 0, "%s", why);
+}
+
+static void request(dcps_msg_t *req, dcps_frames_t *f, dcps_msg_t *reply)
+{
+    req->job_id = req->job_id ? req->job_id : cfg.job_id;
+    ck_assert_int_ge(dcps_frames_send(sock, NULL, req, NULL, NULL, 0), 0);
+    receive(f, reply);
+}
+
+static void send_parts(const void *const *data, const size_t *len, int n)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_int_ge(zmq_send(sock, data[i], len[i], i + 1 < n ? ZMQ_SNDMORE : 0), 0);
+}
+
+static void dense(dcps_msg_t *m, uint32_t type, const float *v, uint64_t n)
+{
+    memset(m, 0, sizeof *m);
+    m->type = type;
+    m->nframes = 1;
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+    m->payload[0] = (dcps_buf_t){v, n * sizeof(float)};
+}
+
+static void sparse(dcps_msg_t *m, const uint32_t *idx, const float *v, uint64_t k)
+{
+    memset(m, 0, sizeof *m);
+    m->type = DCPS_MSG_PUSH;
+    m->seq = 1000;
+    m->nframes = 2;
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, k};
+    m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, k};
+    m->payload[0] = (dcps_buf_t){idx, k * 4};
+    m->payload[1] = (dcps_buf_t){v, k * 4};
+}
+
+/* Pulls the shard's parameters into got; returns the version. */
+static uint64_t pull(void)
+{
+    dcps_msg_t req = {.type = DCPS_MSG_PULL, .seq = 7}, reply;
+    dcps_frames_t f;
+    const float *v;
+    char why[256];
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PULL_REPLY);
+    ck_assert_int_eq(dcps_codec_dense(&reply, cfg.n_params, &v, why, sizeof why), 0);
+    memcpy(got, v, cfg.n_params * sizeof(float));
+    dcps_frames_close(&f);
+    return reply.param_version;
+}
+
+/* Sends bad message number i (a raw multipart message) and returns the code the
+ * shard must answer with; NO_MORE after the last. */
+#define NO_MORE 1
+static int send_bad(int i, dcps_rng_t *rng)
+{
+    static uint32_t idx[4];
+    static float val[4], g[8];
+    const uint64_t n = cfg.n_params;
+    dcps_msg_t m;
+    uint8_t hdr[DCPS_HEADER_MAX];
+
+    switch (i) {
+    case 0: { /* bytes that are no protobuf at all */
+        static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+        send_parts((const void *[]){junk}, (size_t[]){sizeof junk}, 1);
+        return DCPS_E_HEADER;
+    }
+    case 1: { /* protocol version 2 */
+        Dcps__Header h = DCPS__HEADER__INIT;
+        h.has_protocol = h.has_type = h.has_job_id = 1;
+        h.protocol = 2;
+        h.type = DCPS_MSG_PULL;
+        h.job_id = cfg.job_id;
+        size_t len = dcps__header__pack(&h, hdr);
+        send_parts((const void *[]){hdr}, (size_t[]){len}, 1);
+        return DCPS_E_PROTOVER;
+    }
+    case 2: /* another job */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL, .job_id = cfg.job_id ^ 1};
+        break;
+    case 3: /* unknown type */
+        m = (dcps_msg_t){.type = 99, .job_id = cfg.job_id};
+        break;
+    case 4: /* a reply type sent to a shard */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL_REPLY, .job_id = cfg.job_id};
+        break;
+    case 5: /* rank outside the job */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL, .job_id = cfg.job_id, .rank = 7};
+        ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
+        return DCPS_E_RANK;
+    case 6: { /* header describes one frame, two arrive */
+        m = (dcps_msg_t){.type = DCPS_MSG_PUSH, .job_id = cfg.job_id, .seq = 1000, .nframes = 1};
+        m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+        int len = dcps_codec_pack(&m, hdr, sizeof hdr);
+        send_parts((const void *[]){hdr, p0, p0}, (size_t[]){(size_t)len, n * 4, n * 4}, 3);
+        return DCPS_E_FRAMECOUNT;
+    }
+    case 7: /* frame shorter than its description */
+        dense(&m, DCPS_MSG_PUSH, g, n);
+        m.payload[0].len = sizeof g;
+        break;
+    case 8: /* dense push of the wrong size */
+        dense(&m, DCPS_MSG_PUSH, g, 8);
+        break;
+    case 9: { /* NaN in a dense push; the frame is copied, so p0 is restored after */
+        float keep = p0[n / 2];
+        dense(&m, DCPS_MSG_PUSH, p0, n);
+        m.job_id = cfg.job_id;
+        p0[n / 2] = NAN;
+        int rc = dcps_frames_send(sock, NULL, &m, NULL, NULL, 0);
+        p0[n / 2] = keep;
+        ck_assert_int_ge(rc, 0);
+        return DCPS_E_NONFINITE;
+    }
+    case 10: /* index past the shard's range */
+        idx[0] = 3, idx[1] = (uint32_t)n, val[0] = val[1] = 1;
+        sparse(&m, idx, val, 2);
+        break;
+    case 11: /* indices not ascending */
+        idx[0] = 9, idx[1] = 9, val[0] = val[1] = 1;
+        sparse(&m, idx, val, 2);
+        break;
+    case 12: /* Inf in a sparse push */
+        idx[0] = 1, idx[1] = 2, val[0] = 1, val[1] = INFINITY;
+        sparse(&m, idx, val, 2);
+        break;
+    case 13: /* a push with no payload */
+        m = (dcps_msg_t){.type = DCPS_MSG_PUSH, .job_id = cfg.job_id, .seq = 1000};
+        break;
+    case 14: /* HELLO for another model size */
+        m = (dcps_msg_t){.type = DCPS_MSG_HELLO, .job_id = cfg.job_id, .n_params = n + 1};
+        break;
+    case 15: /* random bytes in random frames */
+        for (int k = 0; k < 3; k++) {
+            uint8_t b[64];
+            for (size_t j = 0; j < sizeof b; j++)
+                b[j] = (uint8_t)dcps_rng_next(rng);
+            b[0] = 0xff; /* field 31, wire type 7: never a valid tag */
+            ck_assert_int_ge(zmq_send(sock, b, 1 + dcps_rng_below(rng, sizeof b - 1), k < 2 ? ZMQ_SNDMORE : 0), 0);
+        }
+        return DCPS_E_HEADER;
+    default:
+        return NO_MORE;
+    }
+    static const int codes[] = {0, 0, DCPS_E_JOBID, DCPS_E_MSGTYPE, DCPS_E_MSGTYPE, 0,
+                                0, DCPS_E_FRAMELEN, DCPS_E_SIZE, 0, DCPS_E_RANGE, DCPS_E_ORDER,
+                                DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE};
+    m.job_id = m.job_id ? m.job_id : cfg.job_id;
+    ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
+    return codes[i];
+}
+
+static void expect_error(int code, int i)
+{
+    dcps_frames_t f;
+    dcps_msg_t reply;
+    receive(&f, &reply);
+    ck_assert_msg(reply.type == DCPS_MSG_ERROR, "case %d: got %s", i,
+                  dcps_msg_type_name(reply.type));
+    ck_assert_msg(reply.error_code == (uint32_t)-code, "case %d: expected %s, got %s: %s", i,
+                  dcps_errname(code), dcps_errname((int)reply.error_code), reply.error_text);
+    ck_assert_msg(strlen(reply.error_text) > strlen(dcps_strerror(code)), "case %d: %s", i,
+                  reply.error_text);
+    dcps_frames_close(&f);
+}
+
+static void load(const char *path)
+{
+    char err[512];
+    ck_assert_msg(dcps_config_load(&cfg, path, NULL, 0, err, sizeof err) == 0, "%s", err);
+    p0 = malloc(cfg.n_params * sizeof(float));
+    got = malloc(cfg.n_params * sizeof(float));
+    for (uint64_t i = 0; i < cfg.n_params; i++)
+        p0[i] = (float)((double)(i % 97) / 97.0 - 0.5);
+}
+
+START_TEST(bad_messages_get_errors_and_change_nothing)
+{
+    char ep[256];
+    const char *j = job(2, "tcp://127.0.0.1:*");
+    load(j);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    connect_to(ep);
+
+    dcps_msg_t req, reply;
+    dcps_frames_t f;
+    /* Before INIT, a pull is refused, not answered with zeros. */
+    req = (dcps_msg_t){.type = DCPS_MSG_PULL, .seq = 1};
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.error_code, (uint32_t)-DCPS_E_NOTREADY);
+    dcps_frames_close(&f);
+    dense(&req, DCPS_MSG_INIT, p0, cfg.n_params);
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+    dcps_frames_close(&f);
+
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 5);
+    int cases = 0;
+    for (int i = 0;; i++) {
+        int code = send_bad(i, &rng);
+        if (code == NO_MORE)
+            break;
+        expect_error(code, i);
+        cases++;
+    }
+    ck_assert_int_eq(cases, 16);
+    ck_assert_uint_eq(pull(), 0);
+    ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+
+    /* A good push is applied once; the same (rank, seq) again is acknowledged as
+     * a duplicate and not applied. */
+    float *g = calloc(cfg.n_params, sizeof(float));
+    g[5] = 2.0f;
+    dense(&req, DCPS_MSG_PUSH, g, cfg.n_params);
+    req.rank = 1;
+    req.seq = 42;
+    for (int k = 0; k < 2; k++) {
+        request(&req, &f, &reply);
+        ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+        ck_assert_uint_eq(reply.param_version, 1);
+        ck_assert_uint_eq(reply.flags, k == 0 ? 0 : DCPS_FLAG_DUPLICATE);
+        dcps_frames_close(&f);
+    }
+    free(g);
+    ck_assert_uint_eq(pull(), 1);
+    ck_assert_float_eq(got[5], p0[5] - 0.1f * 2.0f);
+    got[5] = p0[5];
+    ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_ptr_nonnull(strstr(log, "17 bad messages")); /* 16 + the early PULL */
+    ck_assert_ptr_nonnull(strstr(log, "at 127.0.0.1"));     /* the peer is named */
+}
+END_TEST
+
+/* One worker on one shard is deterministic, so a run with garbage arriving all
+ * along must end exactly like a run without. */
+START_TEST(worker_trains_unaffected_while_garbage_arrives)
+{
+    char ep[256], set[300];
+    const char *j = job(1, "tcp://127.0.0.1:*");
+    load(j);
+    double acc[2], loss[2];
+    int bad = 0;
+    for (int run = 0; run < 2; run++) {
+        pid_t s = h_server(j, 0, ep);
+        ck_assert_int_gt(s, 0);
+        snprintf(set, sizeof set, "servers.shards=%s", ep);
+        const char *argv[] = {"--config", j, "--rank", "0", "--set", set, NULL};
+        pid_t w = h_spawn("dcps-worker", "worker", argv);
+        if (run == 1) {
+            dcps_rng_t rng;
+            dcps_rng_seed(&rng, 9);
+            connect_to(ep);
+            for (int i = 0; h_running(w) && i < 1000000; i++) {
+                expect_error(send_bad(i % 16, &rng), i % 16);
+                bad++;
+            }
+        }
+        int st = h_wait(w, 120000);
+        ck_assert_msg(st == 0, "worker exited %d: %s", st, h_slurp(h_path("worker", "err")));
+        const char *out = h_slurp(h_path("worker", "out"));
+        acc[run] = h_final(out, "test_acc");
+        loss[run] = h_final(out, "train_loss");
+        ck_assert_int_eq(h_stop(s, 5000), 0);
+    }
+    ck_assert_int_ge(bad, 20);
+    ck_assert_double_ge(acc[0], 0.6);
+    ck_assert_double_eq(acc[0], acc[1]);
+    ck_assert_double_eq(loss[0], loss[1]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("robustness");
+    TCase *tc = tcase_create("garbage");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, bad_messages_get_errors_and_change_nothing);
+    tcase_add_test(tc, worker_trains_unaffected_while_garbage_arrives);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
