@@ -590,8 +590,6 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                        "[servers] shards: shard %d would own none",
                        src, cfg->n_params, cfg->n_shards, s);
     }
-    if (cfg->curve)
-        return say(err, errlen, "%s: [security] curve: CURVE is not implemented yet", src);
     return 0;
 }
 
@@ -695,3 +693,24 @@ const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); 
 const char *dcps_config_optimizer_name(int kind) { return name_of(opt_names, kind); }
 const char *dcps_config_push_name(int push) { return name_of(push_names, push); }
 const char *dcps_config_pull_name(int pull) { return name_of(pull_names, pull); }
+
+int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    const struct {
+        bool set;
+        const char *key;
+    } later[] = {
+        {cfg->mode != DCPS_MODE_ASYNC, "[job] mode: only async"},
+        {cfg->opt_kind != DCPS_OPT_SGD, "[optimizer] kind: only sgd"},
+        {cfg->push != DCPS_PUSH_DENSE, "[compression] push: only dense"},
+        {cfg->pull != DCPS_PULL_DENSE, "[compression] pull: only dense"},
+        {cfg->pipeline, "[compression] pipeline: only false"},
+        {cfg->checkpoint_dir[0] != '\0', "[server] checkpoint_dir: only empty (no checkpoints)"},
+        {cfg->metrics_port != 0, "[server] metrics_port: only 0 (off)"},
+        {cfg->curve, "[security] curve: only false (CURVE)"},
+    };
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+        if (later[i].set)
+            return say(err, errlen, "%s: %s is implemented in this version", path, later[i].key);
+    return 0;
+}

@@ -107,6 +107,12 @@ void dcps_config_defaults(dcps_config_t *cfg);
 int dcps_config_load(dcps_config_t *cfg, const char *path, const char *const *overrides,
                      size_t n_overrides, char *err, size_t errlen);
 
+/* Refuses settings that the table accepts, so that job files keep their shape,
+ * but that this version cannot run yet (a sentence in err naming the key and
+ * path, DCPS_E_CONFIG); never replaces them silently. Both programs call it
+ * after dcps_config_load, before they bind or connect. */
+int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err, size_t errlen);
+
 /* Writes the reference: one line per key with its default, range and doc, in
  * INI form (a valid job file of defaults). */
 void dcps_config_dump(FILE *out);

@@ -179,7 +179,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "dcps-server: out of memory\n");
         return 1;
     }
-    if (dcps_config_load(cfg, opt.config, opt.overrides, opt.n_overrides, err, sizeof err) != 0) {
+    if (dcps_config_load(cfg, opt.config, opt.overrides, opt.n_overrides, err, sizeof err) != 0 ||
+        dcps_config_supported(cfg, opt.config, err, sizeof err) != 0) {
         fprintf(stderr, "dcps-server: %s\n", err);
         free(cfg);
         return 2;

@@ -552,10 +552,26 @@ START_TEST(dead_after_must_exceed_heartbeat)
 }
 END_TEST
 
-START_TEST(curve_is_refused_until_implemented)
+START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
 {
-    expect_file_error("[security]\ncurve = true\n",
-                      ": [security] curve: CURVE is not implemented yet");
+    static const struct {
+        const char *set, *msg;
+    } cases[] = {
+        {"security.curve=true", "job.ini: [security] curve: only false (CURVE) is implemented in this version"},
+        {"optimizer.kind=dcasgd", "job.ini: [optimizer] kind: only sgd is implemented in this version"},
+        {"job.mode=sync", "job.ini: [job] mode: only async is implemented in this version"},
+        {"compression.push=topk", "job.ini: [compression] push: only dense is implemented in this version"},
+        {"server.metrics_port=9100", "job.ini: [server] metrics_port: only 0 (off) is implemented in this version"},
+    };
+    char e[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *ov[] = {cases[i].set};
+        ck_assert_int_eq(dcps_config_load(&cfg, NULL, ov, 1, e, sizeof e), 0);
+        ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), DCPS_E_CONFIG);
+        ck_assert_str_eq(e, cases[i].msg);
+    }
+    dcps_config_defaults(&cfg);
+    ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
 }
 END_TEST
 
@@ -789,7 +805,7 @@ int main(void)
     tcase_add_test(tc, model_with_2_to_the_32_parameters_is_refused);
     tcase_add_test(tc, more_shards_than_parameter_blocks_are_refused);
     tcase_add_test(tc, dead_after_must_exceed_heartbeat);
-    tcase_add_test(tc, curve_is_refused_until_implemented);
+    tcase_add_test(tc, settings_not_implemented_yet_are_refused_not_replaced);
     tcase_add_test(tc, server_public_key_must_be_empty_or_40_z85_characters);
     tcase_add_test(tc, job_name_must_not_be_empty);
     tcase_add_test(tc, override_beats_the_file_and_the_last_override_wins);

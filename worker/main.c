@@ -100,7 +100,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "dcps-worker: out of memory\n");
         return 1;
     }
-    if (dcps_config_load(cfg, config, overrides, n_overrides, err, sizeof err) != 0) {
+    if (dcps_config_load(cfg, config, overrides, n_overrides, err, sizeof err) != 0 ||
+        dcps_config_supported(cfg, config, err, sizeof err) != 0) {
         fprintf(stderr, "dcps-worker: %s\n", err);
         free(cfg);
         return 2;
