@@ -172,7 +172,9 @@ int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, 
     if (m->nframes != 1 || m->frame[0].kind != DCPS_FRAME_DENSE)
         FAIL(DCPS_E_FRAMECOUNT, "%s needs one dense frame, got %d frames",
              dcps_msg_type_name(m->type), m->nframes);
-    if (m->frame[0].dtype != DCPS_DTYPE_F32 || m->frame[0].count != count)
+    if (m->frame[0].dtype != DCPS_DTYPE_F32)
+        FAIL(DCPS_E_FRAMELEN, "a dense frame must hold float32 values");
+    if (m->frame[0].count != count)
         FAIL(DCPS_E_SIZE, "dense frame of %llu elements, the shard's range has %llu",
              (unsigned long long)m->frame[0].count, (unsigned long long)count);
     const float *v = m->payload[0].data;

@@ -40,7 +40,8 @@ void dcps_shard_destroy(dcps_shard_t **s);
 int dcps_shard_init(dcps_shard_t *s, const float *w);
 
 /* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
- * rank increase: a seq at or below the last applied one is a duplicate. */
+ * rank start at 1 and increase: a seq at or below the last applied one (0 at
+ * start) is a duplicate. */
 bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq);
 
 /* Applies a gradient from (rank, seq) with the job's rule, records seq and bumps

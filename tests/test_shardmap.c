@@ -233,8 +233,7 @@ static Suite *shardmap_suite(void)
     tcase_add_loop_test(tc, shard_is_empty_only_when_fewer_blocks_than_shards, 0, N_COUNTS);
     tcase_add_loop_test(tc, shard_gets_its_share_of_blocks, 0, N_COUNTS);
     tcase_add_loop_test(tc, owner_agrees_with_ranges_at_every_index_for_small_n, 0, N_COUNTS);
-    tcase_add_loop_test(tc, owner_agrees_with_ranges_at_shard_boundaries_for_large_n, 0,
-                        N_COUNTS);
+    tcase_add_loop_test(tc, owner_agrees_with_ranges_at_shard_boundaries_for_large_n, 0, N_COUNTS);
     tcase_add_test(tc, known_splits);
     suite_add_tcase(s, tc);
     return s;

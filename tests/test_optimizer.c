@@ -1,0 +1,418 @@
+/* Tests for server/optimizer and server/shard: the SGD rules against values worked
+ * out by hand (chosen so that every intermediate is exact in float32), and the
+ * shard store: range and settings from the job, one-time init, versions, the
+ * per-rank duplicate check, sparse pushes equal to the dense push of the same
+ * vector, and the memory it reports. */
+#include "server/optimizer.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/rng.h"
+#include "server/shard.h"
+
+static void assert_floats(const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i] && signbit(got[i]) == signbit(want[i]),
+                      "element %zu: got %.9g, expected %.9g", i, (double)got[i], (double)want[i]);
+}
+
+/* --- dcps_sgd_dense / dcps_sgd_sparse ------------------------------------------------- */
+
+START_TEST(sgd_dense_three_steps_by_hand)
+{
+    float w[4] = {1.0f, 2.0f, -3.0f, 0.25f};
+    const float g1[4] = {2.0f, -4.0f, 1.0f, 0.5f};
+    const float g2[4] = {1.0f, 1.0f, -1.0f, 8.0f};
+    const float g3[4] = {0.25f, -0.75f, 3.0f, -2.0f};
+    const float w1[4] = {0.0f, 4.0f, -3.5f, 0.0f};
+    const float w2[4] = {-0.5f, 3.5f, -3.0f, -4.0f};
+    const float w3[4] = {-0.625f, 3.875f, -4.5f, -3.0f};
+    dcps_sgd_dense(w, g1, 4, 0.5f);
+    assert_floats(w, w1, 4);
+    dcps_sgd_dense(w, g2, 4, 0.5f);
+    assert_floats(w, w2, 4);
+    dcps_sgd_dense(w, g3, 4, 0.5f);
+    assert_floats(w, w3, 4);
+}
+END_TEST
+
+START_TEST(sgd_dense_touches_exactly_n_elements)
+{
+    float w[6] = {1, 1, 1, 1, 1, 1};
+    const float g[6] = {1, 1, 1, 1, 1, 1};
+    dcps_sgd_dense(w, g, 4, 0.5f);
+    const float want[6] = {0.5f, 0.5f, 0.5f, 0.5f, 1.0f, 1.0f};
+    assert_floats(w, want, 6);
+    dcps_sgd_dense(w, g, 0, 0.5f);
+    assert_floats(w, want, 6);
+}
+END_TEST
+
+START_TEST(sgd_dense_with_zero_lr_changes_nothing)
+{
+    float w[3] = {1.5f, -2.0f, 1e-30f};
+    const float g[3] = {1e30f, -7.0f, 3.0f};
+    const float want[3] = {1.5f, -2.0f, 1e-30f};
+    dcps_sgd_dense(w, g, 3, 0.0f);
+    assert_floats(w, want, 3);
+}
+END_TEST
+
+START_TEST(sgd_dense_rounds_like_float32)
+{
+    /* 1 - 0.5 * 2^-25 is not a float: it rounds (to even) back to 1. And
+     * 1 - 0.5 * 2^-23 = 1 - 2^-24 is exact. */
+    float w[2] = {1.0f, 1.0f};
+    const float g[2] = {0x1p-25f, 0x1p-23f};
+    dcps_sgd_dense(w, g, 2, 0.5f);
+    ck_assert(w[0] == 1.0f);
+    ck_assert(w[1] == 1.0f - 0x1p-24f);
+    ck_assert(w[1] != 1.0f);
+}
+END_TEST
+
+START_TEST(sgd_sparse_three_steps_by_hand)
+{
+    float w[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const uint32_t i1[3] = {0, 2, 7};
+    const float v1[3] = {2.0f, -2.0f, 4.0f};
+    const uint32_t i2[2] = {2, 3};
+    const float v2[2] = {6.0f, 0.5f};
+    const uint32_t i3[4] = {0, 1, 2, 7};
+    const float v3[4] = {-1.0f, 1.0f, 0.25f, 10.0f};
+    dcps_sgd_sparse(w, 0, i1, v1, 3, 0.5f);
+    const float w1[8] = {-1, 1, 3, 3, 4, 5, 6, 5};
+    assert_floats(w, w1, 8);
+    dcps_sgd_sparse(w, 0, i2, v2, 2, 0.5f);
+    const float w2[8] = {-1, 1, 0, 2.75f, 4, 5, 6, 5};
+    assert_floats(w, w2, 8);
+    dcps_sgd_sparse(w, 0, i3, v3, 4, 0.5f);
+    const float w3[8] = {-0.5f, 0.5f, -0.125f, 2.75f, 4, 5, 6, 0};
+    assert_floats(w, w3, 8);
+}
+END_TEST
+
+START_TEST(sgd_sparse_subtracts_base_from_global_indices)
+{
+    /* w[0] is global index 1000000. */
+    float w[5] = {10, 20, 30, 40, 50};
+    const uint32_t idx[3] = {1000000, 1000003, 1000004};
+    const float v[3] = {4.0f, -8.0f, 1.0f};
+    dcps_sgd_sparse(w, 1000000, idx, v, 3, 0.5f);
+    const float want[5] = {8, 20, 30, 44, 49.5f};
+    assert_floats(w, want, 5);
+}
+END_TEST
+
+START_TEST(sgd_sparse_with_base_above_two_to_the_31)
+{
+    float w[4] = {1, 1, 1, 1};
+    const uint32_t idx[2] = {4000000001u, 4000000003u};
+    const float v[2] = {1.0f, 3.0f};
+    dcps_sgd_sparse(w, 4000000000u, idx, v, 2, 0.5f);
+    const float want[4] = {1, 0.5f, 1, -0.5f};
+    assert_floats(w, want, 4);
+}
+END_TEST
+
+START_TEST(sgd_sparse_with_no_entries_changes_nothing)
+{
+    float w[3] = {1, 2, 3};
+    const float want[3] = {1, 2, 3};
+    dcps_sgd_sparse(w, 0, NULL, NULL, 0, 0.5f);
+    assert_floats(w, want, 3);
+}
+END_TEST
+
+/* --- the shard store ------------------------------------------------------------------- */
+
+/* model.layers 8,8: 8*8 + 8 = 72 parameters; two shards: [0, 64) and [64, 72). */
+static void job(dcps_config_t *cfg)
+{
+    static const char *const overrides[] = {
+        "model.layers=8,8",
+        "servers.shards=tcp://127.0.0.1:1,tcp://127.0.0.1:2",
+        "optimizer.lr=0.5",
+        "job.workers=3",
+    };
+    char err[512];
+    dcps_config_defaults(cfg);
+    int rc = dcps_config_load(cfg, NULL, overrides, sizeof overrides / sizeof overrides[0], err,
+                              sizeof err);
+    ck_assert_msg(rc == 0, "config: %s", err);
+    ck_assert_uint_eq(cfg->n_params, 72);
+    ck_assert_int_eq(cfg->n_shards, 2);
+    ck_assert_int_eq(cfg->workers, 3);
+    ck_assert(cfg->lr == 0.5);
+    ck_assert_int_eq(cfg->opt_kind, DCPS_OPT_SGD);
+}
+
+static dcps_shard_t *shard(int index)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    ck_assert_ptr_nonnull(cfg);
+    job(cfg);
+    int err = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, index, &err);
+    free(cfg);
+    ck_assert_msg(s != NULL, "dcps_shard_new: %s", dcps_strerror(err));
+    return s;
+}
+
+START_TEST(new_shard_takes_range_workers_and_lr_from_the_job)
+{
+    dcps_shard_t *s0 = shard(0), *s1 = shard(1);
+    ck_assert_int_eq(s0->index, 0);
+    ck_assert_uint_eq(s0->range.lo, 0);
+    ck_assert_uint_eq(s0->range.hi, 64);
+    ck_assert_uint_eq(s0->n, 64);
+    ck_assert_int_eq(s1->index, 1);
+    ck_assert_uint_eq(s1->range.lo, 64);
+    ck_assert_uint_eq(s1->range.hi, 72);
+    ck_assert_uint_eq(s1->n, 8);
+    ck_assert_int_eq(s1->workers, 3);
+    ck_assert(s1->lr == 0.5f);
+    ck_assert(!s1->initialized);
+    ck_assert_uint_eq(s1->version, 0);
+    ck_assert_ptr_nonnull(s1->w);
+    ck_assert_ptr_nonnull(s1->last_seq);
+    dcps_shard_destroy(&s0);
+    dcps_shard_destroy(&s1);
+}
+END_TEST
+
+START_TEST(destroy_clears_the_pointer_and_accepts_null)
+{
+    dcps_shard_t *s = shard(1);
+    dcps_shard_destroy(&s);
+    ck_assert_ptr_null(s);
+    dcps_shard_destroy(&s);
+    ck_assert_ptr_null(s);
+}
+END_TEST
+
+START_TEST(init_sets_parameters_once)
+{
+    dcps_shard_t *s = shard(1);
+    const float w0[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const float other[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    ck_assert(s->initialized);
+    assert_floats(s->w, w0, 8);
+    ck_assert_ptr_ne(s->w, w0); /* copied, not borrowed */
+    uint64_t v = s->version;
+
+    ck_assert_int_eq(dcps_shard_init(s, other), 0);
+    ck_assert(s->initialized);
+    assert_floats(s->w, w0, 8);
+    ck_assert_uint_eq(s->version, v);
+
+    /* Also after updates: a late INIT does not reset the parameters. */
+    const float g[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    dcps_shard_apply_dense(s, 0, 1, g);
+    ck_assert_int_eq(dcps_shard_init(s, other), 0);
+    const float want[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    assert_floats(s->w, want, 8);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(apply_dense_gives_hand_computed_values_and_bumps_version)
+{
+    dcps_shard_t *s = shard(1);
+    const float w0[8] = {1, 2, -3, 0.25f, 0, 100, -0.5f, 8};
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    uint64_t v0 = s->version;
+
+    const float g1[8] = {2, -4, 1, 0.5f, 1, 8, -1, 16};
+    dcps_shard_apply_dense(s, 0, 1, g1);
+    const float w1[8] = {0, 4, -3.5f, 0, -0.5f, 96, 0, 0};
+    assert_floats(s->w, w1, 8);
+    ck_assert_uint_eq(s->version, v0 + 1);
+
+    const float g2[8] = {1, 1, -1, 8, -3, 0.5f, 2, -2};
+    dcps_shard_apply_dense(s, 1, 1, g2);
+    const float w2[8] = {-0.5f, 3.5f, -3, -4, 1, 95.75f, -1, 1};
+    assert_floats(s->w, w2, 8);
+    ck_assert_uint_eq(s->version, v0 + 2);
+
+    dcps_shard_apply_dense(s, 0, 2, g2);
+    const float w3[8] = {-1, 3, -2.5f, -8, 2.5f, 95.5f, -2, 2};
+    assert_floats(s->w, w3, 8);
+    ck_assert_uint_eq(s->version, v0 + 3);
+    ck_assert_uint_eq(s->pushes, 3);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(apply_sparse_uses_global_indices)
+{
+    dcps_shard_t *s = shard(1); /* [64, 72) */
+    const float w0[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    uint64_t v0 = s->version;
+
+    const uint32_t i1[3] = {64, 66, 71};
+    const float v1[3] = {2, -2, 4};
+    dcps_shard_apply_sparse(s, 2, 10, i1, v1, 3);
+    const float w1[8] = {-1, 1, 3, 3, 4, 5, 6, 5};
+    assert_floats(s->w, w1, 8);
+    ck_assert_uint_eq(s->version, v0 + 1);
+
+    const uint32_t i2[2] = {65, 67};
+    const float v2[2] = {0.5f, -9};
+    dcps_shard_apply_sparse(s, 2, 11, i2, v2, 2);
+    const float w2[8] = {-1, 0.75f, 3, 7.5f, 4, 5, 6, 5};
+    assert_floats(s->w, w2, 8);
+    ck_assert_uint_eq(s->version, v0 + 2);
+
+    /* An empty sparse push is still an applied push. */
+    dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0);
+    assert_floats(s->w, w2, 8);
+    ck_assert_uint_eq(s->version, v0 + 3);
+    ck_assert(dcps_shard_is_duplicate(s, 2, 12));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(duplicate_is_seq_at_or_below_last_applied_of_that_rank)
+{
+    dcps_shard_t *s = shard(1);
+    const float z[8] = {0};
+    ck_assert_int_eq(dcps_shard_init(s, z), 1);
+    for (uint32_t r = 0; r < 3; r++)
+        ck_assert(!dcps_shard_is_duplicate(s, r, 1));
+
+    const float g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    dcps_shard_apply_dense(s, 1, 10, g);
+    ck_assert(dcps_shard_is_duplicate(s, 1, 1));
+    ck_assert(dcps_shard_is_duplicate(s, 1, 9));
+    ck_assert(dcps_shard_is_duplicate(s, 1, 10));
+    ck_assert(!dcps_shard_is_duplicate(s, 1, 11));
+    ck_assert(!dcps_shard_is_duplicate(s, 1, UINT64_MAX));
+    /* Other ranks are not affected. */
+    ck_assert(!dcps_shard_is_duplicate(s, 0, 5));
+    ck_assert(!dcps_shard_is_duplicate(s, 2, 10));
+
+    const uint32_t ix[1] = {70};
+    const float v[1] = {1};
+    dcps_shard_apply_sparse(s, 2, 1000, ix, v, 1);
+    ck_assert(dcps_shard_is_duplicate(s, 2, 1000));
+    ck_assert(!dcps_shard_is_duplicate(s, 2, 1001));
+    ck_assert(dcps_shard_is_duplicate(s, 1, 10));
+    ck_assert(!dcps_shard_is_duplicate(s, 1, 11));
+    ck_assert(!dcps_shard_is_duplicate(s, 0, 11));
+
+    dcps_shard_apply_dense(s, 1, 11, g);
+    ck_assert(dcps_shard_is_duplicate(s, 1, 11));
+    ck_assert(!dcps_shard_is_duplicate(s, 1, 12));
+    ck_assert(dcps_shard_is_duplicate(s, 2, 1000));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(large_seqs_are_tracked_in_64_bits)
+{
+    dcps_shard_t *s = shard(1);
+    const float z[8] = {0};
+    ck_assert_int_eq(dcps_shard_init(s, z), 1);
+    /* Worker seqs start near the clock in microseconds: far above 2^32. */
+    uint64_t seq = 1700000000000000ull;
+    dcps_shard_apply_dense(s, 0, seq, z);
+    ck_assert(dcps_shard_is_duplicate(s, 0, seq));
+    ck_assert(dcps_shard_is_duplicate(s, 0, seq - 1));
+    ck_assert(!dcps_shard_is_duplicate(s, 0, seq + 1));
+    ck_assert(!dcps_shard_is_duplicate(s, 0, seq + (1ull << 32)));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(sparse_push_equals_dense_push_of_the_same_vector)
+{
+    dcps_shard_t *a = shard(0), *b = shard(0); /* [0, 64) */
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 2024);
+    float w0[64];
+    for (int i = 0; i < 64; i++)
+        w0[i] = dcps_rng_normal(&rng);
+    w0[5] = -0.0f; /* untouched signed zeros stay as they are */
+    ck_assert_int_eq(dcps_shard_init(a, w0), 1);
+    ck_assert_int_eq(dcps_shard_init(b, w0), 1);
+
+    for (uint64_t step = 1; step <= 50; step++) {
+        uint32_t idx[64];
+        float val[64], dense[64];
+        size_t k = 0;
+        memset(dense, 0, sizeof dense);
+        for (uint32_t i = 0; i < 64; i++)
+            if (dcps_rng_below(&rng, 4) == 0) {
+                idx[k] = i;
+                val[k] = dcps_rng_normal(&rng);
+                dense[i] = val[k];
+                k++;
+            }
+        dcps_shard_apply_dense(a, (uint32_t)(step % 3), step, dense);
+        dcps_shard_apply_sparse(b, (uint32_t)(step % 3), step, idx, val, k);
+        ck_assert_msg(memcmp(a->w, b->w, 64 * sizeof(float)) == 0, "step %llu differs",
+                      (unsigned long long)step);
+        ck_assert_uint_eq(a->version, b->version);
+    }
+    dcps_shard_destroy(&a);
+    dcps_shard_destroy(&b);
+}
+END_TEST
+
+START_TEST(memory_counts_parameters_and_per_worker_state)
+{
+    /* SGD: n floats of parameters and one 64-bit sequence number per worker. */
+    dcps_shard_t *s0 = shard(0), *s1 = shard(1);
+    ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * sizeof(uint64_t));
+    ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * sizeof(uint64_t));
+    ck_assert_uint_eq(dcps_shard_memory(s1), 56);
+    dcps_shard_destroy(&s0);
+    dcps_shard_destroy(&s1);
+}
+END_TEST
+
+static Suite *optimizer_suite(void)
+{
+    Suite *s = suite_create("optimizer");
+    TCase *tc = tcase_create("sgd");
+    tcase_add_test(tc, sgd_dense_three_steps_by_hand);
+    tcase_add_test(tc, sgd_dense_touches_exactly_n_elements);
+    tcase_add_test(tc, sgd_dense_with_zero_lr_changes_nothing);
+    tcase_add_test(tc, sgd_dense_rounds_like_float32);
+    tcase_add_test(tc, sgd_sparse_three_steps_by_hand);
+    tcase_add_test(tc, sgd_sparse_subtracts_base_from_global_indices);
+    tcase_add_test(tc, sgd_sparse_with_base_above_two_to_the_31);
+    tcase_add_test(tc, sgd_sparse_with_no_entries_changes_nothing);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("shard");
+    tcase_add_test(tc, new_shard_takes_range_workers_and_lr_from_the_job);
+    tcase_add_test(tc, destroy_clears_the_pointer_and_accepts_null);
+    tcase_add_test(tc, init_sets_parameters_once);
+    tcase_add_test(tc, apply_dense_gives_hand_computed_values_and_bumps_version);
+    tcase_add_test(tc, apply_sparse_uses_global_indices);
+    tcase_add_test(tc, duplicate_is_seq_at_or_below_last_applied_of_that_rank);
+    tcase_add_test(tc, large_seqs_are_tracked_in_64_bits);
+    tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
+    tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(optimizer_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int number_failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return number_failed ? 1 : 0;
+}
