@@ -4,6 +4,8 @@
  * forgets to drain after sending, leaves messages sitting in the socket with no
  * edge to come: these tests then time out instead of counting every message. */
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <pthread.h>
 #include <string.h>
 #include <uv.h>
@@ -187,9 +189,5 @@ int main(void)
     tcase_add_test(tc, messages_queued_before_the_bridge_starts_are_handled);
     tcase_add_test(tc, burst_over_tcp_with_a_small_budget_does_not_stall);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dcps_test_run(su);
 }

@@ -6,6 +6,8 @@
 #include "proto/codec.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1237,9 +1239,5 @@ static Suite *codec_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(codec_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run(codec_suite());
 }

@@ -4,6 +4,8 @@
 #include "common/error.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,9 +168,5 @@ static Suite *error_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(error_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run(error_suite());
 }

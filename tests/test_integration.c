@@ -1,6 +1,8 @@
 /* dcps — integration tests: real dcps-server and dcps-worker processes on
  * 127.0.0.1, trained on the real Fashion-MNIST files. */
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -209,9 +211,5 @@ int main(void)
     tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
     tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dcps_test_run(s);
 }

@@ -8,6 +8,8 @@
 #include "common/rng.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,9 +311,5 @@ int main(void)
     tcase_add_test(tc, evaluate_in_chunks_agrees_with_forward_backward);
     tcase_add_test(tc, invalid_batch_or_label_is_rejected_and_grad_untouched);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return dcps_test_run(s);
 }

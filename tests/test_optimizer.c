@@ -6,6 +6,8 @@
 #include "server/optimizer.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,9 +412,5 @@ static Suite *optimizer_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(optimizer_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run(optimizer_suite());
 }

@@ -5,6 +5,8 @@
 #include "kernels/residual.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -198,9 +200,5 @@ static Suite *residual_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(residual_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run(residual_suite());
 }

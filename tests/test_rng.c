@@ -3,6 +3,8 @@
 #include "common/rng.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -130,9 +132,5 @@ int main(void)
     tcase_add_test(tc, below_stays_below_n_and_is_roughly_uniform);
     tcase_add_test(tc, shuffle_is_a_deterministic_permutation);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return dcps_test_run(s);
 }

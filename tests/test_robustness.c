@@ -2,6 +2,8 @@
  * real shard gets an ERROR reply for each, with the right code, nothing of them
  * is applied, and a worker training at the same time is not affected at all. */
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,9 +359,5 @@ int main(void)
     tcase_add_test(tc, bad_messages_get_errors_and_change_nothing);
     tcase_add_test(tc, worker_trains_unaffected_while_garbage_arrives);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dcps_test_run(s);
 }

@@ -5,6 +5,8 @@
 #include "common/shardmap.h"
 
 #include <check.h>
+
+#include "tests/check_run.h"
 #include <stdlib.h>
 
 static const uint64_t sizes[] = {1, 63, 64, 65, 1000, 235146, (1u << 20) + 7, 4294967295u};
@@ -241,9 +243,5 @@ static Suite *shardmap_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shardmap_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run(shardmap_suite());
 }
