@@ -117,8 +117,9 @@ do_demo() {
     say "2 workers training the Fashion-MNIST MLP (progress every 200 steps)"
     local wp=()
     for r in 0 1; do
+        # Not `worker | tee`: $! must be the worker's pid, so that stop_all reaches it.
         OPENBLAS_NUM_THREADS=1 "$build/dcps-worker" --config "$job" --rank $r \
-            --metrics "$run/worker$r.csv" 2>"$run/worker$r.log" | tee "$run/worker$r.out" &
+            --metrics "$run/worker$r.csv" 2>"$run/worker$r.log" > >(tee "$run/worker$r.out") &
         wp+=($!)
         pids+=($!)
     done
