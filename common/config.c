@@ -701,7 +701,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         const char *key;
     } later[] = {
         {cfg->mode != DCPS_MODE_ASYNC, "[job] mode: only async"},
-        {cfg->opt_kind != DCPS_OPT_SGD, "[optimizer] kind: only sgd"},
         {cfg->push != DCPS_PUSH_DENSE, "[compression] push: only dense"},
         {cfg->pull != DCPS_PULL_DENSE, "[compression] pull: only dense"},
         {cfg->pipeline, "[compression] pipeline: only false"},

@@ -240,8 +240,10 @@ int main(int argc, char **argv)
                 cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, shard->range.lo,
                 shard->range.hi, cfg->n_params, endpoint, cfg->workers,
                 dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
-    DCPS_INFO("memory: %zu bytes (parameters %zu)", dcps_shard_memory(shard),
-              shard->n * sizeof(float));
+    DCPS_INFO("memory: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu)",
+              dcps_shard_memory(shard), shard->n * sizeof(float),
+              shard->state ? shard->n * sizeof(float) : 0,
+              shard->bak ? shard->n * sizeof(float) * (size_t)shard->workers : 0);
     dcps_notify("READY=1\nSTATUS=serving shard %d at %s", opt.shard, endpoint);
 
     uv_run(&srv.loop, UV_RUN_DEFAULT);

@@ -1,19 +1,47 @@
 /* dcps — the server's update rules, as plain arithmetic on arrays.
  *
  * These functions own nothing: they update the arrays they are given. The shard
- * (shard.h) holds the arrays and decides which rule runs. */
+ * (shard.h) holds the arrays and decides which rule runs. Sparse updates take
+ * global indices and `base`, the global index of element 0 (a shard's lo).
+ *
+ * Rules (DESIGN §3; w parameters, g gradient, η learning rate):
+ *   SGD       w ← w − η g
+ *   Momentum  u ← μ u + g;  w ← w − η u
+ *   DC-ASGD   w ← w − η (g + λ g⊙g⊙(w − w_bak(m)))        (Zheng et al., ICML 2017)
+ *             w_bak(m): the parameters worker m last pulled. λ constant (DC-ASGD-c) or
+ *             adaptive (DC-ASGD-a): MS ← d MS + (1 − d) g⊙g, then λ_i = λ0 / sqrt(MS_i + ε).
+ * A sparse push is the dense rule applied to a gradient that is zero off its
+ * entries: SGD and DC-ASGD change only the pushed entries (the correction is zero
+ * where g is); momentum decays u everywhere and so moves every parameter. For
+ * DC-ASGD-a, MS is updated at the pushed entries only: entries a worker did not
+ * push keep their mean square instead of decaying towards zero. */
 #ifndef DCPS_OPTIMIZER_H
 #define DCPS_OPTIMIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* SGD: w ← w − lr·g over n elements. */
-void dcps_sgd_dense(float *w, const float *g, size_t n, float lr);
+typedef struct {
+    float lr;
+    float lambda;   /* λ, or λ0 when adaptive */
+    bool adaptive;
+    float ms_decay; /* d */
+    float epsilon;  /* ε */
+} dcps_dcasgd_t;
 
-/* SGD on k entries: w[idx[j] − base] ← w[idx[j] − base] − lr·v[j]. base is the
- * global index of w[0] (a shard's lo). */
+void dcps_sgd_dense(float *w, const float *g, size_t n, float lr);
 void dcps_sgd_sparse(float *w, uint64_t base, const uint32_t *idx, const float *v, size_t k,
                      float lr);
+
+void dcps_momentum_dense(float *w, float *u, const float *g, size_t n, float lr, float mu);
+void dcps_momentum_sparse(float *w, float *u, size_t n, uint64_t base, const uint32_t *idx,
+                          const float *v, size_t k, float lr, float mu);
+
+/* ms is used (and updated) only when p->adaptive. */
+void dcps_dcasgd_dense(float *w, const float *bak, float *ms, const float *g, size_t n,
+                       const dcps_dcasgd_t *p);
+void dcps_dcasgd_sparse(float *w, const float *bak, float *ms, uint64_t base, const uint32_t *idx,
+                        const float *v, size_t k, const dcps_dcasgd_t *p);
 
 #endif

@@ -144,6 +144,7 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
      * sending this reply. */
     reply.payload[0] = (dcps_buf_t){s->w, s->n * sizeof *s->w};
+    dcps_shard_pulled(s, m->rank);
     s->pulls++;
     send_reply(r, id, &reply);
     return 0;

@@ -17,9 +17,18 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->n = (size_t)(s->range.hi - s->range.lo);
     s->workers = cfg->workers;
     s->lr = (float)cfg->lr;
-    s->w = calloc(s->n ? s->n : 1, sizeof *s->w);
+    s->kind = cfg->opt_kind;
+    s->momentum = (float)cfg->momentum;
+    s->dc = (dcps_dcasgd_t){(float)cfg->lr, (float)cfg->dc_lambda, cfg->dc_adaptive,
+                            (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
+    bool has_state = s->kind == DCPS_OPT_MOMENTUM || (s->kind == DCPS_OPT_DCASGD && s->dc.adaptive);
+    size_t backups = s->kind == DCPS_OPT_DCASGD ? (size_t)cfg->workers : 0;
+    s->floats = s->n * (1 + has_state + backups);
+    s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
     if (!s->w)
         goto fail_w;
+    s->state = has_state ? s->w + s->n : NULL;
+    s->bak = backups ? s->w + s->n * (1 + has_state) : NULL;
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
     if (!s->last_seq)
         goto fail_seq;
@@ -50,6 +59,8 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
     if (s->initialized)
         return 0;
     memcpy(s->w, w, s->n * sizeof *w);
+    for (int m = 0; s->bak && m < s->workers; m++)
+        memcpy(s->bak + (size_t)m * s->n, w, s->n * sizeof *w);
     s->initialized = true;
     return 1;
 }
@@ -66,20 +77,45 @@ static void applied(dcps_shard_t *s, uint32_t rank, uint64_t seq)
     s->pushes++;
 }
 
+void dcps_shard_pulled(dcps_shard_t *s, uint32_t rank)
+{
+    if (s->bak)
+        memcpy(s->bak + (size_t)rank * s->n, s->w, s->n * sizeof *s->w);
+}
+
 void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
-    dcps_sgd_dense(s->w, g, s->n, s->lr);
+    switch (s->kind) {
+    case DCPS_OPT_MOMENTUM:
+        dcps_momentum_dense(s->w, s->state, g, s->n, s->lr, s->momentum);
+        break;
+    case DCPS_OPT_DCASGD:
+        dcps_dcasgd_dense(s->w, s->bak + (size_t)rank * s->n, s->state, g, s->n, &s->dc);
+        break;
+    default:
+        dcps_sgd_dense(s->w, g, s->n, s->lr);
+    }
     applied(s, rank, seq);
 }
 
 void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
                              const float *v, size_t k)
 {
-    dcps_sgd_sparse(s->w, s->range.lo, idx, v, k, s->lr);
+    switch (s->kind) {
+    case DCPS_OPT_MOMENTUM:
+        dcps_momentum_sparse(s->w, s->state, s->n, s->range.lo, idx, v, k, s->lr, s->momentum);
+        break;
+    case DCPS_OPT_DCASGD:
+        dcps_dcasgd_sparse(s->w, s->bak + (size_t)rank * s->n, s->state, s->range.lo, idx, v, k,
+                           &s->dc);
+        break;
+    default:
+        dcps_sgd_sparse(s->w, s->range.lo, idx, v, k, s->lr);
+    }
     applied(s, rank, seq);
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)
 {
-    return s->n * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq;
+    return s->floats * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq;
 }

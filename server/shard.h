@@ -1,8 +1,13 @@
 /* dcps — one shard's parameter store.
  *
- * A shard owns the parameters [lo, hi) of the model, their version and what it
- * needs to apply each push exactly once: the last applied sequence number of
- * every worker rank. It is single-owner (the server's loop thread) and takes no
+ * A shard owns the parameters [lo, hi) of the model, their version, the state of
+ * the job's update rule (server/optimizer.h) and what it needs to apply each push
+ * exactly once: the last applied sequence number of every worker rank.
+ *
+ * Memory, in floats of the shard's size n: the parameters (1); momentum's u or
+ * DC-ASGD-a's mean square (1); DC-ASGD's backup of every worker's last pulled
+ * parameters (P). So SGD holds n, momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a
+ * (2 + P) n, all in one allocation made at start. It is single-owner (the server's loop thread) and takes no
  * locks. It checks nothing that comes from the network: the router validates
  * every message (proto/codec.h) before it reaches these functions. */
 #ifndef DCPS_SHARD_H
@@ -14,17 +19,24 @@
 
 #include "common/config.h"
 #include "common/shardmap.h"
+#include "server/optimizer.h"
 
 typedef struct dcps_shard {
     int index;
     dcps_range_t range;
     size_t n;            /* hi − lo */
-    float *w;            /* n parameters; allocated once */
+    float *w;            /* n parameters; one allocation with state and bak */
+    float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
+    float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
+    int kind;            /* enum dcps_optimizer */
+    float momentum;
+    dcps_dcasgd_t dc;
     bool initialized;    /* set by the first INIT */
     uint64_t version;    /* incremented by every applied update */
     int workers;
     uint64_t *last_seq;  /* per rank: the highest push seq applied */
     float lr;            /* from [optimizer] lr */
+    size_t floats;       /* size of the allocation, in floats */
     uint64_t pushes, duplicates, pulls;
 } dcps_shard_t;
 
@@ -35,8 +47,9 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err);
 /* Frees the store and sets *s to NULL. */
 void dcps_shard_destroy(dcps_shard_t **s);
 
-/* Sets the initial parameters (n values) if none were set. Returns 1 if it set
- * them, 0 if the shard was already initialised (nothing changed). */
+/* Sets the initial parameters (n values) if none were set, and every worker's
+ * DC-ASGD backup to them. Returns 1 if it set them, 0 if the shard was already
+ * initialised (nothing changed). */
 int dcps_shard_init(dcps_shard_t *s, const float *w);
 
 /* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
@@ -50,6 +63,10 @@ bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq)
 void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
 void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
                              const float *v, size_t k);
+
+/* Records that worker `rank` now holds the current parameters (it was sent
+ * them): DC-ASGD's w_bak(rank) becomes w. A no-op for the other rules. */
+void dcps_shard_pulled(dcps_shard_t *s, uint32_t rank);
 
 /* Bytes the shard holds (parameters and per-worker state). */
 size_t dcps_shard_memory(const dcps_shard_t *s);

@@ -74,7 +74,7 @@ START_TEST(two_workers_on_two_shards_learn_fashion_mnist)
 
     pid_t w[2];
     for (int r = 0; r < 2; r++) {
-        char rank[4], tag[16];
+        char rank[16], tag[32];
         snprintf(rank, sizeof rank, "%d", r);
         snprintf(tag, sizeof tag, "worker%d", r);
         const char *argv[] = {"--config", j, "--rank", rank, "--set", shards,
@@ -83,7 +83,7 @@ START_TEST(two_workers_on_two_shards_learn_fashion_mnist)
     }
     double acc[2];
     for (int r = 0; r < 2; r++) {
-        char tag[16];
+        char tag[32];
         snprintf(tag, sizeof tag, "worker%d", r);
         int st = h_wait(w[r], 300000);
         ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, h_slurp(h_path(tag, "err")));

@@ -382,6 +382,158 @@ START_TEST(memory_counts_parameters_and_per_worker_state)
 }
 END_TEST
 
+
+/* --- momentum and DC-ASGD, worked out by hand (all values exact in float) ------------- */
+
+START_TEST(momentum_dense_two_steps_by_hand)
+{
+    float w[2] = {1, 2}, u[2] = {0, 0};
+    const float g[2] = {1, -2};
+    dcps_momentum_dense(w, u, g, 2, 0.5f, 0.5f);
+    ck_assert_float_eq(u[0], 1);
+    ck_assert_float_eq(u[1], -2);
+    ck_assert_float_eq(w[0], 0.5f);
+    ck_assert_float_eq(w[1], 3);
+    dcps_momentum_dense(w, u, g, 2, 0.5f, 0.5f);
+    ck_assert_float_eq(u[0], 1.5f); /* 0.5·1 + 1 */
+    ck_assert_float_eq(u[1], -3);
+    ck_assert_float_eq(w[0], -0.25f); /* 0.5 − 0.5·1.5 */
+    ck_assert_float_eq(w[1], 4.5f);
+}
+END_TEST
+
+START_TEST(momentum_sparse_equals_dense_of_the_same_sparse_vector)
+{
+    float w1[5] = {1, 2, 3, 4, 5}, u1[5] = {0.5f, -1, 0.25f, 2, -3};
+    float w2[5], u2[5];
+    memcpy(w2, w1, sizeof w1);
+    memcpy(u2, u1, sizeof u1);
+    const uint32_t idx[2] = {11, 13};
+    const float v[2] = {2, -4}, g[5] = {0, 2, 0, -4, 0};
+    for (int step = 0; step < 3; step++) {
+        dcps_momentum_sparse(w1, u1, 5, 10, idx, v, 2, 0.1f, 0.9f);
+        dcps_momentum_dense(w2, u2, g, 5, 0.1f, 0.9f);
+    }
+    ck_assert_mem_eq(w1, w2, sizeof w1);
+    ck_assert_mem_eq(u1, u2, sizeof u1);
+    ck_assert_float_ne(w1[0], 1); /* u decays everywhere, so every entry moved */
+}
+END_TEST
+
+START_TEST(dcasgd_constant_lambda_two_steps_by_hand)
+{
+    float w[2] = {1, 2};
+    const float bak[2] = {0.5f, 2}, g[2] = {2, 1};
+    const dcps_dcasgd_t p = {.lr = 0.5f, .lambda = 0.25f};
+    /* c = g + λ g² (w − bak): c0 = 2 + 0.25·4·0.5 = 2.5, c1 = 1 + 0 = 1. */
+    dcps_dcasgd_dense(w, bak, NULL, g, 2, &p);
+    ck_assert_float_eq(w[0], -0.25f);
+    ck_assert_float_eq(w[1], 1.5f);
+    /* c0 = 2 + 0.25·4·(−0.75) = 1.25, c1 = 1 + 0.25·1·(−0.5) = 0.875. */
+    dcps_dcasgd_dense(w, bak, NULL, g, 2, &p);
+    ck_assert_float_eq(w[0], -0.875f);
+    ck_assert_float_eq(w[1], 1.0625f);
+}
+END_TEST
+
+START_TEST(dcasgd_adaptive_lambda_by_hand)
+{
+    float w[1] = {1}, ms[1] = {0};
+    const float bak[1] = {0.5f}, g[1] = {2};
+    const dcps_dcasgd_t p = {.lr = 0.5f, .lambda = 3, .adaptive = true, .ms_decay = 0.5f,
+                             .epsilon = 0.25f};
+    /* MS = 0.5·0 + 0.5·4 = 2; λ = 3 / sqrt(2.25) = 2; c = 2 + 2·4·0.5 = 6. */
+    dcps_dcasgd_dense(w, bak, ms, g, 1, &p);
+    ck_assert_float_eq(ms[0], 2);
+    ck_assert_float_eq(w[0], -2);
+    /* MS = 1 + 2 = 3; λ = 3 / sqrt(3.25); c = 2 + λ·4·(−2.5). */
+    float lambda = 3.0f / sqrtf(3.25f);
+    float expect = -2.0f - 0.5f * (2.0f + lambda * 4.0f * (-2.5f));
+    dcps_dcasgd_dense(w, bak, ms, g, 1, &p);
+    ck_assert_float_eq(ms[0], 3);
+    ck_assert_float_eq(w[0], expect);
+}
+END_TEST
+
+START_TEST(dcasgd_sparse_changes_only_pushed_entries)
+{
+    float w1[4] = {1, 2, 3, 4}, w2[4] = {1, 2, 3, 4}, ms1[4] = {1, 1, 1, 1}, ms2[4] = {1, 1, 1, 1};
+    const float bak[4] = {0, 1, 2, 3};
+    const uint32_t idx[2] = {100, 102};
+    const float v[2] = {0.5f, -1}, g[4] = {0.5f, 0, -1, 0};
+    const dcps_dcasgd_t p = {0.1f, 2, true, 0.95f, 1e-7f};
+    dcps_dcasgd_sparse(w1, bak, ms1, 100, idx, v, 2, &p);
+    dcps_dcasgd_dense(w2, bak, ms2, g, 4, &p);
+    ck_assert_mem_eq(w1, w2, sizeof w1); /* parameters: same as the dense rule */
+    ck_assert_float_eq(w1[1], 2);
+    ck_assert_float_eq(w1[3], 4);
+    ck_assert_float_eq(ms1[1], 1); /* unpushed entries keep their mean square */
+    ck_assert_float_eq(ms2[1], 0.95f);
+}
+END_TEST
+
+static dcps_shard_t *dc_shard(bool adaptive)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    char err[512];
+    const char *ov[] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=2",
+                        "optimizer.kind=dcasgd", "optimizer.lr=0.5", "optimizer.dc_lambda=0.25",
+                        adaptive ? "optimizer.dc_adaptive=true" : "optimizer.dc_adaptive=false"};
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 7, err, sizeof err) == 0, "%s", err);
+    int rc = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
+    free(cfg);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+/* The backup is per worker: a worker that pulled after another's update is
+ * corrected against what it received, not against the shard's previous w. */
+START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
+{
+    dcps_shard_t *s = dc_shard(false);
+    float w0[72], g[72], bak0[72], bak1[72], expect[72];
+    for (int i = 0; i < 72; i++) {
+        w0[i] = (float)(i % 7) * 0.25f;
+        g[i] = (float)(i % 5) - 2.0f;
+    }
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    memcpy(bak1, w0, sizeof w0); /* both workers start from the initial parameters */
+    memcpy(expect, w0, sizeof w0);
+    const dcps_dcasgd_t p = {0.5f, 0.25f, false, 0.95f, 1e-7f};
+
+    /* Worker 0 pushes: its backup equals w, so the step is plain SGD. */
+    dcps_shard_apply_dense(s, 0, 1, g);
+    dcps_sgd_dense(expect, g, 72, 0.5f);
+    ck_assert_mem_eq(s->w, expect, sizeof expect);
+
+    /* Worker 0 pulls (backup 0 = w); worker 1 pushes, corrected against w0. */
+    dcps_shard_pulled(s, 0);
+    memcpy(bak0, s->w, sizeof bak0);
+    dcps_shard_apply_dense(s, 1, 1, g);
+    dcps_dcasgd_dense(expect, bak1, NULL, g, 72, &p);
+    ck_assert_mem_eq(s->w, expect, sizeof expect);
+
+    /* Worker 0 pushes again: corrected against what it pulled. */
+    dcps_shard_apply_dense(s, 0, 2, g);
+    dcps_dcasgd_dense(expect, bak0, NULL, g, 72, &p);
+    ck_assert_mem_eq(s->w, expect, sizeof expect);
+    ck_assert_uint_eq(s->version, 3);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(memory_of_dcasgd_is_two_plus_p_times_the_shard)
+{
+    dcps_shard_t *s = dc_shard(true);
+    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * sizeof(uint64_t));
+    dcps_shard_destroy(&s);
+    s = dc_shard(false);
+    ck_assert_uint_eq(dcps_shard_memory(s), (1 + 2) * 72 * sizeof(float) + 2 * sizeof(uint64_t));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
 static Suite *optimizer_suite(void)
 {
     Suite *s = suite_create("optimizer");
@@ -406,6 +558,16 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, large_seqs_are_tracked_in_64_bits);
     tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
     tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);
+    tcase_add_test(tc, shard_dcasgd_keeps_one_backup_per_worker);
+    tcase_add_test(tc, memory_of_dcasgd_is_two_plus_p_times_the_shard);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("momentum and dcasgd");
+    tcase_add_test(tc, momentum_dense_two_steps_by_hand);
+    tcase_add_test(tc, momentum_sparse_equals_dense_of_the_same_sparse_vector);
+    tcase_add_test(tc, dcasgd_constant_lambda_two_steps_by_hand);
+    tcase_add_test(tc, dcasgd_adaptive_lambda_by_hand);
+    tcase_add_test(tc, dcasgd_sparse_changes_only_pushed_entries);
     suite_add_tcase(s, tc);
     return s;
 }
