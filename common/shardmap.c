@@ -24,7 +24,8 @@ int dcps_shardmap_owner(uint64_t n, int n_shards, uint64_t i)
     uint64_t blocks = (n + DCPS_SHARD_ALIGN - 1) / DCPS_SHARD_ALIGN;
     uint64_t b = i / DCPS_SHARD_ALIGN;
     uint64_t S = (uint64_t)n_shards;
-    /* Shard s starts at block ceil(s*B/S)... the first s with (s+1)*B/S > b. */
+    /* The owner is the s with s*B/S <= b < (s+1)*B/S (floor divisions). b*S/B is
+     * within one of it; the two loops settle the rounding. */
     int s = (int)((b * S) / blocks);
     while (s + 1 < n_shards && blocks * (uint64_t)(s + 1) / S <= b)
         s++;
