@@ -30,21 +30,25 @@ const char *h_dir(void)
     return dir;
 }
 
+/* A path buffer that stays valid for the next 15 calls. */
+static char *slot(void)
+{
+    static char buf[16][512];
+    static int at;
+    return buf[at++ % 16];
+}
+
 const char *h_path(const char *tag, const char *ext)
 {
-    static char buf[8][512];
-    static int at;
-    char *p = buf[at++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s.%s", h_dir(), tag, ext);
+    char *p = slot();
+    snprintf(p, 512, "%s/%s.%s", h_dir(), tag, ext);
     return p;
 }
 
 const char *h_write(const char *name, const char *text)
 {
-    static char buf[8][512];
-    static int at;
-    char *p = buf[at++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", h_dir(), name);
+    char *p = slot();
+    snprintf(p, 512, "%s/%s", h_dir(), name);
     FILE *f = fopen(p, "w");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
         perror(p);

@@ -107,6 +107,12 @@ static int check_finite(trainer_t *t, long step)
     return 0;
 }
 
+/* Mean staleness of this worker's pushes so far; 0 before the first. */
+static double staleness_mean(const dcps_client_stats_t *st)
+{
+    return st->staleness_count ? (double)st->staleness_sum / (double)st->staleness_count : 0.0;
+}
+
 static void csv_row(trainer_t *t, long step, int epoch, double loss, double train_acc,
                     double test_acc)
 {
@@ -118,7 +124,7 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     if (test_acc >= 0)
         fprintf(t->csv, "%.4f", test_acc);
     fprintf(t->csv, ",%" PRIu64 ",%" PRIu64 ",%.3f\n", st.bytes_pushed, st.bytes_pulled,
-            st.staleness_count ? (double)st.staleness_sum / (double)st.staleness_count : 0.0);
+            staleness_mean(&st));
     fflush(t->csv);
 }
 
@@ -274,8 +280,7 @@ static int train(trainer_t *t, FILE *out)
                         "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
                         t->rank, step, epoch, wl, wa, (double)win_samples / (tn - t_win),
                         st.bytes_pushed, st.bytes_pulled,
-                        st.staleness_count ? (double)st.staleness_sum / (double)st.staleness_count
-                                           : 0.0);
+                        staleness_mean(&st));
                 fflush(out);
                 csv_row(t, step, epoch, wl, wa, -1);
                 win_loss = 0;
@@ -313,7 +318,7 @@ static int train(trainer_t *t, FILE *out)
             st.bytes_pushed, st.bytes_pulled, dcps_config_mode_name(cfg->mode),
             dcps_config_optimizer_name(cfg->opt_kind), dcps_config_push_name(cfg->push),
             cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density,
-            st.staleness_count ? (double)st.staleness_sum / (double)st.staleness_count : 0.0,
+            staleness_mean(&st),
             st.retries, t->gpu ? "gpu" : "cpu", cfg->workers);
     fflush(out);
     return 0;
