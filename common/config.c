@@ -119,6 +119,8 @@ static const struct key keys[] = {
     STR("worker", "metrics", metrics, "", "metrics CSV path; empty: none"),
     INT("worker", "timeout_ms", timeout_ms, "10000", 10, 3600000, "wait for a shard's reply"),
     INT("worker", "retries", retries, "5", 0, 1000, "retries of a request before giving up"),
+    INT("worker", "delay_ms", delay_ms, "0", 0, 600000,
+        "sleep after each step (experiments: a slow worker)"),
     STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
     INT("server", "checkpoint_every", checkpoint_every, "60", 0, 86400,
         "seconds between checkpoints; 0: no periodic ones"),
@@ -700,7 +702,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         bool set;
         const char *key;
     } later[] = {
-        {cfg->mode != DCPS_MODE_ASYNC, "[job] mode: only async"},
         {cfg->push != DCPS_PUSH_DENSE, "[compression] push: only dense"},
         {cfg->pull != DCPS_PULL_DENSE, "[compression] pull: only dense"},
         {cfg->pipeline, "[compression] pipeline: only false"},

@@ -80,6 +80,7 @@ typedef struct dcps_config {
     char metrics[DCPS_PATH_MAX];
     int timeout_ms;
     int retries;
+    int delay_ms;
 
     /* [server] */
     char checkpoint_dir[DCPS_PATH_MAX];

@@ -37,7 +37,9 @@ extern "C" {
     X(NOTREADY, -21, "shard parameters not initialised yet")                        \
     X(REMOTE, -22, "the peer answered with an error")                               \
     X(CLOSED, -23, "connection closed")                                             \
-    X(STATE, -24, "request not valid in the current state")
+    X(STATE, -24, "request not valid in the current state")                         \
+    X(VERSION, -25, "parameter version from the future")                            \
+    X(LIVE, -26, "rank already connected from elsewhere")
 
 enum {
 #define DCPS_ERR_ENUM(name, value, msg) DCPS_E_##name = (value),

@@ -14,7 +14,7 @@ static const char *const type_names[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_PULL] = "PULL",           [DCPS_MSG_PULL_REPLY] = "PULL_REPLY",
     [DCPS_MSG_BARRIER] = "BARRIER",     [DCPS_MSG_HEARTBEAT] = "HEARTBEAT",
     [DCPS_MSG_BYE] = "BYE",             [DCPS_MSG_ERROR] = "ERROR",
-    [DCPS_MSG_INIT] = "INIT",
+    [DCPS_MSG_INIT] = "INIT",           [DCPS_MSG_DONE] = "DONE",
 };
 
 const char *dcps_msg_type_name(uint32_t type)

@@ -30,6 +30,7 @@ enum dcps_msg_type {
     DCPS_MSG_BYE = 9,
     DCPS_MSG_ERROR = 10,
     DCPS_MSG_INIT = 11,
+    DCPS_MSG_DONE = 12,
     DCPS_MSG_TYPE_END
 };
 
@@ -38,6 +39,8 @@ enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2 };
 
 /* Header flags. */
 #define DCPS_FLAG_DUPLICATE 1u /* PUSH_ACK/INIT ack: already applied, not applied again */
+#define DCPS_FLAG_STALE 2u     /* PUSH_ACK: its step was closed without it; dropped (sync) */
+#define DCPS_FLAG_WAITING 4u   /* HEARTBEAT with a request's seq: still waiting for others */
 
 typedef struct {
     const void *data;

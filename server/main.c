@@ -142,6 +142,43 @@ typedef struct {
     int stopping;
 } server_t;
 
+static void log_memory(const dcps_shard_t *s, const char *when)
+{
+    size_t f = sizeof(float);
+    DCPS_INFO("memory at %s: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu, "
+              "sync sum %zu)",
+              when, dcps_shard_memory(s), s->n * f, s->state ? s->n * f : 0,
+              s->bak ? s->n * f * (size_t)s->workers : 0, s->acc ? s->n * f : 0);
+}
+
+/* One line: mean, max and the histogram's non-empty buckets ("0:12 1:40 2-3:7"). */
+static void log_staleness(const dcps_shard_t *s, const dcps_router_t *r)
+{
+    const dcps_staleness_t *st = &s->staleness;
+    char hist[512] = "";
+    size_t at = 0;
+    for (int b = 0; b < DCPS_STALENESS_BUCKETS && at < sizeof hist - 40; b++) {
+        if (!st->hist[b])
+            continue;
+        uint64_t lo = b ? 1ull << (b - 1) : 0, hi = b ? (1ull << b) - 1 : 0;
+        if (b == DCPS_STALENESS_BUCKETS - 1)
+            at += (size_t)snprintf(hist + at, sizeof hist - at, " %" PRIu64 "+:%" PRIu64, lo,
+                                   st->hist[b]);
+        else if (lo == hi)
+            at += (size_t)snprintf(hist + at, sizeof hist - at, " %" PRIu64 ":%" PRIu64, lo,
+                                   st->hist[b]);
+        else
+            at += (size_t)snprintf(hist + at, sizeof hist - at, " %" PRIu64 "-%" PRIu64
+                                   ":%" PRIu64, lo, hi, st->hist[b]);
+    }
+    DCPS_NOTICE("staleness: mean %.3f max %" PRIu64 " over %" PRIu64 " pushes; histogram%s",
+                st->count ? (double)st->sum / (double)st->count : 0.0, st->max, st->count,
+                *hist ? hist : " empty");
+    if (r->cfg->mode == DCPS_MODE_SSP)
+        DCPS_NOTICE("ssp: most steps ahead of the slowest worker %" PRIu64 " (bound %d)",
+                    r->cons.max_ahead, r->cfg->staleness);
+}
+
 static void on_closed(uv_handle_t *h)
 {
     (void)h;
@@ -206,12 +243,15 @@ int main(int argc, char **argv)
         DCPS_ERR("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
         goto fail_socket;
     }
-    int linger = 0;
+    int linger = 0, handover = 1;
     /* A message larger than the biggest valid one (a dense range, or indices and
      * values of the whole range) is refused by ZeroMQ, which drops the sender. */
     int64_t maxmsg = (int64_t)shard->n * 8 + 65536;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    /* A worker that reconnects keeps its routing id (worker/client.c): the new
+     * connection takes the id over from the old one. */
+    zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
     if (zmq_bind(sock, cfg->shards[opt.shard]) != 0) {
         DCPS_ERR("cannot bind %s: %s", cfg->shards[opt.shard], zmq_strerror(errno));
         goto fail_socket;
@@ -240,18 +280,17 @@ int main(int argc, char **argv)
                 cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, shard->range.lo,
                 shard->range.hi, cfg->n_params, endpoint, cfg->workers,
                 dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
-    DCPS_INFO("memory: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu)",
-              dcps_shard_memory(shard), shard->n * sizeof(float),
-              shard->state ? shard->n * sizeof(float) : 0,
-              shard->bak ? shard->n * sizeof(float) * (size_t)shard->workers : 0);
+    log_memory(shard, "start");
     dcps_notify("READY=1\nSTATUS=serving shard %d at %s", opt.shard, endpoint);
 
     uv_run(&srv.loop, UV_RUN_DEFAULT);
 
+    log_staleness(shard, &srv.router);
+    log_memory(shard, "end");
     DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64
-                " duplicates), %" PRIu64 " pulls, %" PRIu64 " bad messages, %" PRIu64
-                " bytes in, %" PRIu64 " bytes out",
-                shard->version, shard->pushes, shard->duplicates, shard->pulls,
+                " duplicates, %" PRIu64 " dropped), %" PRIu64 " pulls, %" PRIu64
+                " bad messages, %" PRIu64 " bytes in, %" PRIu64 " bytes out",
+                shard->version, shard->pushes, shard->duplicates, shard->dropped, shard->pulls,
                 dcps_router_error_count(&srv.router), srv.router.bytes_in, srv.router.bytes_out);
     status = 0;
 fail_loop:

@@ -38,10 +38,150 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
     send_reply(r, id, &reply);
 }
 
+static double now_ms(const dcps_router_t *r)
+{
+    return (double)uv_now(r->loop);
+}
+
+static bool route_eq(const dcps_route_t *a, const dcps_buf_t *id)
+{
+    return a->len == id->len && memcmp(a->b, id->data, id->len) == 0;
+}
+
+static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
+{
+    if (id->len > sizeof a->b) {
+        snprintf(why, whylen, "routing id of %zu bytes", id->len);
+        return DCPS_E_HEADER;
+    }
+    memcpy(a->b, id->data, id->len);
+    a->len = id->len;
+    return 0;
+}
+
+/* Answers a request that waited (a pull or a barrier): reply's other fields are
+ * set by the caller. */
+static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq,
+                    uint32_t type, dcps_msg_t *reply)
+{
+    reply->type = type;
+    reply->job_id = r->cfg->job_id;
+    reply->rank = rank;
+    reply->seq = seq;
+    reply->shard = (uint32_t)r->shard->index;
+    reply->param_version = r->shard->version;
+    send_reply(r, &(dcps_buf_t){to->b, to->len}, reply);
+}
+
+/* Sends rank its range of the parameters: they are now its DC-ASGD backup. */
+static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq)
+{
+    dcps_shard_t *s = r->shard;
+    dcps_msg_t reply = {0};
+    reply.range_lo = s->range.lo;
+    reply.range_hi = s->range.hi;
+    reply.nframes = 1;
+    reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
+    /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
+     * sending this reply. */
+    reply.payload[0] = (dcps_buf_t){s->w, s->n * sizeof *s->w};
+    dcps_shard_pulled(s, rank);
+    s->pulls++;
+    send_to(r, to, rank, seq, DCPS_MSG_PULL_REPLY, &reply);
+}
+
+/* Answers the waiting pulls whose step may start now. */
+static void serve_pulls(dcps_router_t *r)
+{
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
+        dcps_peer_t *p = &r->peers[i];
+        if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull_step)) {
+            p->pulling = false;
+            send_params(r, &p->wait, i, p->wait_seq);
+        }
+    }
+}
+
+/* Releases the barrier once every live worker has arrived. */
+static void barrier_check(dcps_router_t *r)
+{
+    if (r->barrier_waiting == 0)
+        return;
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
+        if (dcps_consistency_live(&r->cons, i) && !r->peers[i].in_barrier)
+            return;
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
+        dcps_peer_t *p = &r->peers[i];
+        if (!p->in_barrier)
+            continue;
+        dcps_msg_t reply = {.step = r->barrier_step};
+        send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_BARRIER, &reply);
+        p->in_barrier = false;
+    }
+    DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
+    r->barrier_waiting = 0;
+}
+
+/* After any change of membership or clocks: closes a full sync round, then
+ * answers what may go on. */
+static void progress(dcps_router_t *r)
+{
+    if (dcps_consistency_round_full(&r->cons)) {
+        dcps_shard_apply_round(r->shard, r->cons.contributions);
+        dcps_consistency_close_round(&r->cons);
+    }
+    serve_pulls(r);
+    barrier_check(r);
+}
+
+/* Forgets what rank was waiting for (it left or is dead). */
+static void drop_waits(dcps_router_t *r, uint32_t rank)
+{
+    dcps_peer_t *p = &r->peers[rank];
+    p->pulling = false;
+    if (p->in_barrier) {
+        p->in_barrier = false;
+        r->barrier_waiting--;
+    }
+}
+
+static void heard(dcps_router_t *r, uint32_t rank)
+{
+    const dcps_member_t *m = &r->cons.m[rank];
+    double silent = now_ms(r) - m->last_seen;
+    if (dcps_consistency_heard(&r->cons, rank, now_ms(r)))
+        DCPS_NOTICE("worker %u is back after %.0f ms of silence; admitted again", rank, silent);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    dcps_router_t *r = t->data;
+    int rank;
+    while ((rank = dcps_consistency_reap(&r->cons, now_ms(r))) >= 0) {
+        if (r->cons.m[rank].joined)
+            DCPS_NOTICE("worker %d declared dead: silent for more than %d ms; not waiting for it",
+                        rank, r->cfg->dead_after_ms);
+        else
+            DCPS_INFO("worker %d has not joined within %d ms; not waiting for it", rank,
+                      r->cfg->dead_after_ms);
+        drop_waits(r, (uint32_t)rank);
+    }
+    progress(r);
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
+        const dcps_peer_t *p = &r->peers[i];
+        if (p->pulling || p->in_barrier) {
+            dcps_msg_t ka = {.flags = DCPS_FLAG_WAITING};
+            send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka);
+        }
+    }
+}
+
 static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                     size_t whylen)
 {
     const dcps_shard_t *s = r->shard;
+    const dcps_member_t *mb = &r->cons.m[m->rank];
+    dcps_peer_t *p = &r->peers[m->rank];
     if (m->n_params != r->cfg->n_params) {
         snprintf(why, whylen, "worker's model has %llu parameters, this job has %llu",
                  (unsigned long long)m->n_params, (unsigned long long)r->cfg->n_params);
@@ -52,10 +192,20 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                  m->shard, s->index);
         return DCPS_E_SIZE;
     }
-    dcps_peer_t *p = &r->peers[m->rank];
-    if (!p->hello)
+    if (mb->joined && dcps_consistency_live(&r->cons, m->rank) && !route_eq(&p->hello, id)) {
+        snprintf(why, whylen,
+                 "rank %u is already connected from another socket (heard %.0f ms ago); it is "
+                 "admitted again once that one has been silent for %d ms",
+                 m->rank, now_ms(r) - mb->last_seen, r->cfg->dead_after_ms);
+        return DCPS_E_LIVE;
+    }
+    int rc = route_set(&p->hello, id, why, whylen);
+    if (rc != 0)
+        return rc;
+    if (!mb->joined)
         DCPS_INFO("worker %u joined", m->rank);
-    p->hello = true;
+    heard(r, m->rank);
+    dcps_consistency_join(&r->cons, m->rank);
 
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_WELCOME);
@@ -66,6 +216,7 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     reply.workers = (uint32_t)r->cfg->workers;
     reply.initialized = s->initialized;
     reply.param_version = s->version;
+    reply.step = dcps_consistency_next_step(&r->cons, m->rank);
     send_reply(r, id, &reply);
     return 0;
 }
@@ -88,8 +239,10 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     if ((rc = dcps_codec_dense(m, r->shard->n, &w, why, whylen)) != 0)
         return rc;
     int set = dcps_shard_init(r->shard, w);
-    if (set)
+    if (set) {
         DCPS_INFO("parameters initialised by rank 0 (%zu values)", r->shard->n);
+        dcps_consistency_start(&r->cons, now_ms(r));
+    }
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, set ? 0 : DCPS_FLAG_DUPLICATE);
     return 0;
 }
@@ -111,6 +264,11 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         rc = dcps_codec_sparse(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen);
     if (rc != 0)
         return rc;
+    if (m->param_version > s->version) {
+        snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
+                 (unsigned long long)m->param_version, (unsigned long long)s->version);
+        return DCPS_E_VERSION;
+    }
     if (!s->initialized)
         return not_ready(why, whylen);
     if (dcps_shard_is_duplicate(s, m->rank, m->seq)) {
@@ -119,69 +277,75 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
         return 0;
     }
-    if (idx)
+    switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
+    case DCPS_PUSH_STALE: {
+        /* Its round closed without it (it was declared dead, or left): dropped,
+         * and the worker learns the open round. */
+        DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", m->rank,
+                  (unsigned long long)m->step, (unsigned long long)r->cons.round);
+        dcps_shard_drop(s, m->rank, m->seq);
+        dcps_msg_t reply;
+        dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
+        reply.param_version = s->version;
+        reply.flags = DCPS_FLAG_STALE;
+        reply.step = r->cons.round;
+        send_reply(r, id, &reply);
+        return 0;
+    }
+    case DCPS_PUSH_FUTURE:
+        snprintf(why, whylen, "push for step %llu, the open round is %llu",
+                 (unsigned long long)m->step, (unsigned long long)r->cons.round);
+        return DCPS_E_STATE;
+    case DCPS_PUSH_AGAIN:
+        snprintf(why, whylen, "a second push from rank %u for step %llu", m->rank,
+                 (unsigned long long)m->step);
+        return DCPS_E_STATE;
+    default:
+        break;
+    }
+    dcps_shard_note_staleness(s, m->param_version);
+    if (r->cfg->mode == DCPS_MODE_SYNC) {
+        if (idx)
+            dcps_shard_accumulate_sparse(s, m->rank, m->seq, idx, v, k);
+        else
+            dcps_shard_accumulate_dense(s, m->rank, m->seq, v);
+    } else if (idx) {
         dcps_shard_apply_sparse(s, m->rank, m->seq, idx, v, k);
-    else
+    } else {
         dcps_shard_apply_dense(s, m->rank, m->seq, v);
+    }
+    dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
+    progress(r);
     return 0;
 }
 
 static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
-    dcps_shard_t *s = r->shard;
-    if (!s->initialized)
+    dcps_peer_t *p = &r->peers[m->rank];
+    if (!r->shard->initialized)
         return not_ready(why, whylen);
-    dcps_msg_t reply;
-    dcps_msg_reply(&reply, m, DCPS_MSG_PULL_REPLY);
-    reply.shard = (uint32_t)s->index;
-    reply.param_version = s->version;
-    reply.range_lo = s->range.lo;
-    reply.range_hi = s->range.hi;
-    reply.nframes = 1;
-    reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
-    /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
-     * sending this reply. */
-    reply.payload[0] = (dcps_buf_t){s->w, s->n * sizeof *s->w};
-    dcps_shard_pulled(s, m->rank);
-    s->pulls++;
-    send_reply(r, id, &reply);
-    return 0;
-}
-
-/* Releases the barrier once every worker that is in the job has arrived. */
-static void barrier_check(dcps_router_t *r)
-{
-    int live = 0;
-    for (int i = 0; i < r->cfg->workers; i++)
-        live += r->peers[i].hello;
-    if (r->barrier_waiting == 0 || r->barrier_waiting < live)
-        return;
-    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        dcps_peer_t *p = &r->peers[i];
-        if (!p->waiting)
-            continue;
-        dcps_msg_t reply = {0};
-        reply.type = DCPS_MSG_BARRIER;
-        reply.job_id = r->cfg->job_id;
-        reply.rank = i;
-        reply.seq = p->wait_seq;
-        reply.shard = (uint32_t)r->shard->index;
-        reply.step = r->barrier_step;
-        reply.param_version = r->shard->version;
-        send_reply(r, &(dcps_buf_t){p->id, p->id_len}, &reply);
-        p->waiting = false;
+    int rc = route_set(&p->wait, id, why, whylen);
+    if (rc != 0)
+        return rc;
+    if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
+        p->pulling = false;
+        send_params(r, &p->wait, m->rank, m->seq);
+        return 0;
     }
-    DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
-    r->barrier_waiting = 0;
+    /* Answered when the step may start; a retry (same seq) replaces this entry. */
+    p->pulling = true;
+    p->wait_seq = m->seq;
+    p->pull_step = m->step;
+    return 0;
 }
 
 static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                       size_t whylen)
 {
     dcps_peer_t *p = &r->peers[m->rank];
-    if (!p->hello) {
+    if (!r->cons.m[m->rank].joined) {
         snprintf(why, whylen, "rank %u entered a barrier without HELLO", m->rank);
         return DCPS_E_STATE;
     }
@@ -190,17 +354,14 @@ static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *
                  (unsigned long long)m->step, (unsigned long long)r->barrier_step);
         return DCPS_E_STATE;
     }
-    if (id->len > sizeof p->id) {
-        snprintf(why, whylen, "routing id of %zu bytes", id->len);
-        return DCPS_E_HEADER;
-    }
+    int rc = route_set(&p->wait, id, why, whylen);
+    if (rc != 0)
+        return rc;
     r->barrier_step = m->step;
-    if (!p->waiting)
+    if (!p->in_barrier)
         r->barrier_waiting++;
-    p->waiting = true;
+    p->in_barrier = true;
     p->wait_seq = m->seq; /* a retried BARRIER replaces the earlier one */
-    memcpy(p->id, id->data, id->len);
-    p->id_len = id->len;
     barrier_check(r);
     return 0;
 }
@@ -212,19 +373,26 @@ static int on_heartbeat(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t
     return 0;
 }
 
+static int on_done(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                   size_t whylen)
+{
+    if (!r->cons.m[m->rank].done)
+        DCPS_INFO("worker %u has no more batches", m->rank);
+    dcps_consistency_done(&r->cons, m->rank);
+    send_ack(r, id, m, DCPS_MSG_DONE, 0);
+    progress(r); /* the others no longer wait for its pushes */
+    return 0;
+}
+
 static int on_bye(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                   size_t whylen)
 {
-    dcps_peer_t *p = &r->peers[m->rank];
-    if (p->hello)
+    if (r->cons.m[m->rank].joined)
         DCPS_INFO("worker %u left", m->rank);
-    p->hello = false;
-    if (p->waiting) {
-        p->waiting = false;
-        r->barrier_waiting--;
-    }
+    dcps_consistency_leave(&r->cons, m->rank);
+    drop_waits(r, m->rank);
     send_ack(r, id, m, DCPS_MSG_BYE, 0);
-    barrier_check(r); /* the others no longer wait for this worker */
+    progress(r); /* the others no longer wait for this worker */
     return 0;
 }
 
@@ -232,7 +400,7 @@ static const handler_fn handlers[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_HELLO] = on_hello,     [DCPS_MSG_PUSH] = on_push,
     [DCPS_MSG_PULL] = on_pull,       [DCPS_MSG_BARRIER] = on_barrier,
     [DCPS_MSG_HEARTBEAT] = on_heartbeat, [DCPS_MSG_BYE] = on_bye,
-    [DCPS_MSG_INIT] = on_init,
+    [DCPS_MSG_INIT] = on_init,       [DCPS_MSG_DONE] = on_done,
 };
 
 static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg_t *m, int code,
@@ -284,8 +452,12 @@ static void on_message(dcps_bridge_t *b)
         snprintf(why, sizeof why, "a shard does not accept %s", dcps_msg_type_name(m.type));
         rc = DCPS_E_MSGTYPE;
     }
-    if (rc == 0)
+    if (rc == 0) {
+        /* Any good message is a sign of life; HELLO decides for itself. */
+        if (m.type != DCPS_MSG_HELLO)
+            heard(r, m.rank);
         rc = handlers[m.type](r, &id, &m, why, sizeof why);
+    }
     if (rc != 0)
         reply_error(r, &f, &m, rc, why);
     dcps_frames_close(&f);
@@ -298,21 +470,37 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
     r->cfg = cfg;
     r->shard = shard;
     r->sock = sock;
+    r->loop = loop;
+    int rc = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
+                                   cfg->dead_after_ms, (double)uv_now(loop));
+    if (rc != 0)
+        return rc;
     r->peers = calloc((size_t)cfg->workers, sizeof *r->peers);
-    if (!r->peers)
-        return DCPS_E_NOMEM;
-    int rc = dcps_bridge_init(loop, &r->bridge, sock, on_message, r);
-    if (rc != 0) {
-        free(r->peers);
-        r->peers = NULL;
+    if (!r->peers) {
+        rc = DCPS_E_NOMEM;
+        goto fail_peers;
     }
+    if ((rc = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
+        goto fail_bridge;
+    uv_timer_init(loop, &r->tick);
+    r->tick.data = r;
+    uv_timer_start(&r->tick, on_tick, (uint64_t)cfg->heartbeat_ms, (uint64_t)cfg->heartbeat_ms);
+    return 0;
+
+fail_bridge:
+    free(r->peers);
+    r->peers = NULL;
+fail_peers:
+    dcps_consistency_free(&r->cons);
     return rc;
 }
 
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
 {
+    uv_close((uv_handle_t *)&r->tick, NULL);
     free(r->peers);
     r->peers = NULL;
+    dcps_consistency_free(&r->cons);
     dcps_bridge_close(&r->bridge, close_cb);
 }
 

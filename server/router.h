@@ -4,8 +4,13 @@
  * through the bridge (common/bridge.h), validates it completely, hands it to the
  * handler of its type and answers. A bad message gets an ERROR reply with a code
  * and a sentence, one log line naming the peer, and a count; nothing of it is
- * applied and every other client is served as before. The barrier and the set of
- * workers that said HELLO or BYE live here too.
+ * applied and every other client is served as before.
+ *
+ * It runs the job's consistency model (server/consistency.h): pulls that may not
+ * start yet (sync, ssp) and barriers wait here, with the routing id to answer
+ * them later; every heartbeat_ms a timer declares silent workers dead and tells
+ * each waiting worker that it is still waiting (a HEARTBEAT with the request's
+ * seq and flag WAITING), so its client keeps waiting instead of timing out.
  *
  * Single-threaded: everything runs on the loop thread that owns the socket. */
 #ifndef DCPS_ROUTER_H
@@ -17,24 +22,36 @@
 
 #include "common/bridge.h"
 #include "common/config.h"
+#include "server/consistency.h"
 #include "server/shard.h"
 
 #define DCPS_ROUTING_ID_MAX 256
 #define DCPS_ERROR_SLOTS 32 /* counters for codes 0 .. −31 */
 
+/* A routing id of the ROUTER socket. */
 typedef struct {
-    bool hello;   /* said HELLO and not BYE since */
-    bool waiting; /* in the current barrier */
-    uint64_t wait_seq;
-    uint8_t id[DCPS_ROUTING_ID_MAX];
-    size_t id_len;
+    uint8_t b[DCPS_ROUTING_ID_MAX];
+    size_t len;
+} dcps_route_t;
+
+/* What the router remembers of a worker rank (its membership is in cons). */
+typedef struct {
+    dcps_route_t hello; /* the socket it said HELLO from */
+    dcps_route_t wait;  /* the socket of its waiting request */
+    bool in_barrier;    /* waiting in the current barrier */
+    bool pulling;       /* a PULL waits for its step to start */
+    uint64_t wait_seq;  /* seq of the waiting request */
+    uint64_t pull_step;
 } dcps_peer_t;
 
 typedef struct dcps_router {
     const dcps_config_t *cfg;
     dcps_shard_t *shard;
     void *sock;
+    uv_loop_t *loop;
     dcps_bridge_t bridge;
+    uv_timer_t tick;       /* every heartbeat_ms: dead workers, keepalives */
+    dcps_consistency_t cons;
     dcps_peer_t *peers;    /* one per rank */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
@@ -47,7 +64,8 @@ typedef struct dcps_router {
 int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
                      dcps_shard_t *shard);
 
-/* Stops serving; close_cb runs when the loop handles are closed. */
+/* Stops serving; close_cb runs when the bridge's handles are closed (the timer
+ * closes in the same loop iteration). */
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb);
 
 /* Total bad messages answered with ERROR so far. */

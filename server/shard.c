@@ -23,12 +23,14 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
     bool has_state = s->kind == DCPS_OPT_MOMENTUM || (s->kind == DCPS_OPT_DCASGD && s->dc.adaptive);
     size_t backups = s->kind == DCPS_OPT_DCASGD ? (size_t)cfg->workers : 0;
-    s->floats = s->n * (1 + has_state + backups);
+    bool has_acc = cfg->mode == DCPS_MODE_SYNC;
+    s->floats = s->n * (1 + has_state + backups + has_acc);
     s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
     if (!s->w)
         goto fail_w;
     s->state = has_state ? s->w + s->n : NULL;
     s->bak = backups ? s->w + s->n * (1 + has_state) : NULL;
+    s->acc = has_acc ? s->w + s->n * (1 + has_state + backups) : NULL;
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
     if (!s->last_seq)
         goto fail_seq;
@@ -83,18 +85,24 @@ void dcps_shard_pulled(dcps_shard_t *s, uint32_t rank)
         memcpy(s->bak + (size_t)rank * s->n, s->w, s->n * sizeof *s->w);
 }
 
-void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
+/* The job's rule with a dense gradient, against backup bak (DC-ASGD). */
+static void apply_rule(dcps_shard_t *s, const float *bak, const float *g)
 {
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
         dcps_momentum_dense(s->w, s->state, g, s->n, s->lr, s->momentum);
         break;
     case DCPS_OPT_DCASGD:
-        dcps_dcasgd_dense(s->w, s->bak + (size_t)rank * s->n, s->state, g, s->n, &s->dc);
+        dcps_dcasgd_dense(s->w, bak, s->state, g, s->n, &s->dc);
         break;
     default:
         dcps_sgd_dense(s->w, g, s->n, s->lr);
     }
+}
+
+void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
+{
+    apply_rule(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g);
     applied(s, rank, seq);
 }
 
@@ -113,6 +121,54 @@ void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const
         dcps_sgd_sparse(s->w, s->range.lo, idx, v, k, s->lr);
     }
     applied(s, rank, seq);
+}
+
+void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
+{
+    for (size_t i = 0; i < s->n; i++)
+        s->acc[i] += g[i];
+    s->last_seq[rank] = seq;
+    s->pushes++;
+}
+
+void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
+                                  const uint32_t *idx, const float *v, size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        s->acc[idx[j] - s->range.lo] += v[j];
+    s->last_seq[rank] = seq;
+    s->pushes++;
+}
+
+void dcps_shard_apply_round(dcps_shard_t *s, int pushes)
+{
+    const float scale = 1.0f / (float)pushes;
+    for (size_t i = 0; i < s->n; i++)
+        s->acc[i] *= scale;
+    /* w is the backup of every worker that pulled for this round. */
+    apply_rule(s, s->w, s->acc);
+    memset(s->acc, 0, s->n * sizeof *s->acc);
+    s->version++;
+}
+
+void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq)
+{
+    s->last_seq[rank] = seq;
+    s->dropped++;
+}
+
+void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
+{
+    dcps_staleness_t *st = &s->staleness;
+    uint64_t d = s->version - based_on;
+    int b = 0;
+    while (b < DCPS_STALENESS_BUCKETS - 1 && d >> b)
+        b++;
+    st->hist[b]++;
+    st->count++;
+    st->sum += d;
+    if (d > st->max)
+        st->max = d;
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)

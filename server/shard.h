@@ -6,9 +6,10 @@
  *
  * Memory, in floats of the shard's size n: the parameters (1); momentum's u or
  * DC-ASGD-a's mean square (1); DC-ASGD's backup of every worker's last pulled
- * parameters (P). So SGD holds n, momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a
- * (2 + P) n, all in one allocation made at start. It is single-owner (the server's loop thread) and takes no
- * locks. It checks nothing that comes from the network: the router validates
+ * parameters (P); in sync mode the sum of the open round's pushes (1). So SGD
+ * holds n, momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a (2 + P) n, plus n in
+ * sync mode, all in one allocation made at start. It is single-owner (the
+ * server's loop thread) and takes no locks. It checks nothing that comes from the network: the router validates
  * every message (proto/codec.h) before it reaches these functions. */
 #ifndef DCPS_SHARD_H
 #define DCPS_SHARD_H
@@ -21,6 +22,15 @@
 #include "common/shardmap.h"
 #include "server/optimizer.h"
 
+/* Staleness of applied pushes: the updates applied between the version a
+ * gradient was computed on and its arrival. hist[0] counts 0, hist[b] counts
+ * [2^(b−1), 2^b), the last bucket everything from 2^(BUCKETS−2) up. */
+#define DCPS_STALENESS_BUCKETS 12
+typedef struct {
+    uint64_t count, sum, max;
+    uint64_t hist[DCPS_STALENESS_BUCKETS];
+} dcps_staleness_t;
+
 typedef struct dcps_shard {
     int index;
     dcps_range_t range;
@@ -28,6 +38,7 @@ typedef struct dcps_shard {
     float *w;            /* n parameters; one allocation with state and bak */
     float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
     float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
+    float *acc;          /* n: sync mode's sum of the open round; NULL otherwise */
     int kind;            /* enum dcps_optimizer */
     float momentum;
     dcps_dcasgd_t dc;
@@ -37,7 +48,8 @@ typedef struct dcps_shard {
     uint64_t *last_seq;  /* per rank: the highest push seq applied */
     float lr;            /* from [optimizer] lr */
     size_t floats;       /* size of the allocation, in floats */
-    uint64_t pushes, duplicates, pulls;
+    uint64_t pushes, duplicates, pulls, dropped;
+    dcps_staleness_t staleness;
 } dcps_shard_t;
 
 /* Allocates the store of shard `index` for cfg. Returns NULL on allocation
@@ -63,6 +75,26 @@ bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq)
 void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
 void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
                              const float *v, size_t k);
+
+/* Sync mode: adds a push from (rank, seq) to the open round's sum and records
+ * seq; nothing changes w until dcps_shard_apply_round. Same arguments as above. */
+void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
+void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
+                                  const uint32_t *idx, const float *v, size_t k);
+
+/* Sync mode: applies the mean of the round's `pushes` gradients once with the
+ * job's rule, bumps the version and clears the sum. Every worker pulled the same
+ * parameters for the round, so DC-ASGD's correction is zero here (its MS still
+ * moves). */
+void dcps_shard_apply_round(dcps_shard_t *s, int pushes);
+
+/* Records seq of a push from rank that is not applied (sync: its round closed
+ * without it), so that a retry of it is a duplicate. */
+void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq);
+
+/* Records that a push computed on parameter version `based_on` (at most the
+ * current version) arrives now. */
+void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on);
 
 /* Records that worker `rank` now holds the current parameters (it was sent
  * them): DC-ASGD's w_bak(rank) becomes w. A no-op for the other rules. */

@@ -558,7 +558,7 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
         const char *set, *msg;
     } cases[] = {
         {"security.curve=true", "job.ini: [security] curve: only false (CURVE) is implemented in this version"},
-        {"job.mode=sync", "job.ini: [job] mode: only async is implemented in this version"},
+        {"compression.pipeline=true", "job.ini: [compression] pipeline: only false is implemented in this version"},
         {"compression.push=topk", "job.ini: [compression] push: only dense is implemented in this version"},
         {"server.metrics_port=9100", "job.ini: [server] metrics_port: only 0 (off) is implemented in this version"},
     };
@@ -573,6 +573,10 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
     ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
     cfg.opt_kind = DCPS_OPT_DCASGD; /* every update rule runs */
     ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
+    for (int mode = DCPS_MODE_ASYNC; mode <= DCPS_MODE_SSP; mode++) { /* and every mode */
+        cfg.mode = mode;
+        ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
+    }
 }
 END_TEST
 
@@ -733,8 +737,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 45);
-    ck_assert_int_eq(docs, 45);
+    ck_assert_int_eq(keys, 46);
+    ck_assert_int_eq(docs, 46);
     free(text);
 }
 END_TEST

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "common/config.h"
@@ -215,12 +216,17 @@ static int send_bad(int i, dcps_rng_t *rng)
             ck_assert_int_ge(zmq_send(sock, b, 1 + dcps_rng_below(rng, sizeof b - 1), k < 2 ? ZMQ_SNDMORE : 0), 0);
         }
         return DCPS_E_HEADER;
+    case 16: /* a gradient computed on a version the shard has not reached */
+        dense(&m, DCPS_MSG_PUSH, p0, n);
+        m.param_version = 1u << 30;
+        break;
     default:
         return NO_MORE;
     }
     static const int codes[] = {0, 0, DCPS_E_JOBID, DCPS_E_MSGTYPE, DCPS_E_MSGTYPE, 0,
                                 0, DCPS_E_FRAMELEN, DCPS_E_SIZE, 0, DCPS_E_RANGE, DCPS_E_ORDER,
-                                DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE};
+                                DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE, 0,
+                                DCPS_E_VERSION};
     m.job_id = m.job_id ? m.job_id : cfg.job_id;
     ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
     return codes[i];
@@ -281,7 +287,7 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
         expect_error(code, i);
         cases++;
     }
-    ck_assert_int_eq(cases, 16);
+    ck_assert_int_eq(cases, 17);
     ck_assert_uint_eq(pull(), 0);
     ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
 
@@ -307,7 +313,7 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
 
     ck_assert_int_eq(h_stop(s, 5000), 0);
     const char *log = h_slurp(h_path("server0", "err"));
-    ck_assert_ptr_nonnull(strstr(log, "17 bad messages")); /* 16 + the early PULL */
+    ck_assert_ptr_nonnull(strstr(log, "18 bad messages")); /* 17 + the early PULL */
     ck_assert_ptr_nonnull(strstr(log, "at 127.0.0.1"));     /* the peer is named */
 }
 END_TEST
@@ -332,7 +338,7 @@ START_TEST(worker_trains_unaffected_while_garbage_arrives)
             dcps_rng_seed(&rng, 9);
             connect_to(ep);
             for (int i = 0; h_running(w) && i < 1000000; i++) {
-                expect_error(send_bad(i % 16, &rng), i % 16);
+                expect_error(send_bad(i % 17, &rng), i % 17);
                 bad++;
             }
         }
@@ -350,6 +356,67 @@ START_TEST(worker_trains_unaffected_while_garbage_arrives)
 }
 END_TEST
 
+/* HELLO as `rank` on sock; returns the reply's type and error code. */
+static uint32_t hello_on(void *on, uint32_t rank, uint32_t *code)
+{
+    dcps_msg_t req = {.type = DCPS_MSG_HELLO, .job_id = cfg.job_id, .rank = rank, .seq = 1,
+                      .n_params = cfg.n_params}, reply;
+    dcps_frames_t f;
+    void *keep = sock;
+    sock = on;
+    request(&req, &f, &reply);
+    sock = keep;
+    *code = reply.error_code;
+    dcps_frames_close(&f);
+    return reply.type;
+}
+
+/* Rank 1 says HELLO from socket a. A HELLO for rank 1 from socket b is refused
+ * while a is heard from (DCPS_E_LIVE), once logged; a's own HELLO again is fine.
+ * Once a has been silent for dead_after_ms, b is admitted; after b's BYE, a is. */
+START_TEST(second_hello_for_a_live_rank_is_refused)
+{
+    char ep[256], text[4096];
+    snprintf(text, sizeof text, "%s[server]\nheartbeat_ms = 50\ndead_after_ms = 400\n",
+             h_slurp(job(2, "tcp://127.0.0.1:*")));
+    const char *j = h_write("job2.ini", text);
+    load(j);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    connect_to(ep);
+    void *a = sock;
+    connect_to(ep);
+    void *b = sock;
+    sock = a;
+    uint32_t code;
+
+    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(b, 1, &code), DCPS_MSG_ERROR);
+    ck_assert_uint_eq(code, (uint32_t)-DCPS_E_LIVE);
+    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(b, 0, &code), DCPS_MSG_WELCOME); /* another rank is fine */
+    nanosleep(&(struct timespec){0, 700000000}, NULL); /* a falls silent: declared dead */
+    ck_assert_uint_eq(hello_on(b, 1, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_ERROR);
+    dcps_msg_t bye = {.type = DCPS_MSG_BYE, .job_id = cfg.job_id, .rank = 1, .seq = 2}, reply;
+    dcps_frames_t f;
+    sock = b;
+    request(&bye, &f, &reply);
+    dcps_frames_close(&f);
+    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
+    zmq_close(a);
+
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_ptr_nonnull(strstr(log, "2 bad messages"));
+    const char *first = strstr(log, "rank 1 is already connected");
+    ck_assert_ptr_nonnull(first);
+    ck_assert_ptr_nonnull(strstr(first + 1, "rank 1 is already connected"));
+    ck_assert_ptr_null(strstr(strstr(first + 1, "rank 1 is already connected") + 1,
+                              "rank 1 is already connected"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("robustness");
@@ -358,6 +425,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, bad_messages_get_errors_and_change_nothing);
     tcase_add_test(tc, worker_trains_unaffected_while_garbage_arrives);
+    tcase_add_test(tc, second_hello_for_a_live_rank_is_refused);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -3,10 +3,18 @@
  * Every call is an exchange: one request per shard involved, sent together, then
  * a zmq_poll over those sockets until each has answered with the request's
  * sequence number (late answers to earlier attempts are dropped). An attempt
- * that times out is resent with the same sequence number. */
+ * that times out is resent with the same sequence number; a shard's HEARTBEAT
+ * with that number and flag WAITING (it waits for other workers) starts the
+ * attempt's time again.
+ *
+ * Every DEALER socket of one client has the same routing id, made from the rank
+ * and the time the client opened, so a shard recognises the worker across
+ * reconnects and tells it from a second process with the same rank. */
 #include "worker/dcps.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,7 +44,12 @@ struct dcps_client {
     void *ctx;
     conn_t conn[DCPS_MAX_SHARDS];
     uint64_t seq;
+    uint64_t clock;      /* the step computed next */
+    char route[32];      /* the routing id of every socket of this client */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
+    pthread_t heartbeat;
+    bool heartbeat_running;
+    atomic_bool heartbeat_stop;
     dcps_client_stats_t stats;
     char err[512];
 };
@@ -46,6 +59,7 @@ typedef struct slot slot_t;
 typedef int (*reply_fn)(dcps_client_t *c, int shard, const dcps_msg_t *reply, void *arg);
 struct slot {
     bool active, done;
+    bool alive; /* the shard said it is still waiting */
     dcps_msg_t req;
     uint32_t want;  /* expected reply type */
     int rc;
@@ -84,6 +98,7 @@ static int connect_shard(dcps_client_t *c, int s)
         return fail(c, DCPS_E_ZMQ, "cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
+    zmq_setsockopt(sock, ZMQ_ROUTING_ID, c->route, strlen(c->route));
     if (zmq_connect(sock, c->cfg.shards[s]) != 0) {
         int e = errno;
         zmq_close(sock);
@@ -148,6 +163,10 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         sl->rc = fail(c, rc, "shard %d (%s) sent a bad reply: %s", s, c->cfg.shards[s], why);
     } else if (m.seq != sl->req.seq) {
         dcps_frames_close(&f); /* an answer to an earlier attempt */
+        return 0;
+    } else if (m.type == DCPS_MSG_HEARTBEAT && (m.flags & DCPS_FLAG_WAITING)) {
+        sl->alive = true;
+        dcps_frames_close(&f);
         return 0;
     } else if (m.type == DCPS_MSG_ERROR) {
         int code = -(int)m.error_code;
@@ -224,6 +243,10 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
                     if (slots[s].rc && !rc)
                         rc = slots[s].rc;
                 }
+                if (slots[s].alive) {
+                    slots[s].alive = false;
+                    deadline = now_ms() + attempt_ms;
+                }
             }
         }
         if (rc == 0 && pending == 0)
@@ -265,16 +288,81 @@ static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
                     (unsigned long long)k->range.lo, (unsigned long long)k->range.hi,
                     (unsigned long long)c->cfg.n_params, c->cfg.workers);
     k->initialized = m->initialized;
+    uint64_t *first = arg;
+    if (m->step < *first)
+        *first = m->step;
     return 0;
 }
 
+/* Says HELLO to every shard. A shard that still hears this rank's previous
+ * process refuses (DCPS_E_LIVE) until that one has been silent for
+ * dead_after_ms: asked again until then. The clock starts at the earliest step
+ * a shard expects from this rank. */
 static int hello(dcps_client_t *c)
 {
     slot_t slots[DCPS_MAX_SHARDS];
-    slots_all(c, slots, DCPS_MSG_HELLO, DCPS_MSG_WELCOME);
-    for (int s = 0; s < c->cfg.n_shards; s++)
-        slots[s].req.n_params = c->cfg.n_params;
-    return exchange(c, slots, on_welcome, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+    double until = now_ms() + c->cfg.dead_after_ms + 2.0 * c->cfg.heartbeat_ms;
+    uint64_t first = UINT64_MAX;
+    int rc;
+    for (;;) {
+        slots_all(c, slots, DCPS_MSG_HELLO, DCPS_MSG_WELCOME);
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            slots[s].req.n_params = c->cfg.n_params;
+        rc = exchange(c, slots, on_welcome, &first, c->cfg.timeout_ms, c->cfg.retries + 1);
+        if (rc != DCPS_E_LIVE || now_ms() > until)
+            break;
+        nanosleep(&(struct timespec){c->cfg.heartbeat_ms / 1000,
+                                     (c->cfg.heartbeat_ms % 1000) * 1000000L},
+                  NULL);
+    }
+    if (rc == 0 && first != UINT64_MAX && first > c->clock)
+        c->clock = first;
+    return rc;
+}
+
+/* The heartbeat thread: its own socket per shard, a HEARTBEAT to each every
+ * heartbeat_ms, echoes read and dropped. */
+static void *heartbeat_main(void *arg)
+{
+    dcps_client_t *c = arg;
+    void *sock[DCPS_MAX_SHARDS] = {0};
+    zmq_pollitem_t items[DCPS_MAX_SHARDS];
+    int n = c->cfg.n_shards, linger = 0;
+    uint64_t seq = 0;
+    for (int s = 0; s < n; s++) {
+        sock[s] = zmq_socket(c->ctx, ZMQ_DEALER);
+        if (!sock[s] || zmq_connect(sock[s], c->cfg.shards[s]) != 0) {
+            DCPS_WARN("heartbeats to shard %d (%s) not sent: %s", s, c->cfg.shards[s],
+                      zmq_strerror(errno));
+            n = s + (sock[s] != NULL);
+            goto out;
+        }
+        zmq_setsockopt(sock[s], ZMQ_LINGER, &linger, sizeof linger);
+        items[s] = (zmq_pollitem_t){sock[s], 0, ZMQ_POLLIN, 0};
+    }
+    while (!atomic_load(&c->heartbeat_stop)) {
+        seq++;
+        for (int s = 0; s < n; s++) {
+            dcps_msg_t m = {.type = DCPS_MSG_HEARTBEAT, .job_id = c->cfg.job_id,
+                            .rank = (uint32_t)c->rank, .seq = seq, .shard = (uint32_t)s};
+            dcps_frames_send(sock[s], NULL, &m, NULL, NULL, ZMQ_DONTWAIT);
+        }
+        double until = now_ms() + c->cfg.heartbeat_ms;
+        while (!atomic_load(&c->heartbeat_stop) && now_ms() < until) {
+            double left = until - now_ms();
+            if (zmq_poll(items, n, left < 50 ? (long)left + 1 : 50) <= 0)
+                continue;
+            for (int s = 0; s < n; s++) {
+                dcps_frames_t f;
+                while (dcps_frames_recv(sock[s], &f, ZMQ_DONTWAIT) > 0)
+                    dcps_frames_close(&f);
+            }
+        }
+    }
+out:
+    for (int s = 0; s < n; s++)
+        zmq_close(sock[s]);
+    return NULL;
 }
 
 dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err, char *errbuf,
@@ -294,6 +382,7 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     c->seq = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    snprintf(c->route, sizeof c->route, "w%d.%" PRIx64, rank, c->seq);
     if (rank < 0 || rank >= cfg->workers) {
         rc = fail(c, DCPS_E_RANK, "rank %d is outside the job's %d workers", rank, cfg->workers);
         goto fail;
@@ -310,6 +399,11 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
     }
     if ((rc = hello(c)) != 0)
         goto fail;
+    if ((rc = pthread_create(&c->heartbeat, NULL, heartbeat_main, c)) != 0) {
+        rc = fail(c, DCPS_E_NOMEM, "cannot start the heartbeat thread: %s", strerror(rc));
+        goto fail;
+    }
+    c->heartbeat_running = true;
     return c;
 
 fail:
@@ -341,6 +435,10 @@ void dcps_client_close(dcps_client_t **cp)
     dcps_client_t *c = *cp;
     if (!c)
         return;
+    if (c->heartbeat_running) {
+        atomic_store(&c->heartbeat_stop, true);
+        pthread_join(c->heartbeat, NULL);
+    }
     if (c->ctx && c->conn[c->cfg.n_shards - 1].sock) {
         /* Best effort and brief: a shard that is gone must not delay the exit. */
         slot_t slots[DCPS_MAX_SHARDS];
@@ -414,16 +512,43 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
 
 static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
+    uint64_t *next = arg;
     if (m->flags & DCPS_FLAG_DUPLICATE) {
         c->stats.duplicates++;
         return 0;
     }
+    if (m->flags & DCPS_FLAG_STALE) {
+        c->stats.dropped++;
+        if (m->step > *next)
+            *next = m->step;
+        return 0;
+    }
     /* Updates applied between this worker's last pull and its push, its own push
-     * not counted: how stale the gradient was when it arrived. */
+     * not counted: how stale the gradient was when it arrived. (A sync shard
+     * acknowledges before it applies: 0.) */
     uint64_t pulled = c->conn[s].pulled_version;
-    c->stats.staleness_sum += m->param_version > pulled ? m->param_version - pulled - 1 : 0;
+    uint64_t st = m->param_version > pulled ? m->param_version - pulled - 1 : 0;
+    c->stats.staleness_sum += st;
     c->stats.staleness_count++;
+    if (st > c->stats.staleness_max)
+        c->stats.staleness_max = st;
     return 0;
+}
+
+/* Sends the prepared pushes for the current step and moves the clock on. */
+static int push(dcps_client_t *c, slot_t *slots)
+{
+    uint64_t next = c->clock + 1;
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        slots[s].req.param_version = c->conn[s].pulled_version;
+        slots[s].req.step = c->clock;
+    }
+    int rc = exchange(c, slots, on_push_ack, &next, c->cfg.timeout_ms, c->cfg.retries + 1);
+    if (rc == 0) {
+        c->stats.pushes++;
+        c->clock = next;
+    }
+    return rc;
 }
 
 int dcps_client_push_dense(dcps_client_t *c, const float *grad)
@@ -433,11 +558,8 @@ int dcps_client_push_dense(dcps_client_t *c, const float *grad)
     for (int s = 0; s < c->cfg.n_shards; s++) {
         const dcps_range_t *r = &c->conn[s].range;
         set_dense(&slots[s].req, grad + r->lo, r->hi - r->lo);
-        slots[s].req.param_version = c->conn[s].version;
     }
-    int rc = exchange(c, slots, on_push_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
-    c->stats.pushes += rc == 0;
-    return rc;
+    return push(c, slots);
 }
 
 /* The first position in idx[0..k) whose index is >= x. */
@@ -467,11 +589,8 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
         m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, b - a};
         m->payload[0] = (dcps_buf_t){idx + a, (b - a) * sizeof *idx};
         m->payload[1] = (dcps_buf_t){val + a, (b - a) * sizeof *val};
-        m->param_version = c->conn[s].version;
     }
-    int rc = exchange(c, slots, on_push_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
-    c->stats.pushes += rc == 0;
-    return rc;
+    return push(c, slots);
 }
 
 static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
@@ -491,8 +610,10 @@ int dcps_client_pull(dcps_client_t *c, float *params)
 {
     slot_t slots[DCPS_MAX_SHARDS];
     slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
-    for (int s = 0; s < c->cfg.n_shards; s++)
-        slots[s].req.param_version = c->conn[s].version;
+    for (int s = 0; s < c->cfg.n_shards; s++) {
+        slots[s].req.param_version = c->conn[s].pulled_version;
+        slots[s].req.step = c->clock;
+    }
     int rc = exchange(c, slots, on_pull_reply, params, c->cfg.timeout_ms, c->cfg.retries + 1);
     if (rc == 0) {
         c->stats.pulls++;
@@ -503,23 +624,26 @@ int dcps_client_pull(dcps_client_t *c, float *params)
     return rc;
 }
 
-int dcps_client_barrier(dcps_client_t *c, uint64_t step, int timeout_ms)
+int dcps_client_done(dcps_client_t *c)
+{
+    slot_t slots[DCPS_MAX_SHARDS];
+    slots_all(c, slots, DCPS_MSG_DONE, DCPS_MSG_DONE);
+    return exchange(c, slots, NULL, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+}
+
+int dcps_client_barrier(dcps_client_t *c, uint64_t step)
 {
     slot_t slots[DCPS_MAX_SHARDS];
     slots_all(c, slots, DCPS_MSG_BARRIER, DCPS_MSG_BARRIER);
     for (int s = 0; s < c->cfg.n_shards; s++)
         slots[s].req.step = step;
-    /* Waiting for slower workers is normal here: the barrier is asked again every
-     * timeout_ms of the job (same seq, so the shard keeps one entry) until the
-     * caller's limit. */
-    int per = c->cfg.timeout_ms;
-    int attempts = timeout_ms / per + 1;
-    return exchange(c, slots, NULL, NULL, per, attempts);
+    return exchange(c, slots, NULL, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
 }
 
 void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out)
 {
     *out = c->stats;
+    out->clock = c->clock;
 }
 
 const char *dcps_client_error(const dcps_client_t *c)

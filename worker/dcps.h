@@ -12,7 +12,16 @@
  * wrong. The library never exits the process. A client is used by one thread.
  *
  * Vectors are the whole model: n = dcps_client_num_params() float32 values in
- * the job's global index order; the client splits and joins them by shard. */
+ * the job's global index order; the client splits and joins them by shard.
+ *
+ * The client keeps the worker's clock, the step it computes next: a push is for
+ * that step and moves the clock on, a pull asks for the parameters to compute it.
+ * Under `[job] mode = sync` or `ssp` a pull waits until the step may start; the
+ * shards say every heartbeat_ms that they are still waiting for other workers, so
+ * such a wait lasts as long as it must and fails only when the shards fall silent
+ * for timeout_ms × (retries + 1). A background thread with its own sockets sends
+ * HEARTBEAT to every shard each [server] heartbeat_ms while the client is open,
+ * so a worker busy computing is not declared dead. */
 #ifndef DCPS_CLIENT_H
 #define DCPS_CLIENT_H
 
@@ -37,6 +46,9 @@ typedef struct {
     uint64_t version;       /* sum of the shards' versions at the last pull */
     uint64_t staleness_sum; /* per push and shard: updates by others since the pull */
     uint64_t staleness_count;
+    uint64_t staleness_max;
+    uint64_t dropped;       /* sync: pushes whose round had closed without them */
+    uint64_t clock;         /* the step computed next */
 } dcps_client_stats_t;
 
 /* Opens rank `rank` of the job in job_file (with "section.key=value"
@@ -67,21 +79,27 @@ int dcps_client_init(dcps_client_t *c, const float *params);
  * again every 50 ms, for at most timeout_ms. */
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
 
-/* Pushes a dense gradient of n values. `grad` is borrowed (sent zero-copy)
- * until the call returns. */
+/* Pushes a dense gradient of n values for the current step and moves the clock
+ * on. `grad` is borrowed (sent zero-copy) until the call returns. In sync mode
+ * a shard whose round for this step has closed without it (this worker was
+ * declared dead meanwhile) drops it and moves the clock to its open round. */
 int dcps_client_push_dense(dcps_client_t *c, const float *grad);
 
 /* Pushes k entries: global indices strictly ascending, below n, and their
  * values. Every shard receives a push, possibly empty. */
 int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k);
 
-/* Pulls the parameters into params (n values). On failure params may be
- * partly updated. */
+/* Pulls the parameters for the current step into params (n values), waiting
+ * first in sync and ssp modes. On failure params may be partly updated. */
 int dcps_client_pull(dcps_client_t *c, float *params);
 
+/* Tells every shard that this worker has no more batches, so no step waits for
+ * its pushes any more. It still takes part in barriers and may pull. */
+int dcps_client_done(dcps_client_t *c);
+
 /* Waits until every live worker of the job has reached barrier `step` on every
- * shard, for at most timeout_ms. */
-int dcps_client_barrier(dcps_client_t *c, uint64_t step, int timeout_ms);
+ * shard (workers declared dead or gone are not waited for). */
+int dcps_client_barrier(dcps_client_t *c, uint64_t step);
 
 void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out);
 

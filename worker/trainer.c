@@ -18,7 +18,6 @@
 #include "worker/mlp.h"
 
 #define READY_TIMEOUT_MS 120000   /* how long ranks > 0 wait for rank 0's INIT */
-#define FINAL_BARRIER_MS 600000   /* how long a finished worker waits for the others */
 
 typedef struct {
     const dcps_config_t *cfg;
@@ -53,19 +52,17 @@ static int fail(trainer_t *t, int code, const char *what)
     return code;
 }
 
-/* This rank's share of epoch e: a permutation of the training set seeded by the
- * job seed and e, of which rank r takes positions r, r + P, r + 2P, ... Every
- * worker computes the same permutation, so the shares are disjoint. */
-static uint32_t epoch_order(trainer_t *t, int epoch)
+uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
+                            uint32_t *order)
 {
-    uint32_t n = t->train.n, P = (uint32_t)t->cfg->workers, k = 0;
+    uint32_t k = 0;
     dcps_rng_t rng;
-    dcps_rng_seed(&rng, t->cfg->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1)));
+    dcps_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1)));
     for (uint32_t i = 0; i < n; i++)
-        t->order[i] = i;
-    dcps_rng_shuffle_u32(&rng, t->order, n);
-    for (uint32_t i = (uint32_t)t->rank; i < n; i += P)
-        t->order[k++] = t->order[i];
+        order[i] = i;
+    dcps_rng_shuffle_u32(&rng, order, n);
+    for (uint32_t i = (uint32_t)rank; i < n; i += (uint32_t)workers)
+        order[k++] = order[i];
     return k;
 }
 
@@ -236,7 +233,8 @@ static int train(trainer_t *t, FILE *out)
 
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = epoch_order(t, epoch);
+        uint32_t mine = dcps_trainer_share(t->cfg->seed, epoch, t->rank, cfg->workers,
+                                           t->train.n, t->order);
         epoch_loss = 0;
         epoch_steps = 0;
         for (uint32_t at = 0; at < mine; at += (uint32_t)cfg->batch_size) {
@@ -262,6 +260,10 @@ static int train(trainer_t *t, FILE *out)
                 return fail(t, rc, "residual update");
             if ((rc = dcps_client_pull(t->client, t->params)) != 0)
                 return fail(t, rc, "pull");
+            if (cfg->delay_ms > 0)
+                nanosleep(&(struct timespec){cfg->delay_ms / 1000,
+                                             (cfg->delay_ms % 1000) * 1000000L},
+                          NULL);
 
             win_loss += loss;
             epoch_loss += loss;
@@ -297,7 +299,9 @@ static int train(trainer_t *t, FILE *out)
     }
 
     /* Meet the other workers, so that every rank evaluates the same final model. */
-    if ((rc = dcps_client_barrier(t->client, 1, FINAL_BARRIER_MS)) != 0)
+    if ((rc = dcps_client_done(t->client)) != 0)
+        return fail(t, rc, "saying done");
+    if ((rc = dcps_client_barrier(t->client, 1)) != 0)
         return fail(t, rc, "final barrier");
     if ((rc = dcps_client_pull(t->client, t->params)) != 0)
         return fail(t, rc, "final pull");
@@ -312,14 +316,14 @@ static int train(trainer_t *t, FILE *out)
             "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%ld epochs=%d "
             "elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64
             " mode=%s optimizer=%s compression=%s density=%g staleness_mean=%.3f "
-            "retries=%" PRIu64 " device=%s workers=%d\n",
+            "staleness_max=%" PRIu64 " dropped=%" PRIu64 " retries=%" PRIu64
+            " device=%s workers=%d\n",
             t->rank, test_acc, test_loss, epoch_loss / (double)epoch_steps, step, cfg->epochs,
             elapsed, (double)samples / elapsed,
             st.bytes_pushed, st.bytes_pulled, dcps_config_mode_name(cfg->mode),
             dcps_config_optimizer_name(cfg->opt_kind), dcps_config_push_name(cfg->push),
             cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density,
-            staleness_mean(&st),
-            st.retries, t->gpu ? "gpu" : "cpu", cfg->workers);
+            staleness_mean(&st), st.staleness_max, st.dropped, st.retries, t->gpu ? "gpu" : "cpu", cfg->workers);
     fflush(out);
     return 0;
 }

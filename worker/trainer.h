@@ -4,14 +4,26 @@
  * for each batch it computes the gradient at the parameters it last pulled,
  * adds it to its error-feedback residual, pushes, and pulls the parameters back.
  * Rank 0 initialises the shards (seeded) when they are empty; the others wait.
+ * After its last batch a worker tells the shards it is done (so that no step
+ * waits for it), meets the others at a barrier and evaluates the final model.
  * Progress goes to `out` every [worker] log_every steps, the metrics CSV to
  * metrics_path if set, and the last line on `out` is the `final:` summary. */
 #ifndef DCPS_TRAINER_H
 #define DCPS_TRAINER_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "common/config.h"
+
+/* Rank `rank`'s share of epoch `epoch` (from 1) of a training set of n
+ * examples: a permutation of 0..n−1 seeded by seed and epoch, of which rank r
+ * of P takes positions r, r + P, r + 2P, ... in that order; every rank computes
+ * the same permutation, so the shares are disjoint. Writes the share to the
+ * start of order (n entries of room) and returns its length. Batches are
+ * consecutive runs of batch_size entries of it, the last one possibly shorter. */
+uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
+                            uint32_t *order);
 
 /* Runs the whole job for `rank`. Returns 0, or a negative code with a sentence in
  * err. metrics_path may be NULL or "" (no CSV). */
