@@ -1,0 +1,142 @@
+#!/bin/bash
+# bench/staleness.sh — how staleness hurts asynchronous SGD, and what DC-ASGD recovers.
+#
+# Trains the Fashion-MNIST MLP with WORKERS worker processes on one shard on this
+# machine (more workers than cores: each gradient is many updates old when it
+# arrives) for every seed, with four update schemes:
+#   asgd      mode = async, kind = sgd
+#   dcasgd_c  mode = async, kind = dcasgd, constant lambda (LAMBDA_C)
+#   dcasgd_a  mode = async, kind = dcasgd, adaptive lambda0 = 2
+#   sync      mode = sync,  kind = sgd (the mean of the WORKERS gradients per step)
+# and writes under OUT: rank 0's metrics CSV of every run, final.csv (one row per
+# run: the final test accuracy after the closing barrier, which every rank
+# evaluates on the same parameters, and the shard's staleness), summary.csv (mean
+# and standard deviation over the seeds) and test_acc.png (gnuplot).
+#
+# usage: bench/staleness.sh [-w WORKERS] [-e EPOCHS] [-l LR] [-c LAMBDA_C] [-s "SEEDS"]
+#                           [-o OUT]   (programs from $BUILD, default build/)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$root/build}
+WORKERS=16 EPOCHS=5 LR=0.1 LAMBDA_C=0.04 SEEDS="1 2 3"
+OUT=$root/bench/results/$(date +%F)/staleness
+while getopts w:e:l:c:s:o: opt; do
+    case $opt in
+    w) WORKERS=$OPTARG ;;
+    e) EPOCHS=$OPTARG ;;
+    l) LR=$OPTARG ;;
+    c) LAMBDA_C=$OPTARG ;;
+    s) SEEDS=$OPTARG ;;
+    o) OUT=$OPTARG ;;
+    *) sed -n 2,20p "$0" >&2; exit 2 ;;
+    esac
+done
+for p in dcps-server dcps-worker; do
+    [ -x "$BUILD/$p" ] || { echo "staleness.sh: no $BUILD/$p (build first, or set BUILD)" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+data=/usr/share/datasets/fashion-mnist
+cat >"$OUT/job.ini" <<EOF
+; written by bench/staleness.sh
+[job]
+name = staleness
+workers = $WORKERS
+[servers]
+shards = tcp://127.0.0.1:*
+[model]
+layers = 784,128,10
+[data]
+train_images = $data/train-images-idx3-ubyte.gz
+train_labels = $data/train-labels-idx1-ubyte.gz
+test_images = $data/t10k-images-idx3-ubyte.gz
+test_labels = $data/t10k-labels-idx1-ubyte.gz
+batch_size = 64
+epochs = $EPOCHS
+[optimizer]
+lr = $LR
+[worker]
+log_every = 1000000
+timeout_ms = 30000
+EOF
+
+declare -A scheme=(
+    [asgd]="job.mode=async optimizer.kind=sgd"
+    [dcasgd_c]="job.mode=async optimizer.kind=dcasgd optimizer.dc_lambda=$LAMBDA_C"
+    [dcasgd_a]="job.mode=async optimizer.kind=dcasgd optimizer.dc_adaptive=true optimizer.dc_lambda=2"
+    [sync]="job.mode=sync optimizer.kind=sgd"
+)
+order="asgd dcasgd_c dcasgd_a sync"
+
+{
+    echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
+        "$WORKERS workers on one shard, $EPOCHS epochs, lr $LR, batch 64, MLP 784-128-10"
+    echo "scheme,seed,test_acc,test_loss,elapsed_s,worker_staleness_mean,worker_staleness_max,shard_staleness_mean,shard_staleness_max"
+} >"$OUT/final.csv"
+
+run() { # scheme seed
+    local name=$1 seed=$2 sets=() pids=() r
+    for kv in ${scheme[$name]} job.seed=$seed; do sets+=(--set "$kv"); done
+    local ep=$OUT/$name-s$seed.endpoint
+    rm -f "$ep"
+    "$BUILD/dcps-server" --config "$OUT/job.ini" --shard 0 "${sets[@]}" --endpoint-file "$ep" \
+        2>"$OUT/$name-s$seed.server.log" &
+    local server=$!
+    for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
+    sets+=(--set "servers.shards=$(cat "$ep")")
+    for r in $(seq 0 $((WORKERS - 1))); do
+        local metrics=()
+        [ "$r" = 0 ] && metrics=(--metrics "$OUT/$name-s$seed.csv")
+        "$BUILD/dcps-worker" --config "$OUT/job.ini" --rank "$r" "${sets[@]}" "${metrics[@]}" \
+            >"$OUT/.w$r.out" 2>"$OUT/.w$r.err" &
+        pids+=($!)
+    done
+    local failed=0
+    for r in "${!pids[@]}"; do wait "${pids[$r]}" || { failed=1; cat "$OUT/.w$r.err" >&2; }; done
+    kill -TERM $server; wait $server || true
+    [ $failed = 0 ] || { echo "staleness.sh: $name seed $seed failed" >&2; exit 1; }
+    local fin shard
+    fin=$(grep '^final:' "$OUT/.w0.out")
+    shard=$(grep -o 'staleness: mean [0-9.]* max [0-9]*' "$OUT/$name-s$seed.server.log")
+    val() { echo "$fin" | grep -o " $1=[^ ]*" | cut -d= -f2; }
+    echo "$name,$seed,$(val test_acc),$(val test_loss),$(val elapsed_s),$(val staleness_mean),$(val staleness_max),$(echo "$shard" | awk '{print $3","$5}')" \
+        | tee -a "$OUT/final.csv"
+    rm -f "$OUT"/.w*.out "$OUT"/.w*.err "$ep"
+}
+
+for seed in $SEEDS; do
+    for name in $order; do run "$name" "$seed"; done
+done
+
+awk -F, -v order="$order" '
+    /^#/ || $1 == "scheme" { next }
+    { n[$1]++; s[$1] += $3; q[$1] += $3 * $3; st[$1] += $8 }
+    END {
+        print "scheme,runs,test_acc_mean,test_acc_sd,shard_staleness_mean"
+        split(order, o, " ")
+        for (i = 1; i <= 4; i++) {
+            k = o[i]; if (!n[k]) continue
+            m = s[k] / n[k]; v = n[k] > 1 ? (q[k] - n[k] * m * m) / (n[k] - 1) : 0
+            printf "%s,%d,%.4f,%.4f,%.2f\n", k, n[k], m, sqrt(v > 0 ? v : 0), st[k] / n[k]
+        }
+    }' "$OUT/final.csv" | tee "$OUT/summary.csv"
+
+if command -v gnuplot >/dev/null; then
+    first=${SEEDS%% *}
+    plots=""
+    for name in $order; do
+        # epoch-end rows carry test_acc (column 6)
+        plots="$plots${plots:+, }'$OUT/$name-s$first.csv' using 2:(\$6 > 0 ? \$6 : 1/0) with linespoints title '$name'"
+    done
+    gnuplot <<EOF
+set datafile separator ','
+set terminal pngcairo size 800,500 noenhanced
+set output '$OUT/test_acc.png'
+set title "Fashion-MNIST MLP, $WORKERS async workers on $(nproc) cores (seed $first)"
+set xlabel 'steps of rank 0 (one of $WORKERS workers)'
+set ylabel 'test accuracy'
+set key bottom right
+set grid
+plot $plots
+EOF
+fi
