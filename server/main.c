@@ -184,17 +184,23 @@ static void on_closed(uv_handle_t *h)
     (void)h;
 }
 
+/* Closes every handle, so that uv_run returns. */
+static void stop_serving(server_t *s)
+{
+    s->stopping = 1;
+    uv_close((uv_handle_t *)&s->sigterm, on_closed);
+    uv_close((uv_handle_t *)&s->sigint, on_closed);
+    dcps_router_close(&s->router, on_closed);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     server_t *s = h->data;
     if (s->stopping)
         return;
-    s->stopping = 1;
     DCPS_NOTICE("%s received, stopping", strsignal(signum));
     dcps_notify("STOPPING=1");
-    uv_close((uv_handle_t *)&s->sigterm, on_closed);
-    uv_close((uv_handle_t *)&s->sigint, on_closed);
-    dcps_router_close(&s->router, on_closed);
+    stop_serving(s);
 }
 
 int main(int argc, char **argv)
@@ -258,10 +264,6 @@ int main(int argc, char **argv)
     }
     size_t len = sizeof endpoint;
     zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {
-        DCPS_ERR("cannot write %s: %s", opt.endpoint_file, strerror(errno));
-        goto fail_socket;
-    }
 
     memset(&srv, 0, sizeof srv);
     uv_loop_init(&srv.loop);
@@ -274,6 +276,14 @@ int main(int argc, char **argv)
     srv.sigterm.data = srv.sigint.data = &srv;
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
+    /* Written once the signals are handled: whoever waits for this file may stop
+     * the server at once. */
+    if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {
+        DCPS_ERR("cannot write %s: %s", opt.endpoint_file, strerror(errno));
+        stop_serving(&srv);
+        uv_run(&srv.loop, UV_RUN_DEFAULT);
+        goto fail_loop;
+    }
 
     DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d serves parameters [%" PRIu64 ", %" PRIu64
                 ") of %" PRIu64 " at %s; %d workers, optimizer %s, mode %s",
