@@ -24,6 +24,38 @@ int dcps_gpu_to_device(void *dst, const void *src, size_t bytes, dcps_stream_t s
 int dcps_gpu_to_host(void *dst, const void *src, size_t bytes, dcps_stream_t stream);
 int dcps_gpu_sync(dcps_stream_t stream);
 
+/* Streams for work that must overlap: created non-blocking, so they never wait
+ * for the legacy default stream (NULL) or it for them; order them with events.
+ * DCPS_E_NOGPU (and *s NULL) without a GPU. destroy() waits for the stream's
+ * work, destroys it and sets *s to NULL; a NULL *s is fine. */
+int dcps_gpu_stream_new(dcps_stream_t *s);
+void dcps_gpu_stream_destroy(dcps_stream_t *s);
+
+/* Page-locked host memory, which copies on a stream can read and write while
+ * the host goes on (from pageable memory they are staged and partly
+ * synchronous). DCPS_E_NOGPU (and *p NULL) without a GPU. free() takes NULL. */
+int dcps_gpu_host_alloc(void **p, size_t bytes);
+void dcps_gpu_host_free(void *p);
+
+/* Sets bytes bytes at device pointer d to the byte value v, in stream order;
+ * returns after the launch. */
+int dcps_gpu_memset(void *d, int v, size_t bytes, dcps_stream_t stream);
+
+/* Events order work across streams and tell the host when copies are done.
+ * An event that was never recorded counts as complete: wait() and sync() on
+ * it return at once. Created without timing, the cheap kind. new() gives
+ * DCPS_E_NOGPU (and *ev NULL) without a GPU; destroy() sets *ev to NULL and
+ * takes a NULL *ev. */
+typedef struct dcps_event *dcps_event_t;
+int dcps_gpu_event_new(dcps_event_t *ev);
+void dcps_gpu_event_destroy(dcps_event_t *ev);
+/* Marks the point in stream's work reached so far; ev completes when it has run. */
+int dcps_gpu_event_record(dcps_event_t ev, dcps_stream_t stream);
+/* Makes stream's later work wait for ev (last recorded); the host does not wait. */
+int dcps_gpu_event_wait(dcps_stream_t stream, dcps_event_t ev);
+/* Blocks the host until ev (last recorded) has completed. */
+int dcps_gpu_event_sync(dcps_event_t ev);
+
 /* Turns a CUDA runtime status into 0 or DCPS_E_CUDA, logging the runtime's
  * message with the caller's file and line. For kernels/ only. */
 int dcps_gpu_check(int status, const char *what, const char *file, int line);

@@ -10,12 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
+#include "tests/gpu_probe.h"
 
 /* Elements after n on the device that must stay untouched. */
 #define GUARD 67
@@ -167,41 +166,7 @@ static Suite *residual_gpu_suite(void)
     return s;
 }
 
-/* Whether a GPU is usable, asked in a child process: a CUDA context does not
- * survive fork(), and Check forks once per test, so the parent must not
- * initialise CUDA itself. */
-static int have_gpu(void)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char name[256];
-        int n = dcps_gpu_count();
-        if (n > 0 && dcps_gpu_name(name, sizeof name) == 0)
-            printf("GPU: %s (%d usable)\n", name, n);
-        fflush(stdout);
-        _exit(n > 0 ? 0 : 1);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid)
-        return -1; /* could not ask: ask here, and run the tests without forking */
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 int main(void)
 {
-    int gpu = have_gpu();
-    if (gpu < 0)
-        gpu = dcps_gpu_count() > 0 ? -1 : 0;
-    if (gpu == 0) {
-        printf("no GPU: skipped\n");
-        return 77;
-    }
-    SRunner *sr = srunner_create(residual_gpu_suite());
-    if (gpu < 0)
-        srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return dcps_test_run_gpu(residual_gpu_suite());
 }

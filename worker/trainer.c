@@ -12,26 +12,44 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
+#include "kernels/mlp_gpu.h"
 #include "kernels/residual.h"
 #include "worker/dcps.h"
 #include "worker/idx.h"
 #include "worker/mlp.h"
 
 #define READY_TIMEOUT_MS 120000   /* how long ranks > 0 wait for rank 0's INIT */
+#define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 
+/* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params,
+ * grad and residual in one host allocation and runs dcps_mlp_t. The GPU path
+ * (gpu == 1) runs dcps_mlp_gpu_t on the compute stream cs: parameters,
+ * gradient and residual live on the device; params and residual on the host
+ * are pinned slices that the pull fills and the push sends (grad is NULL);
+ * batches go through two pinned slots h_x/h_y[k] and their device twins
+ * d_x/d_y[k], uploaded on the copy stream xs one step ahead. The events order
+ * the slots: up[k] when slot k's upload is done, done[k] when the forward and
+ * backward pass has read it, params_up when the last parameter upload has left
+ * the pinned params. */
 typedef struct {
     const dcps_config_t *cfg;
     int rank;
-    int gpu; /* 1: the residual lives on the GPU */
+    int gpu;
     dcps_client_t *client;
-    dcps_mlp_t *mlp;
+    dcps_mlp_t *mlp; /* CPU path */
     dcps_dataset_t train, test;
     size_t n;
-    float *params, *grad, *residual; /* n each, one allocation */
-    float *d_grad, *d_residual;      /* device copies when gpu */
-    float *xb;                       /* batch inputs */
+    float *params, *grad, *residual; /* host, n each; see above for which allocation */
+    float *xb;                       /* CPU path: batch inputs */
     uint8_t *yb;
     uint32_t *order;                 /* this rank's sample indices for the epoch */
+    dcps_mlp_gpu_t *gmlp;            /* GPU path from here on */
+    dcps_stream_t cs, xs;
+    dcps_event_t up[2], done[2], params_up;
+    void *dev, *pinned; /* the two allocations the slices below are carved from */
+    float *d_params, *d_grad, *d_residual;
+    float *d_x[2], *h_x[2];
+    uint8_t *d_y[2], *h_y[2];
     FILE *csv;
     double t0;
     char *err;
@@ -52,6 +70,15 @@ static int fail(trainer_t *t, int code, const char *what)
     return code;
 }
 
+/* fail() for the GPU's own failures, which the client knows nothing about;
+ * CUDA errors are logged with their cause where they happen. */
+static int gpu_fail(trainer_t *t, int code, const char *what)
+{
+    snprintf(t->err, t->errlen, "%s: %s%s", what, dcps_strerror(code),
+             code == DCPS_E_CUDA ? " (see the log)" : "");
+    return code;
+}
+
 uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
                             uint32_t *order)
 {
@@ -66,42 +93,137 @@ uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uin
     return k;
 }
 
-/* Adds the gradient to the residual (the error-feedback kernel, on the GPU when
- * the worker has one) and leaves in t->residual what the push sends. */
-static int accumulate(trainer_t *t)
-{
-    size_t bytes = t->n * sizeof(float);
-    int rc;
-    if (!t->gpu) {
-        dcps_residual_add_cpu(t->residual, t->grad, t->n);
-        return 0;
-    }
-    if ((rc = dcps_gpu_to_device(t->d_grad, t->grad, bytes, NULL)) == 0 &&
-        (rc = dcps_residual_add_gpu(t->d_residual, t->d_grad, t->n, NULL)) == 0 &&
-        (rc = dcps_gpu_to_host(t->residual, t->d_residual, bytes, NULL)) == 0)
-        rc = dcps_gpu_sync(NULL);
-    return rc;
-}
-
-/* A dense push sends the whole residual, which is then zero. */
-static int clear_residual(trainer_t *t)
-{
-    memset(t->residual, 0, t->n * sizeof(float));
-    if (!t->gpu)
-        return 0;
-    return dcps_gpu_to_device(t->d_residual, t->residual, t->n * sizeof(float), NULL);
-}
-
-static int check_finite(trainer_t *t, long step)
+/* v is the step's gradient: grad on the CPU path, the downloaded residual on
+ * the GPU path, where the residual is zero before the gradient is added to it
+ * (a dense push sends and clears all of it), so the two are equal. */
+static int check_finite(trainer_t *t, long step, const float *v)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (!isfinite(t->grad[i])) {
+        if (!isfinite(v[i])) {
             snprintf(t->err, t->errlen,
                      "step %ld: gradient entry %zu is %g (not finite); lower [optimizer] lr?",
-                     step, i, (double)t->grad[i]);
+                     step, i, (double)v[i]);
             return DCPS_E_NONFINITE;
         }
     return 0;
+}
+
+/* Samples in the batch that starts at position at of a share of mine; 0 past its end. */
+static int batch_len(uint32_t mine, uint32_t at, int batch_size)
+{
+    if (at >= mine)
+        return 0;
+    return mine - at < (uint32_t)batch_size ? (int)(mine - at) : batch_size;
+}
+
+/* Copies the b samples at positions at.. of this epoch's share into x and y. */
+static void gather(trainer_t *t, uint32_t at, int b, float *x, uint8_t *y)
+{
+    const uint32_t dim = t->train.dim;
+    for (int j = 0; j < b; j++) {
+        uint32_t i = t->order[at + (uint32_t)j];
+        memcpy(x + (size_t)j * dim, t->train.x + (size_t)i * dim, dim * sizeof(float));
+        y[j] = t->train.y[i];
+    }
+}
+
+/* Pulls the parameters into t->params; on the GPU path also uploads them to
+ * d_params on cs, so that the next pass and evaluation (on cs) see them. The
+ * host first waits for params_up: the previous upload has left the pinned
+ * buffer that the pull overwrites. */
+static int pull(trainer_t *t, const char *what)
+{
+    int rc;
+    if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
+        return gpu_fail(t, rc, "uploading the parameters");
+    if ((rc = dcps_client_pull(t->client, t->params)) != 0)
+        return fail(t, rc, what);
+    if (t->gpu &&
+        ((rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0 ||
+         (rc = dcps_gpu_event_record(t->params_up, t->cs)) != 0))
+        return gpu_fail(t, rc, "uploading the parameters");
+    return 0;
+}
+
+/* The test loss and accuracy at the parameters last pulled. */
+static int evaluate(trainer_t *t, float *loss, float *acc)
+{
+    int rc = t->gpu ? dcps_mlp_gpu_evaluate(t->gmlp, t->d_params, &t->test, loss, acc)
+                    : dcps_mlp_evaluate(t->mlp, t->params, &t->test, loss, acc);
+    if (rc == 0)
+        return 0;
+    return t->gpu ? gpu_fail(t, rc, "evaluation") : fail(t, rc, "evaluation");
+}
+
+/* One step of the CPU path on the b samples at position at of the share. */
+static int cpu_step(trainer_t *t, long step, uint32_t at, int b, float *loss, int *correct)
+{
+    int rc;
+    gather(t, at, b, t->xb, t->yb);
+    if ((rc = dcps_mlp_forward_backward(t->mlp, t->params, t->xb, t->yb, b, t->grad, loss,
+                                        correct)) != 0)
+        return fail(t, rc, "forward/backward");
+    if ((rc = check_finite(t, step, t->grad)) != 0)
+        return rc;
+    dcps_residual_add_cpu(t->residual, t->grad, t->n);
+    if ((rc = dcps_client_push_dense(t->client, t->residual)) != 0)
+        return fail(t, rc, "push");
+    /* A dense push sends the whole residual, which is then zero. */
+    memset(t->residual, 0, t->n * sizeof(float));
+    return pull(t, "pull");
+}
+
+/* Gathers the b samples at position at of the share into pinned slot k and
+ * starts their upload to d_x[k], d_y[k] on xs, recorded by up[k]. Slot k was
+ * last used two batches ago: the host waits for up[k] before overwriting the
+ * pinned side (the old upload has left it), and xs waits for done[k] before
+ * overwriting the device side (the old pass has read it). */
+static int stage(trainer_t *t, int k, uint32_t at, int b)
+{
+    int rc;
+    if ((rc = dcps_gpu_event_sync(t->up[k])) != 0)
+        return gpu_fail(t, rc, "batch upload");
+    gather(t, at, b, t->h_x[k], t->h_y[k]);
+    if ((rc = dcps_gpu_event_wait(t->xs, t->done[k])) != 0 ||
+        (rc = dcps_gpu_to_device(t->d_x[k], t->h_x[k], (size_t)b * t->train.dim * sizeof(float),
+                                 t->xs)) != 0 ||
+        (rc = dcps_gpu_to_device(t->d_y[k], t->h_y[k], (size_t)b, t->xs)) != 0 ||
+        (rc = dcps_gpu_event_record(t->up[k], t->xs)) != 0)
+        return gpu_fail(t, rc, "batch upload");
+    return 0;
+}
+
+/* One step of the GPU path on the b samples staged in slot k. The next batch
+ * of the epoch (next_b samples at position next_at; none when next_b is 0) is
+ * staged into the other slot after the residual's update and download are
+ * launched: the host gathers it while the GPU works, and its upload on xs runs
+ * during the push and pull. The forward/backward pass synchronises cs once; the
+ * residual download is the second and last wait of a step. */
+static int gpu_step(trainer_t *t, long step, int k, int b, uint32_t next_at, int next_b,
+                    float *loss, int *correct)
+{
+    size_t bytes = t->n * sizeof(float);
+    int rc;
+    if ((rc = dcps_gpu_event_wait(t->cs, t->up[k])) != 0 ||
+        (rc = dcps_mlp_gpu_forward_backward(t->gmlp, t->d_params, t->d_x[k], t->d_y[k], b,
+                                            t->d_grad, loss, correct)) != 0 ||
+        (rc = dcps_gpu_event_record(t->done[k], t->cs)) != 0)
+        return gpu_fail(t, rc, "forward/backward");
+    if ((rc = dcps_residual_add_gpu(t->d_residual, t->d_grad, t->n, t->cs)) != 0 ||
+        (rc = dcps_gpu_to_host(t->residual, t->d_residual, bytes, t->cs)) != 0)
+        return gpu_fail(t, rc, "residual update");
+    if (next_b > 0 && (rc = stage(t, k ^ 1, next_at, next_b)) != 0)
+        return rc;
+    if ((rc = dcps_gpu_sync(t->cs)) != 0)
+        return gpu_fail(t, rc, "residual update");
+    if ((rc = check_finite(t, step, t->residual)) != 0)
+        return rc;
+    if ((rc = dcps_client_push_dense(t->client, t->residual)) != 0)
+        return fail(t, rc, "push");
+    /* A dense push sends the whole residual, which is then zero. */
+    if ((rc = dcps_gpu_memset(t->d_residual, 0, bytes, t->cs)) != 0)
+        return gpu_fail(t, rc, "residual update");
+    return pull(t, "pull");
 }
 
 /* Mean staleness of this worker's pushes so far; 0 before the first. */
@@ -123,6 +245,112 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     fprintf(t->csv, ",%" PRIu64 ",%" PRIu64 ",%.3f\n", st.bytes_pushed, st.bytes_pulled,
             staleness_mean(&st));
     fflush(t->csv);
+}
+
+/* Hands out consecutive SLICE_ALIGN-aligned slices of one allocation; with
+ * base NULL it only measures, so that layout_gpu() both sizes and carves. */
+struct carver {
+    char *base;
+    size_t used;
+};
+
+static void *carve(struct carver *c, size_t bytes)
+{
+    size_t at = (c->used + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    c->used = at + bytes;
+    return c->base ? c->base + at : NULL;
+}
+
+/* The GPU path's buffers: on the device the parameters, gradient, residual and
+ * two batch slots; pinned on the host params, residual and two batch slots. */
+static void layout_gpu(trainer_t *t, struct carver *dev, struct carver *pin)
+{
+    size_t vec = t->n * sizeof(float), ybytes = (size_t)t->cfg->batch_size;
+    size_t xbytes = ybytes * t->train.dim * sizeof(float);
+    t->d_params = carve(dev, vec);
+    t->d_grad = carve(dev, vec);
+    t->d_residual = carve(dev, vec);
+    t->params = carve(pin, vec);
+    t->residual = carve(pin, vec);
+    for (int k = 0; k < 2; k++) {
+        t->d_x[k] = carve(dev, xbytes);
+        t->d_y[k] = carve(dev, ybytes);
+        t->h_x[k] = carve(pin, xbytes);
+        t->h_y[k] = carve(pin, ybytes);
+    }
+}
+
+/* Sets up the GPU path: streams, model, events, buffers, a zero residual.
+ * When the GPU model cannot run (DCPS_E_NOGPU: cuBLAS is not loadable, say)
+ * and device = auto, releases what it made, clears t->gpu and returns 0: the
+ * CPU path runs instead. Anything else that fails is an error; teardown()
+ * releases what was made. */
+static int setup_gpu(trainer_t *t)
+{
+    const dcps_config_t *cfg = t->cfg;
+    struct carver dev = {NULL, 0}, pin = {NULL, 0};
+    char name[256];
+    int rc;
+
+    if ((rc = dcps_gpu_stream_new(&t->cs)) == 0 && (rc = dcps_gpu_stream_new(&t->xs)) == 0)
+        t->gmlp = dcps_mlp_gpu_new(cfg->layers, cfg->n_layers, cfg->batch_size, t->cs, &rc);
+    if (rc == DCPS_E_NOGPU && cfg->device == DCPS_DEVICE_AUTO) {
+        dcps_gpu_stream_destroy(&t->xs);
+        dcps_gpu_stream_destroy(&t->cs);
+        t->gpu = 0;
+        DCPS_INFO("device = auto: a GPU is present but the GPU model cannot run (see above), "
+                  "so this worker trains on the CPU");
+        return 0;
+    }
+    if (rc == DCPS_E_NOGPU) {
+        snprintf(t->err, t->errlen,
+                 "[worker] device = gpu, but the GPU model cannot run (cuBLAS missing? see the "
+                 "log); use device = auto or cpu");
+        return rc;
+    }
+    if (rc != 0)
+        return gpu_fail(t, rc, "GPU set-up");
+    for (int k = 0; k < 2; k++)
+        if ((rc = dcps_gpu_event_new(&t->up[k])) != 0 ||
+            (rc = dcps_gpu_event_new(&t->done[k])) != 0)
+            return gpu_fail(t, rc, "GPU set-up");
+    if ((rc = dcps_gpu_event_new(&t->params_up)) != 0)
+        return gpu_fail(t, rc, "GPU set-up");
+
+    layout_gpu(t, &dev, &pin);
+    if ((rc = dcps_gpu_alloc(&t->dev, dev.used)) != 0 ||
+        (rc = dcps_gpu_host_alloc(&t->pinned, pin.used)) != 0)
+        return gpu_fail(t, rc, "GPU memory");
+    dev.base = t->dev;
+    pin.base = t->pinned;
+    dev.used = pin.used = 0;
+    layout_gpu(t, &dev, &pin);
+    /* Everything else is written before it is read. */
+    if ((rc = dcps_gpu_memset(t->d_residual, 0, t->n * sizeof(float), t->cs)) != 0)
+        return gpu_fail(t, rc, "GPU set-up");
+    if (dcps_gpu_name(name, sizeof name) == 0)
+        DCPS_INFO("rank %d trains on the GPU (%s)", t->rank, name);
+    return 0;
+}
+
+/* The CPU path's buffers and model. */
+static int setup_cpu(trainer_t *t)
+{
+    const dcps_config_t *cfg = t->cfg;
+    int rc;
+    t->params = calloc(3 * t->n, sizeof(float));
+    t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
+    t->yb = malloc((size_t)cfg->batch_size);
+    if (!t->params || !t->xb || !t->yb) {
+        snprintf(t->err, t->errlen, "out of memory");
+        return DCPS_E_NOMEM;
+    }
+    t->grad = t->params + t->n;
+    t->residual = t->grad + t->n;
+    t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
+    if (!t->mlp)
+        return fail(t, rc, "model");
+    return 0;
 }
 
 static int setup(trainer_t *t, const char *metrics_path)
@@ -156,26 +384,15 @@ static int setup(trainer_t *t, const char *metrics_path)
     }
 
     t->n = cfg->n_params;
-    t->params = calloc(3 * t->n, sizeof(float));
-    t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
-    t->yb = malloc((size_t)cfg->batch_size);
     t->order = malloc(t->train.n * sizeof(uint32_t));
-    if (!t->params || !t->xb || !t->yb || !t->order) {
+    if (!t->order) {
         snprintf(t->err, t->errlen, "out of memory");
         return DCPS_E_NOMEM;
     }
-    t->grad = t->params + t->n;
-    t->residual = t->grad + t->n;
-    if (t->gpu) {
-        size_t bytes = t->n * sizeof(float);
-        if ((rc = dcps_gpu_alloc((void **)&t->d_grad, bytes)) != 0 ||
-            (rc = dcps_gpu_alloc((void **)&t->d_residual, bytes)) != 0 ||
-            (rc = dcps_gpu_to_device(t->d_residual, t->residual, bytes, NULL)) != 0)
-            return fail(t, rc, "GPU set-up");
-    }
-    t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
-    if (!t->mlp)
-        return fail(t, rc, "model");
+    if (t->gpu && (rc = setup_gpu(t)) != 0)
+        return rc;
+    if (!t->gpu && (rc = setup_cpu(t)) != 0) /* also when setup_gpu() fell back */
+        return rc;
 
     if (metrics_path && *metrics_path) {
         t->csv = fopen(metrics_path, "w");
@@ -200,23 +417,37 @@ static int setup(trainer_t *t, const char *metrics_path)
     } else if ((rc = dcps_client_wait_ready(t->client, READY_TIMEOUT_MS)) != 0) {
         return fail(t, rc, "waiting for rank 0");
     }
-    if ((rc = dcps_client_pull(t->client, t->params)) != 0)
-        return fail(t, rc, "first pull");
-    return 0;
+    return pull(t, "first pull");
 }
 
 static void teardown(trainer_t *t)
 {
     dcps_client_close(&t->client);
     dcps_mlp_destroy(&t->mlp);
-    dcps_gpu_free(t->d_grad);
-    dcps_gpu_free(t->d_residual);
+    /* The GPU path in reverse order of set-up, once neither stream has work
+     * left that touches the buffers (an upload may be in flight after a
+     * failure); the model goes before the stream it borrows. */
+    if (t->xs)
+        dcps_gpu_sync(t->xs);
+    if (t->cs)
+        dcps_gpu_sync(t->cs);
+    dcps_gpu_host_free(t->pinned);
+    dcps_gpu_free(t->dev);
+    dcps_gpu_event_destroy(&t->params_up);
+    for (int k = 1; k >= 0; k--) {
+        dcps_gpu_event_destroy(&t->done[k]);
+        dcps_gpu_event_destroy(&t->up[k]);
+    }
+    dcps_mlp_gpu_destroy(&t->gmlp);
+    dcps_gpu_stream_destroy(&t->xs);
+    dcps_gpu_stream_destroy(&t->cs);
     if (t->csv)
         fclose(t->csv);
     free(t->order);
     free(t->yb);
     free(t->xb);
-    free(t->params);
+    if (!t->gpu) /* on the GPU path params is a slice of pinned */
+        free(t->params);
     dcps_dataset_free(&t->train);
     dcps_dataset_free(&t->test);
 }
@@ -224,7 +455,6 @@ static void teardown(trainer_t *t)
 static int train(trainer_t *t, FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;
-    const uint32_t dim = t->train.dim;
     long step = 0;
     double win_loss = 0, epoch_loss = 0, t_win = now_s();
     long win_correct = 0, win_samples = 0, epoch_steps = 0, samples = 0;
@@ -237,29 +467,22 @@ static int train(trainer_t *t, FILE *out)
                                            t->train.n, t->order);
         epoch_loss = 0;
         epoch_steps = 0;
+        /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
+         * the epoch's first batch is staged here. */
+        if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), 0,
+                                  batch_len(mine, 0, cfg->batch_size))) != 0)
+            return rc;
         for (uint32_t at = 0; at < mine; at += (uint32_t)cfg->batch_size) {
-            int b = (int)(mine - at < (uint32_t)cfg->batch_size ? mine - at : (uint32_t)cfg->batch_size);
-            for (int j = 0; j < b; j++) {
-                uint32_t i = t->order[at + (uint32_t)j];
-                memcpy(t->xb + (size_t)j * dim, t->train.x + (size_t)i * dim, dim * sizeof(float));
-                t->yb[j] = t->train.y[i];
-            }
+            int b = batch_len(mine, at, cfg->batch_size);
+            uint32_t next = at + (uint32_t)cfg->batch_size;
             float loss;
             int correct;
-            if ((rc = dcps_mlp_forward_backward(t->mlp, t->params, t->xb, t->yb, b, t->grad,
-                                                &loss, &correct)) != 0)
-                return fail(t, rc, "forward/backward");
             step++;
-            if ((rc = check_finite(t, step)) != 0)
+            rc = t->gpu ? gpu_step(t, step, (int)(step & 1), b, next,
+                                   batch_len(mine, next, cfg->batch_size), &loss, &correct)
+                        : cpu_step(t, step, at, b, &loss, &correct);
+            if (rc != 0)
                 return rc;
-            if ((rc = accumulate(t)) != 0)
-                return fail(t, rc, "residual update");
-            if ((rc = dcps_client_push_dense(t->client, t->residual)) != 0)
-                return fail(t, rc, "push");
-            if ((rc = clear_residual(t)) != 0)
-                return fail(t, rc, "residual update");
-            if ((rc = dcps_client_pull(t->client, t->params)) != 0)
-                return fail(t, rc, "pull");
             if (cfg->delay_ms > 0)
                 nanosleep(&(struct timespec){cfg->delay_ms / 1000,
                                              (cfg->delay_ms % 1000) * 1000000L},
@@ -290,8 +513,8 @@ static int train(trainer_t *t, FILE *out)
                 t_win = tn;
             }
         }
-        if ((rc = dcps_mlp_evaluate(t->mlp, t->params, &t->test, &test_loss, &test_acc)) != 0)
-            return fail(t, rc, "evaluation");
+        if ((rc = evaluate(t, &test_loss, &test_acc)) != 0)
+            return rc;
         fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
                 epoch, step, test_loss, test_acc);
         fflush(out);
@@ -303,10 +526,8 @@ static int train(trainer_t *t, FILE *out)
         return fail(t, rc, "saying done");
     if ((rc = dcps_client_barrier(t->client, 1)) != 0)
         return fail(t, rc, "final barrier");
-    if ((rc = dcps_client_pull(t->client, t->params)) != 0)
-        return fail(t, rc, "final pull");
-    if ((rc = dcps_mlp_evaluate(t->mlp, t->params, &t->test, &test_loss, &test_acc)) != 0)
-        return fail(t, rc, "evaluation");
+    if ((rc = pull(t, "final pull")) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
+        return rc;
 
     double elapsed = now_s() - t->t0;
     dcps_client_stats_t st;

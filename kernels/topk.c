@@ -1,0 +1,438 @@
+/* dcps — top-k selection on the CPU; see topk.h.
+ *
+ * Pass 1 histograms the top TOP_BITS bits of every key and finds the bin holding
+ * the k-th largest key. Pass 2 goes over the data in index order and finds the
+ * entries in or above that bin SPAN at a time, with a loop compilers vectorise
+ * (most spans hold none): entries above the bin are all selected and go straight
+ * to the output; entries in it, the candidates, are copied to the workspace. The
+ * candidates are narrowed to the exact threshold key T by histograms over their
+ * lower bits, and those above T and the first ones equal to T are merged into the
+ * output. A bin with more entries than the workspace holds (few distinct
+ * magnitudes) is narrowed by histograms over the data instead, before pass 2; if
+ * that ends at a single key, pass 2 emits the selection directly.
+ *
+ * Where an entry goes depends on its value, which the branch predictor cannot
+ * guess, so the loops of pass 2 choose by arithmetic instead of branches. */
+#include "kernels/topk.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "config.h"
+
+enum {
+    /* Pass 1 counts the top 12 bits of every key: the finer its bins, the fewer
+     * entries pass 2 has to look at twice, while 4096 counters stay in L1. */
+    TOP_BITS = 12,
+    BINS = 1 << TOP_BITS,
+    TOP_SHIFT = 31 - TOP_BITS, /* key >> TOP_SHIFT: the top bin */
+    /* The smallest candidate capacity, so small workspaces never narrow on the data. */
+    MIN_CAP = 4096,
+    /* Pass 2 finds the entries in or above the bin SPAN at a time, and handles them
+     * a CHUNK at a time, while that part of the data is still in cache. */
+    SPAN = 32,
+    CHUNK = 4096
+};
+/* Keys from this bin up are Inf or NaN: 0x7f800000 is the key of Inf. */
+#define NONFINITE_BIN (0x7f800000u >> TOP_SHIFT)
+
+struct dcps_topk_ws {
+    size_t max_n;
+    size_t cap; /* candidates cval/cidx can hold: max_n / 8, at least MIN_CAP */
+    uint32_t hist[BINS];
+    uint32_t hit_idx[CHUNK + 1]; /* pass 2's entries in or above the bin, of one chunk */
+    float *cval;
+    uint32_t *cidx;
+};
+
+/* The bin still to be resolved: the keys with key >> shift == prefix. need of its
+ * count entries are selected (1 <= need <= count); every key above the bin is. */
+typedef struct {
+    uint32_t prefix;
+    int shift;
+    size_t need, count;
+} bin_t;
+
+static inline uint32_t bits(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static inline float from_bits(uint32_t u)
+{
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline uint32_t key(float v)
+{
+    return bits(v) & 0x7fffffffu;
+}
+
+dcps_topk_ws_t *dcps_topk_ws_new(size_t max_n, int *err)
+{
+    if (max_n == 0 || max_n > DCPS_TOPK_MAX_N) {
+        *err = DCPS_E_INVAL;
+        return NULL;
+    }
+    size_t cap = max_n / 8 > MIN_CAP ? max_n / 8 : MIN_CAP;
+    if (cap > max_n)
+        cap = max_n;
+    /* One spare candidate slot: pass 2 writes one past the last candidate. */
+    dcps_topk_ws_t *ws = malloc(sizeof *ws + (cap + 1) * (sizeof(float) + sizeof(uint32_t)));
+    if (!ws) {
+        *err = DCPS_E_NOMEM;
+        return NULL;
+    }
+    ws->max_n = max_n;
+    ws->cap = cap;
+    ws->cval = (float *)(ws + 1);
+    ws->cidx = (uint32_t *)(ws->cval + cap + 1);
+    *err = 0;
+    return ws;
+}
+
+void dcps_topk_ws_destroy(dcps_topk_ws_t **ws)
+{
+    if (ws) {
+        free(*ws);
+        *ws = NULL;
+    }
+}
+
+/* The bin of h[0..nbins) that holds the need-th largest key counted there
+ * (1 <= need <= the total), scanning from the top; need becomes the rank
+ * inside that bin. */
+static uint32_t pick(const uint32_t *h, uint32_t nbins, size_t *need)
+{
+    uint32_t b = nbins;
+    while (h[--b] < *need)
+        *need -= h[b];
+    return b;
+}
+
+/* Counts the top bins of v[0..4) in h. Two keys come from each 64-bit load, fewer
+ * instructions than four loads; which half holds which key depends on the byte
+ * order, which a histogram does not care about. */
+static inline void count4(uint32_t *h, const float *v)
+{
+    uint64_t a, b;
+    memcpy(&a, v, sizeof a);
+    memcpy(&b, v + 2, sizeof b);
+    h[a >> TOP_SHIFT & (BINS - 1)]++;
+    h[a >> (32 + TOP_SHIFT) & (BINS - 1)]++;
+    h[b >> TOP_SHIFT & (BINS - 1)]++;
+    h[b >> (32 + TOP_SHIFT) & (BINS - 1)]++;
+}
+
+/* r[i] ← r[i] + g[i], and its top bin counted in h. */
+static inline void add_count(uint32_t *h, float *r, const float *g, size_t i)
+{
+    r[i] += g[i];
+    h[key(r[i]) >> TOP_SHIFT]++;
+}
+
+/* Pass 1 over x, or over r ← r + g when g is given (then x is r): the histogram of
+ * the top bits in h, and the bin holding the k-th largest key. Returns 0 or
+ * DCPS_E_NONFINITE. */
+static int pass1(uint32_t *h, const float *x, float *r, const float *g, size_t n, size_t k,
+                 bin_t *b)
+{
+    memset(h, 0, sizeof(uint32_t[BINS]));
+    size_t i = 0;
+    if (g) {
+        for (; i + 4 <= n; i += 4) {
+            add_count(h, r, g, i);
+            add_count(h, r, g, i + 1);
+            add_count(h, r, g, i + 2);
+            add_count(h, r, g, i + 3);
+        }
+        for (; i < n; i++)
+            add_count(h, r, g, i);
+    } else {
+        for (; i + 4 <= n; i += 4)
+            count4(h, x + i);
+        for (; i < n; i++)
+            h[key(x[i]) >> TOP_SHIFT]++;
+    }
+    for (uint32_t c = NONFINITE_BIN; c < BINS; c++)
+        if (h[c])
+            return DCPS_E_NONFINITE;
+    b->need = k;
+    b->prefix = pick(h, BINS, &b->need);
+    b->shift = TOP_SHIFT;
+    b->count = h[b->prefix];
+    return 0;
+}
+
+/* Narrows b, TOP_BITS bits at a time, with histograms over x[0..n) until it holds
+ * at most limit entries or is a single key (shift 0). h has room for BINS. */
+static void narrow(uint32_t *h, const float *x, size_t n, size_t limit, bin_t *b)
+{
+    while (b->shift > 0 && b->count > limit) {
+        const int w = b->shift < TOP_BITS ? b->shift : TOP_BITS, shift = b->shift - w;
+        const uint32_t mask = (1u << w) - 1, prefix = b->prefix;
+        memset(h, 0, sizeof *h << w);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t kk = key(x[i]);
+            if (kk >> shift >> w == prefix)
+                h[(kk >> shift) & mask]++;
+        }
+        uint32_t sub = pick(h, mask + 1, &b->need);
+        b->prefix = prefix << w | sub;
+        b->shift = shift;
+        b->count = h[sub];
+    }
+}
+
+/* Whether an entry of key kk is selected once the threshold key t is known: it is
+ * above t, or equal to t while need, the count of equal keys still to take, lasts.
+ * Without branches: whether a candidate is taken is unpredictable. */
+static inline int taken(uint32_t kk, uint32_t t, size_t *need)
+{
+    int eq = (kk == t) & (*need > 0);
+    *need -= (size_t)eq;
+    return (kk > t) | eq;
+}
+
+/* Bit l of the result is set when v[l] has a key of at least lo, for l < len <=
+ * SPAN. With len == SPAN the loop is one compilers vectorise (a table of bits,
+ * since shifting each lane by its own count is not in baseline SIMD). */
+static inline uint32_t hits(const float *v, size_t len, uint32_t lo)
+{
+    static const uint32_t bit[SPAN] = {
+        1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+        1u << 8,  1u << 9,  1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+        1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+        1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+    uint32_t m = 0;
+    if (len == SPAN) {
+        for (int l = 0; l < SPAN; l++)
+            m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
+        return m;
+    }
+    for (size_t l = 0; l < len; l++)
+        m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
+    return m;
+}
+
+static inline size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Writes to hits the indices in [c0, c1) (c1 - c0 <= CHUNK) of the entries of x with
+ * a key of at least lo, ascending, and returns their count. */
+static size_t find(const float *x, size_t c0, size_t c1, uint32_t lo, uint32_t *hit_idx)
+{
+    size_t nh = 0;
+    for (size_t i0 = c0; i0 < c1; i0 += SPAN) {
+        uint32_t hit = hits(x + i0, min_size(c1 - i0, SPAN), lo);
+        /* Most spans hold at most two: those are written without a branch, since
+         * whether there is one is unpredictable. Without one, an index is written
+         * and not counted; hit_idx has a spare slot for that. */
+        for (int s = 0; s < 2; s++) {
+            size_t l = (size_t)__builtin_ctzll(hit | (uint64_t)1 << SPAN) & (SPAN - 1);
+            hit_idx[nh] = (uint32_t)(i0 + l);
+            nh += hit != 0;
+            hit &= hit - 1;
+        }
+        for (; hit; hit &= hit - 1)
+            hit_idx[nh++] = (uint32_t)(i0 + (size_t)__builtin_ctz(hit));
+    }
+    return nh;
+}
+
+/* Pass 2 when the bin is the single key t: emits, in index order, every key above t
+ * and the first need keys equal to it, clearing them in clear when given. */
+static void emit(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, uint32_t t,
+                 size_t need, uint32_t *idx, float *val)
+{
+    size_t o = 0;
+    for (size_t c0 = 0; c0 < n; c0 += CHUNK)
+        for (size_t j = 0, nh = find(x, c0, min_size(n, c0 + CHUNK), t, ws->hit_idx); j < nh;
+             j++) {
+            uint32_t i = ws->hit_idx[j];
+            if (taken(key(x[i]), t, &need)) {
+                idx[o] = i;
+                val[o++] = x[i];
+                if (clear)
+                    clear[i] = 0.0f;
+            }
+        }
+}
+
+/* Pass 2 for a bin of more than one key, b->count <= ws->cap entries: in index
+ * order, entries above the bin go to idx/val and entries in it to the candidates.
+ * The candidates are narrowed to the threshold key and the selected ones merged in.
+ * Selected entries are cleared in clear when given. */
+static void pass2(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, bin_t *b,
+                  uint32_t *idx, float *val)
+{
+    const int shift = b->shift;
+    const uint32_t prefix = b->prefix;
+    uint32_t *cidx = ws->cidx;
+    float *cval = ws->cval;
+    size_t o = 0, m = 0;
+    for (size_t c0 = 0; c0 < n; c0 += CHUNK)
+        for (size_t j = 0, nh = find(x, c0, min_size(n, c0 + CHUNK), prefix << shift, ws->hit_idx);
+             j < nh; j++) {
+            uint32_t i = ws->hit_idx[j];
+            /* Written to both places, counted in one: which one is unpredictable,
+             * so no branch. Both writes are in bounds: fewer than k entries are
+             * above the bin, which holds a selected one, and cidx has a spare slot. */
+            size_t above = key(x[i]) >> shift > prefix;
+            idx[o] = cidx[m] = i;
+            val[o] = cval[m] = x[i];
+            if (clear) /* +0 when above the bin, else unchanged */
+                clear[i] = from_bits(bits(x[i]) & ((uint32_t)above - 1));
+            o += above;
+            m += 1 - above;
+        }
+    assert(m == b->count);
+    narrow(ws->hist, cval, m, 0, b);
+
+    /* Keep the selected candidates, in order: above T, or the first ones equal. */
+    size_t kept = 0, need = b->need;
+    for (size_t j = 0; j < m; j++) {
+        cidx[kept] = cidx[j];
+        cval[kept] = cval[j];
+        kept += (size_t)taken(key(cval[j]), b->prefix, &need);
+    }
+    if (clear)
+        for (size_t j = 0; j < kept; j++)
+            clear[cidx[j]] = 0.0f;
+    /* Merge from the back into idx/val, which has room for o + kept = k entries;
+     * entries above the bin left over at the end are in place. Which list the next
+     * entry comes from is unpredictable: selections, not branches. */
+    size_t e = o + kept;
+    while (o > 0 && kept > 0) {
+        uint32_t a = idx[o - 1], c = cidx[kept - 1];
+        uint32_t av = bits(val[o - 1]), cv = bits(cval[kept - 1]);
+        size_t up = a > c; /* the entry above the bin goes last */
+        idx[--e] = up ? a : c;
+        val[e] = from_bits(up ? av : cv);
+        o -= up;
+        kept -= 1 - up;
+    }
+    for (; kept > 0; kept--) {
+        idx[--e] = cidx[kept - 1];
+        val[e] = cval[kept - 1];
+    }
+}
+
+/* The selection after the argument checks; see the file's opening comment. */
+static int topk(const float *x, float *r, const float *g, size_t n, size_t k, uint32_t *idx,
+                float *val, dcps_topk_ws_t *ws)
+{
+    bin_t b;
+    int rc = pass1(ws->hist, x, r, g, n, k, &b);
+    if (rc)
+        return rc;
+    narrow(ws->hist, x, n, ws->cap, &b);
+    if (b.shift == 0)
+        emit(ws, x, r, n, b.prefix, b.need, idx, val);
+    else
+        pass2(ws, x, r, n, &b, idx, val);
+    return 0;
+}
+
+static int bad_args(size_t n, size_t k, const void *idx, const void *val,
+                    const dcps_topk_ws_t *ws)
+{
+    return !ws || !idx || !val || n == 0 || n > ws->max_n || k == 0 || k > n;
+}
+
+int dcps_topk_cpu(const float *x, size_t n, size_t k, uint32_t *idx, float *val,
+                  dcps_topk_ws_t *ws)
+{
+    if (!x || bad_args(n, k, idx, val, ws))
+        return DCPS_E_INVAL;
+    return topk(x, NULL, NULL, n, k, idx, val, ws);
+}
+
+int dcps_topk_ef_cpu(float *r, const float *g, size_t n, size_t k, uint32_t *idx, float *val,
+                     dcps_topk_ws_t *ws)
+{
+    if (!r || bad_args(n, k, idx, val, ws))
+        return DCPS_E_INVAL;
+    return topk(r, r, g, n, k, idx, val, ws);
+}
+
+void dcps_scatter_add_cpu(float *w, const uint32_t *idx, const float *val, size_t k,
+                          float alpha)
+{
+    /* Built with -std=c11, so alpha * val is never contracted into an FMA: the
+     * product is rounded, as on the GPU. */
+    for (size_t j = 0; j < k; j++)
+        w[idx[j]] += alpha * val[j];
+}
+
+void dcps_gather_cpu(const float *w, const uint32_t *idx, size_t k, float *out)
+{
+    for (size_t j = 0; j < k; j++)
+        out[j] = w[idx[j]];
+}
+
+float dcps_topk_read_cpu(const float *x, size_t n)
+{
+    /* Eight independent sums, so the pass runs at the speed of the loads rather
+     * than of one chain of additions. */
+    float s[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += fabsf(x[i + l]);
+    for (; i < n; i++)
+        s[0] += fabsf(x[i]);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+#ifndef HAVE_CUDA
+dcps_topk_gpu_ws_t *dcps_topk_gpu_ws_new(size_t max_n, int *err)
+{
+    *err = DCPS_E_NOGPU;
+    return NULL;
+}
+
+void dcps_topk_gpu_ws_destroy(dcps_topk_gpu_ws_t **ws)
+{
+    if (ws)
+        *ws = NULL;
+}
+
+int dcps_topk_gpu(const float *d_x, size_t n, size_t k, uint32_t *d_idx, float *d_val,
+                  dcps_topk_gpu_ws_t *ws, dcps_stream_t stream)
+{
+    return DCPS_E_NOGPU;
+}
+
+int dcps_topk_ef_gpu(float *d_r, const float *d_g, size_t n, size_t k, uint32_t *d_idx,
+                     float *d_val, dcps_topk_gpu_ws_t *ws, dcps_stream_t stream)
+{
+    return DCPS_E_NOGPU;
+}
+
+int dcps_scatter_add_gpu(float *d_w, const uint32_t *d_idx, const float *d_val, size_t k,
+                         float alpha, dcps_stream_t stream)
+{
+    return DCPS_E_NOGPU;
+}
+
+int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k, float *d_out,
+                    dcps_stream_t stream)
+{
+    return DCPS_E_NOGPU;
+}
+
+int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, dcps_stream_t stream)
+{
+    return DCPS_E_NOGPU;
+}
+#endif

@@ -1,0 +1,457 @@
+/* Tests for kernels/topk on the CPU: the selection equals a brute-force reference
+ * (sort by magnitude descending and index ascending, take k, sort by index) bit for
+ * bit, on random data of many sizes, ties, equal values, signed zeros, denormals
+ * and bins too full for the workspace; bad sizes and non-finite input are refused
+ * without writing past the outputs; error feedback loses nothing; scatter and
+ * gather are the plain loops. */
+#include "kernels/topk.h"
+
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "tests/check_run.h"
+
+/* Output entries after k that must stay untouched. */
+#define GUARD 17
+#define SENTINEL 0xa5a5a5a5u
+
+static uint32_t key(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & 0x7fffffffu;
+}
+
+static float from_bits(uint32_t u)
+{
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static void *alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The contract by brute force: order by (key descending, index ascending), take
+ * the first k, order those by index. */
+static void reference(const float *x, size_t n, size_t k, uint32_t *idx, float *val)
+{
+    uint64_t *order = alloc(n * sizeof *order);
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint64_t)(0x7fffffffu - key(x[i])) << 32 | i;
+    qsort(order, n, sizeof *order, cmp_u64);
+    for (size_t j = 0; j < k; j++)
+        idx[j] = (uint32_t)order[j];
+    qsort(idx, k, sizeof *idx, cmp_u32);
+    for (size_t j = 0; j < k; j++)
+        val[j] = x[idx[j]];
+    free(order);
+}
+
+/* Output arrays of k + GUARD entries, all SENTINEL. */
+static void outputs(size_t k, uint32_t **idx, float **val)
+{
+    *idx = alloc((k + GUARD) * sizeof **idx);
+    *val = alloc((k + GUARD) * sizeof **val);
+    memset(*idx, 0xa5, (k + GUARD) * sizeof **idx);
+    memset(*val, 0xa5, (k + GUARD) * sizeof **val);
+}
+
+static void assert_guard(const uint32_t *idx, const float *val, size_t k)
+{
+    for (size_t j = k; j < k + GUARD; j++) {
+        uint32_t v;
+        memcpy(&v, &val[j], sizeof v);
+        ck_assert_msg(idx[j] == SENTINEL && v == SENTINEL, "entry %zu past k=%zu written", j, k);
+    }
+}
+
+/* dcps_topk_cpu and dcps_topk_ef_cpu with g NULL (on a copy of x) both give the
+ * reference; the latter clears exactly the selected entries. */
+static void expect_topk(const float *x, size_t n, size_t k, dcps_topk_ws_t *ws)
+{
+    uint32_t *want_idx = alloc(k * sizeof *want_idx), *idx;
+    float *want_val = alloc(k * sizeof *want_val), *val, *r = alloc(n * sizeof *r);
+    reference(x, n, k, want_idx, want_val);
+    outputs(k, &idx, &val);
+
+    ck_assert_int_eq(dcps_topk_cpu(x, n, k, idx, val, ws), 0);
+    ck_assert_msg(memcmp(idx, want_idx, k * sizeof *idx) == 0, "n=%zu k=%zu: indices differ", n, k);
+    ck_assert_msg(memcmp(val, want_val, k * sizeof *val) == 0, "n=%zu k=%zu: values differ", n, k);
+    assert_guard(idx, val, k);
+
+    memcpy(r, x, n * sizeof *r);
+    memset(idx, 0xa5, k * sizeof *idx);
+    ck_assert_int_eq(dcps_topk_ef_cpu(r, NULL, n, k, idx, val, ws), 0);
+    ck_assert_msg(memcmp(idx, want_idx, k * sizeof *idx) == 0, "ef n=%zu k=%zu: indices differ", n,
+                  k);
+    ck_assert_msg(memcmp(val, want_val, k * sizeof *val) == 0, "ef n=%zu k=%zu: values differ", n,
+                  k);
+    assert_guard(idx, val, k);
+    for (size_t i = 0, j = 0; i < n; i++) {
+        int sel = j < k && idx[j] == i;
+        j += sel;
+        ck_assert_msg(sel ? key(r[i]) == 0 && !signbit(r[i]) : memcmp(&r[i], &x[i], 4) == 0,
+                      "ef n=%zu k=%zu: residual %zu wrong", n, k, i);
+    }
+    free(want_idx);
+    free(want_val);
+    free(idx);
+    free(val);
+    free(r);
+}
+
+/* expect_topk for k in {1, 2, n/100 + 1, n/2, n - 1, n} (those in 1..n). */
+static void expect_topk_ks(const float *x, size_t n, dcps_topk_ws_t *ws)
+{
+    const size_t ks[] = {1, 2, n / 100 + 1, n / 2, n - 1, n};
+    for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+        if (ks[j] >= 1 && ks[j] <= n)
+            expect_topk(x, n, ks[j], ws);
+}
+
+static dcps_topk_ws_t *new_ws(size_t max_n)
+{
+    int err = 1;
+    dcps_topk_ws_t *ws = dcps_topk_ws_new(max_n, &err);
+    ck_assert_ptr_nonnull(ws);
+    ck_assert_int_eq(err, 0);
+    return ws;
+}
+
+/* Normal values scaled by 2^-20 .. 2^20, both signs. */
+static void fill_wide(dcps_rng_t *rng, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = ldexpf(dcps_rng_normal(rng), (int)dcps_rng_below(rng, 41) - 20);
+}
+
+static const size_t sizes[] = {1, 2, 3, 63, 64, 65, 1000, 4097, 100003, 1000003};
+#define N_SIZES (sizeof sizes / sizeof sizes[0])
+
+START_TEST(selects_the_k_largest_magnitudes_on_random_data)
+{
+    size_t n = sizes[_i];
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 10 + (uint64_t)_i);
+    float *x = alloc(n * sizeof *x);
+    fill_wide(&rng, x, n);
+    /* One workspace larger than n, one exactly n. */
+    dcps_topk_ws_t *ws = new_ws(1000003);
+    expect_topk_ks(x, n, ws);
+    dcps_topk_ws_destroy(&ws);
+    ck_assert_ptr_null(ws);
+    ws = new_ws(n);
+    expect_topk_ks(x, n, ws);
+    dcps_topk_ws_destroy(&ws);
+    free(x);
+}
+END_TEST
+
+START_TEST(equal_magnitudes_go_to_the_lower_index)
+{
+    /* A handful of values, both signs: nearly every selection ends inside a tie. */
+    static const float pool[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 2.0f, -2.0f, 3.0f};
+    const size_t ns[] = {63, 1000, 100003};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 20);
+    dcps_topk_ws_t *ws = new_ws(100003);
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        size_t n = ns[t];
+        float *x = alloc(n * sizeof *x);
+        for (size_t i = 0; i < n; i++)
+            x[i] = pool[dcps_rng_below(&rng, sizeof pool / sizeof pool[0])];
+        expect_topk_ks(x, n, ws);
+        expect_topk(x, n, n / 3, ws);
+        free(x);
+    }
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+START_TEST(all_equal_magnitudes_select_the_first_k)
+{
+    /* One bin holds everything: more than the workspace's candidates, so the
+     * bin is narrowed on the data down to a single key. */
+    enum { N = 100003 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 30);
+    float *x = alloc(N * sizeof *x);
+    for (size_t i = 0; i < N; i++)
+        x[i] = dcps_rng_below(&rng, 2) ? 3.0f : -3.0f;
+    dcps_topk_ws_t *ws = new_ws(N);
+    const size_t ks[] = {1, 4999, 50000, N};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+        uint32_t *idx;
+        float *val;
+        outputs(ks[t], &idx, &val);
+        ck_assert_int_eq(dcps_topk_cpu(x, N, ks[t], idx, val, ws), 0);
+        for (size_t j = 0; j < ks[t]; j++)
+            ck_assert(idx[j] == j && val[j] == x[j]);
+        assert_guard(idx, val, ks[t]);
+        free(idx);
+        free(val);
+        expect_topk(x, N, ks[t], ws);
+    }
+    dcps_topk_ws_destroy(&ws);
+    free(x);
+}
+END_TEST
+
+START_TEST(negative_and_positive_zeros_are_equal_magnitudes)
+{
+    /* 20 nonzero entries among zeros of both signs: past k = 20 the zeros are
+     * taken by index, whatever their sign, and keep it in val. */
+    enum { N = 1000 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 40);
+    float x[N];
+    for (size_t i = 0; i < N; i++)
+        x[i] = dcps_rng_below(&rng, 2) ? -0.0f : 0.0f;
+    for (int j = 0; j < 20; j++)
+        x[dcps_rng_below(&rng, N)] = (float)(j + 1) * (j % 2 ? -1.0f : 1.0f);
+    dcps_topk_ws_t *ws = new_ws(N);
+    const size_t ks[] = {1, 19, 20, 21, 500, N};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++)
+        expect_topk(x, N, ks[t], ws);
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+START_TEST(denormals_and_extreme_exponents_are_ordered_by_magnitude)
+{
+    /* Denormals (keys below 0x00800000), normals from FLT_MIN to FLT_MAX, and a
+     * run of denormals only, where the top bits of every key are zero. */
+    enum { N = 50001 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 50);
+    float *x = alloc(N * sizeof *x);
+    for (size_t i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)dcps_rng_below(&rng, 0x7f800000u);
+        if (i % 3 == 0)
+            bits = (uint32_t)dcps_rng_below(&rng, 0x00800000u);
+        x[i] = from_bits(bits | (uint32_t)dcps_rng_below(&rng, 2) << 31);
+    }
+    x[7] = FLT_MAX;
+    x[8] = -FLT_MAX;
+    x[9] = FLT_MIN;
+    x[10] = 0x1p-149f;
+    dcps_topk_ws_t *ws = new_ws(N);
+    expect_topk_ks(x, N, ws);
+    for (size_t i = 0; i < N; i++)
+        x[i] = from_bits((uint32_t)dcps_rng_below(&rng, 0x00800000u) | (uint32_t)(i & 1) << 31);
+    expect_topk_ks(x, N, ws);
+    dcps_topk_ws_destroy(&ws);
+    free(x);
+}
+END_TEST
+
+START_TEST(a_bin_too_full_for_the_workspace_is_narrowed_on_the_data)
+{
+    /* Values 1 + j * 2^-14 share their top 11 key bits and differ in the next 11:
+     * one narrowing pass over the data, then candidates. Values 1 + j * 2^-23
+     * differ only in the last 9 bits: two passes, down to a single key. */
+    enum { N = 200003 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 60);
+    float *x = alloc(N * sizeof *x);
+    dcps_topk_ws_t *ws = new_ws(N);
+    for (int step = 14; step <= 23; step += 9) {
+        for (size_t i = 0; i < N; i++)
+            x[i] = (1.0f + ldexpf((float)dcps_rng_below(&rng, 128), -step)) *
+                   (i % 5 ? 1.0f : -1.0f);
+        expect_topk_ks(x, N, ws);
+    }
+    dcps_topk_ws_destroy(&ws);
+    free(x);
+}
+END_TEST
+
+START_TEST(bad_sizes_are_invalid_and_write_nothing)
+{
+    float x[4] = {1.0f, 2.0f, 3.0f, 4.0f}, r[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    uint32_t *idx;
+    float *val;
+    outputs(0, &idx, &val);
+    dcps_topk_ws_t *ws = new_ws(4);
+    ck_assert_int_eq(dcps_topk_cpu(x, 4, 0, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_cpu(x, 4, 5, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_cpu(x, 0, 1, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_cpu(x, 0, 0, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_cpu(x, 5, 1, idx, val, ws), DCPS_E_INVAL); /* n > max_n */
+    ck_assert_int_eq(dcps_topk_cpu(x, 4, 1, idx, val, NULL), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_ef_cpu(r, x, 4, 0, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_ef_cpu(r, x, 4, 5, idx, val, ws), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_ef_cpu(r, x, 0, 1, idx, val, ws), DCPS_E_INVAL);
+    ck_assert(r[0] == 1.0f && r[1] == 2.0f && r[2] == 3.0f && r[3] == 4.0f);
+    assert_guard(idx, val, 0);
+    dcps_topk_ws_destroy(&ws);
+    free(idx);
+    free(val);
+
+    int err = 0;
+    ck_assert_ptr_null(dcps_topk_ws_new(0, &err));
+    ck_assert_int_eq(err, DCPS_E_INVAL);
+    err = 0;
+    ck_assert_ptr_null(dcps_topk_ws_new(DCPS_TOPK_MAX_N + 1, &err));
+    ck_assert_int_eq(err, DCPS_E_INVAL);
+    dcps_topk_ws_destroy(&ws);
+    dcps_topk_ws_destroy(NULL);
+}
+END_TEST
+
+START_TEST(nan_and_infinities_are_refused_without_stray_writes)
+{
+    enum { N = 1003 };
+    const float bad[] = {NAN, -NAN, INFINITY, -INFINITY, from_bits(0x7f800001u)};
+    const size_t where[] = {0, 500, N - 1};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 70);
+    float x[N];
+    dcps_topk_ws_t *ws = new_ws(N);
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+        for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+            for (size_t k = 1; k <= N; k += N - 1) {
+                fill_wide(&rng, x, N);
+                x[where[w]] = bad[b];
+                uint32_t *idx;
+                float *val;
+                outputs(k, &idx, &val);
+                ck_assert_int_eq(dcps_topk_cpu(x, N, k, idx, val, ws), DCPS_E_NONFINITE);
+                ck_assert_int_eq(dcps_topk_ef_cpu(x, NULL, N, k, idx, val, ws),
+                                 DCPS_E_NONFINITE);
+                assert_guard(idx, val, k);
+                free(idx);
+                free(val);
+            }
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+START_TEST(ef_refuses_a_sum_that_overflows)
+{
+    float r[3] = {1.0f, FLT_MAX, -2.0f};
+    const float g[3] = {1.0f, FLT_MAX, 1.0f};
+    uint32_t idx[1];
+    float val[1];
+    dcps_topk_ws_t *ws = new_ws(3);
+    ck_assert_int_eq(dcps_topk_ef_cpu(r, g, 3, 1, idx, val, ws), DCPS_E_NONFINITE);
+    /* The addition has happened, nothing was cleared. */
+    ck_assert(r[0] == 2.0f && isinf(r[1]) && r[2] == -1.0f);
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+START_TEST(ef_sent_plus_kept_is_the_sum_bit_for_bit_over_steps)
+{
+    /* Each step: before + g == sent (selected) or kept (not selected), exactly;
+     * selected entries of r become +0, the others hold the sum; the selection is
+     * the reference's on the sums. */
+    enum { N = 10007, K = 101, STEPS = 40 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 80);
+    float *r = calloc(N, sizeof *r), *g = alloc(N * sizeof *g), *sum = alloc(N * sizeof *sum);
+    float val[K], want_val[K];
+    uint32_t idx[K], want_idx[K];
+    ck_assert_ptr_nonnull(r);
+    dcps_topk_ws_t *ws = new_ws(N);
+    for (int t = 0; t < STEPS; t++) {
+        fill_wide(&rng, g, N);
+        for (size_t i = 0; i < N; i++) {
+            volatile float s = r[i] + g[i];
+            sum[i] = s;
+        }
+        reference(sum, N, K, want_idx, want_val);
+        ck_assert_int_eq(dcps_topk_ef_cpu(r, g, N, K, idx, val, ws), 0);
+        ck_assert_int_eq(memcmp(idx, want_idx, sizeof idx), 0);
+        for (size_t i = 0, j = 0; i < N; i++) {
+            int sel = j < K && idx[j] == i;
+            float sent = sel ? val[j++] : 0.0f;
+            ck_assert_msg(memcmp(sel ? &sent : &r[i], &sum[i], sizeof(float)) == 0,
+                          "step %d entry %zu: sent %a kept %a sum %a", t, i, (double)sent,
+                          (double)r[i], (double)sum[i]);
+            ck_assert_msg(!sel || (r[i] == 0.0f && !signbit(r[i])), "step %d entry %zu not cleared",
+                          t, i);
+        }
+    }
+    dcps_topk_ws_destroy(&ws);
+    free(r);
+    free(g);
+    free(sum);
+}
+END_TEST
+
+START_TEST(scatter_add_and_gather_are_the_plain_loops)
+{
+    enum { N = 5003, K = 777 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 90);
+    float w[N], want[N], v[K], out[K];
+    uint32_t idx[K], perm[N];
+    fill_wide(&rng, w, N);
+    fill_wide(&rng, v, K);
+    for (uint32_t i = 0; i < N; i++)
+        perm[i] = i;
+    dcps_rng_shuffle_u32(&rng, perm, N);
+    memcpy(idx, perm, sizeof idx);
+    memcpy(want, w, sizeof w);
+    for (size_t j = 0; j < K; j++) {
+        volatile float p = -0.37f * v[j];
+        want[idx[j]] += p;
+    }
+    dcps_scatter_add_cpu(w, idx, v, K, -0.37f);
+    ck_assert_int_eq(memcmp(w, want, sizeof w), 0);
+    dcps_gather_cpu(w, idx, K, out);
+    for (size_t j = 0; j < K; j++)
+        ck_assert(memcmp(&out[j], &w[idx[j]], sizeof(float)) == 0);
+    dcps_scatter_add_cpu(w, idx, v, 0, 1.0f);
+    dcps_gather_cpu(w, idx, 0, out);
+    ck_assert_int_eq(memcmp(w, want, sizeof w), 0);
+}
+END_TEST
+
+static Suite *topk_suite(void)
+{
+    Suite *s = suite_create("topk");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, selects_the_k_largest_magnitudes_on_random_data, 0, N_SIZES);
+    tcase_add_test(tc, equal_magnitudes_go_to_the_lower_index);
+    tcase_add_test(tc, all_equal_magnitudes_select_the_first_k);
+    tcase_add_test(tc, negative_and_positive_zeros_are_equal_magnitudes);
+    tcase_add_test(tc, denormals_and_extreme_exponents_are_ordered_by_magnitude);
+    tcase_add_test(tc, a_bin_too_full_for_the_workspace_is_narrowed_on_the_data);
+    tcase_add_test(tc, bad_sizes_are_invalid_and_write_nothing);
+    tcase_add_test(tc, nan_and_infinities_are_refused_without_stray_writes);
+    tcase_add_test(tc, ef_refuses_a_sum_that_overflows);
+    tcase_add_test(tc, ef_sent_plus_kept_is_the_sum_bit_for_bit_over_steps);
+    tcase_add_test(tc, scatter_add_and_gather_are_the_plain_loops);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return dcps_test_run(topk_suite());
+}
