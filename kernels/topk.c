@@ -1,15 +1,15 @@
 /* dcps — top-k selection on the CPU; see topk.h.
  *
  * Pass 1 histograms the top TOP_BITS bits of every key and finds the bin holding
- * the k-th largest key. Pass 2 goes over the data in index order and finds the
- * entries in or above that bin SPAN at a time, with a loop compilers vectorise
- * (most spans hold none): entries above the bin are all selected and go straight
- * to the output; entries in it, the candidates, are copied to the workspace. The
- * candidates are narrowed to the exact threshold key T by histograms over their
- * lower bits, and those above T and the first ones equal to T are merged into the
- * output. A bin with more entries than the workspace holds (few distinct
- * magnitudes) is narrowed by histograms over the data instead, before pass 2; if
- * that ends at a single key, pass 2 emits the selection directly.
+ * the k-th largest key. Pass 2 goes over the data in index order, finds the
+ * entries in or above that bin SPAN at a time with a loop compilers vectorise
+ * (most spans hold none), and copies them, in order, to the output and, past k of
+ * them, to a spill area in the workspace. The copies in the bin are narrowed to
+ * the exact threshold key T by histograms over their lower bits; one pass over the
+ * copies then keeps those above T and the first ones equal to T, in order. A bin
+ * with more entries than the spill holds (few distinct magnitudes) is narrowed by
+ * histograms over the data instead, before pass 2; if that ends at a single key,
+ * pass 2 emits the selection directly.
  *
  * Where an entry goes depends on its value, which the branch predictor cannot
  * guess, so the loops of pass 2 choose by arithmetic instead of branches. */
@@ -29,7 +29,7 @@ enum {
     TOP_BITS = 12,
     BINS = 1 << TOP_BITS,
     TOP_SHIFT = 31 - TOP_BITS, /* key >> TOP_SHIFT: the top bin */
-    /* The smallest candidate capacity, so small workspaces never narrow on the data. */
+    /* The smallest spill, so that small workspaces never narrow on the data. */
     MIN_CAP = 4096,
     /* Pass 2 finds the entries in or above the bin SPAN at a time, and handles them
      * a CHUNK at a time, while that part of the data is still in cache. */
@@ -41,11 +41,11 @@ enum {
 
 struct dcps_topk_ws {
     size_t max_n;
-    size_t cap; /* candidates cval/cidx can hold: max_n / 8, at least MIN_CAP */
+    size_t cap; /* entries the spill holds: max_n / 8, at least MIN_CAP */
     uint32_t hist[BINS];
     uint32_t hit_idx[CHUNK + 1]; /* pass 2's entries in or above the bin, of one chunk */
-    float *cval;
-    uint32_t *cidx;
+    float *sval;                 /* the spill: pass 2's copies past the k-th */
+    uint32_t *sidx;
 };
 
 /* The bin still to be resolved: the keys with key >> shift == prefix. need of its
@@ -84,16 +84,15 @@ dcps_topk_ws_t *dcps_topk_ws_new(size_t max_n, int *err)
     size_t cap = max_n / 8 > MIN_CAP ? max_n / 8 : MIN_CAP;
     if (cap > max_n)
         cap = max_n;
-    /* One spare candidate slot: pass 2 writes one past the last candidate. */
-    dcps_topk_ws_t *ws = malloc(sizeof *ws + (cap + 1) * (sizeof(float) + sizeof(uint32_t)));
+    dcps_topk_ws_t *ws = malloc(sizeof *ws + cap * (sizeof(float) + sizeof(uint32_t)));
     if (!ws) {
         *err = DCPS_E_NOMEM;
         return NULL;
     }
     ws->max_n = max_n;
     ws->cap = cap;
-    ws->cval = (float *)(ws + 1);
-    ws->cidx = (uint32_t *)(ws->cval + cap + 1);
+    ws->sval = (float *)(ws + 1);
+    ws->sidx = (uint32_t *)(ws->sval + cap);
     *err = 0;
     return ws;
 }
@@ -171,21 +170,30 @@ static int pass1(uint32_t *h, const float *x, float *r, const float *g, size_t n
     return 0;
 }
 
-/* Narrows b, TOP_BITS bits at a time, with histograms over x[0..n) until it holds
- * at most limit entries or is a single key (shift 0). h has room for BINS. */
-static void narrow(uint32_t *h, const float *x, size_t n, size_t limit, bin_t *b)
+/* Adds to h the histogram of the w key bits from bit shift up, over the entries of
+ * v[0..n) whose key >> (shift + w) is prefix. Every entry adds 0 or 1 to its bin,
+ * without a branch: which ones match is unpredictable. */
+static void count_sub(uint32_t *h, const float *v, size_t n, int shift, int w, uint32_t prefix)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t kk = key(v[i]);
+        h[(kk >> shift) & ((1u << w) - 1)] += kk >> shift >> w == prefix;
+    }
+}
+
+/* Narrows b, TOP_BITS bits at a time, with histograms over the entries of a[0..na)
+ * and c[0..nc) (those of b among them), until b holds at most limit entries or is a
+ * single key (shift 0). h has room for BINS. */
+static void narrow(uint32_t *h, const float *a, size_t na, const float *c, size_t nc,
+                   size_t limit, bin_t *b)
 {
     while (b->shift > 0 && b->count > limit) {
         const int w = b->shift < TOP_BITS ? b->shift : TOP_BITS, shift = b->shift - w;
-        const uint32_t mask = (1u << w) - 1, prefix = b->prefix;
         memset(h, 0, sizeof *h << w);
-        for (size_t i = 0; i < n; i++) {
-            uint32_t kk = key(x[i]);
-            if (kk >> shift >> w == prefix)
-                h[(kk >> shift) & mask]++;
-        }
-        uint32_t sub = pick(h, mask + 1, &b->need);
-        b->prefix = prefix << w | sub;
+        count_sub(h, a, na, shift, w, b->prefix);
+        count_sub(h, c, nc, shift, w, b->prefix);
+        uint32_t sub = pick(h, 1u << w, &b->need);
+        b->prefix = b->prefix << w | sub;
         b->shift = shift;
         b->count = h[sub];
     }
@@ -193,7 +201,7 @@ static void narrow(uint32_t *h, const float *x, size_t n, size_t limit, bin_t *b
 
 /* Whether an entry of key kk is selected once the threshold key t is known: it is
  * above t, or equal to t while need, the count of equal keys still to take, lasts.
- * Without branches: whether a candidate is taken is unpredictable. */
+ * Without branches: whether an entry is taken is unpredictable. */
 static inline int taken(uint32_t kk, uint32_t t, size_t *need)
 {
     int eq = (kk == t) & (*need > 0);
@@ -227,7 +235,7 @@ static inline size_t min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-/* Writes to hits the indices in [c0, c1) (c1 - c0 <= CHUNK) of the entries of x with
+/* Writes to hit_idx the indices in [c0, c1) (c1 - c0 <= CHUNK) of the entries of x with
  * a key of at least lo, ascending, and returns their count. */
 static size_t find(const float *x, size_t c0, size_t c1, uint32_t lo, uint32_t *hit_idx)
 {
@@ -255,9 +263,9 @@ static void emit(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, uin
                  size_t need, uint32_t *idx, float *val)
 {
     size_t o = 0;
-    for (size_t c0 = 0; c0 < n; c0 += CHUNK)
-        for (size_t j = 0, nh = find(x, c0, min_size(n, c0 + CHUNK), t, ws->hit_idx); j < nh;
-             j++) {
+    for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
+        size_t nh = find(x, c0, min_size(n, c0 + CHUNK), t, ws->hit_idx);
+        for (size_t j = 0; j < nh; j++) {
             uint32_t i = ws->hit_idx[j];
             if (taken(key(x[i]), t, &need)) {
                 idx[o] = i;
@@ -266,64 +274,52 @@ static void emit(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, uin
                     clear[i] = 0.0f;
             }
         }
+    }
 }
 
-/* Pass 2 for a bin of more than one key, b->count <= ws->cap entries: in index
- * order, entries above the bin go to idx/val and entries in it to the candidates.
- * The candidates are narrowed to the threshold key and the selected ones merged in.
- * Selected entries are cleared in clear when given. */
-static void pass2(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, bin_t *b,
+/* Pass 2 for a bin of more than one key, b->count <= ws->cap entries: copies the
+ * entries in or above the bin, in index order, to idx/val and, past k of them, to
+ * the spill. The bin is narrowed to the threshold key among the copies, and the
+ * selected ones are moved to the front of idx/val, still in order. Selected entries
+ * are cleared in clear when given. */
+static void pass2(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, size_t k, bin_t *b,
                   uint32_t *idx, float *val)
 {
-    const int shift = b->shift;
-    const uint32_t prefix = b->prefix;
-    uint32_t *cidx = ws->cidx;
-    float *cval = ws->cval;
-    size_t o = 0, m = 0;
-    for (size_t c0 = 0; c0 < n; c0 += CHUNK)
-        for (size_t j = 0, nh = find(x, c0, min_size(n, c0 + CHUNK), prefix << shift, ws->hit_idx);
-             j < nh; j++) {
+    uint32_t *sidx = ws->sidx;
+    float *sval = ws->sval;
+    size_t nv = 0; /* entries copied */
+    for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
+        size_t nh = find(x, c0, min_size(n, c0 + CHUNK), b->prefix << b->shift, ws->hit_idx);
+        for (size_t j = 0; j < nh; j++, nv++) {
             uint32_t i = ws->hit_idx[j];
-            /* Written to both places, counted in one: which one is unpredictable,
-             * so no branch. Both writes are in bounds: fewer than k entries are
-             * above the bin, which holds a selected one, and cidx has a spare slot. */
-            size_t above = key(x[i]) >> shift > prefix;
-            idx[o] = cidx[m] = i;
-            val[o] = cval[m] = x[i];
-            if (clear) /* +0 when above the bin, else unchanged */
-                clear[i] = from_bits(bits(x[i]) & ((uint32_t)above - 1));
-            o += above;
-            m += 1 - above;
+            if (nv < k) {
+                idx[nv] = i;
+                val[nv] = x[i];
+            } else {
+                sidx[nv - k] = i;
+                sval[nv - k] = x[i];
+            }
         }
-    assert(m == b->count);
-    narrow(ws->hist, cval, m, 0, b);
+    }
+    /* k - need entries are above the bin, so the spill holds fewer than count. */
+    assert(nv == k - b->need + b->count);
+    size_t nk = min_size(nv, k), ns = nv - nk;
+    narrow(ws->hist, val, nk, sval, ns, 0, b);
 
-    /* Keep the selected candidates, in order: above T, or the first ones equal. */
+    /* Keep the selected entries, in order: above T, or the first ones equal to it.
+     * Whether one is kept is unpredictable, so each is written at the next place
+     * and counted or not; each write lands at or before the entry read (and below
+     * k), and clear gets +0 for a kept entry, its own value back otherwise. */
     size_t kept = 0, need = b->need;
-    for (size_t j = 0; j < m; j++) {
-        cidx[kept] = cidx[j];
-        cval[kept] = cval[j];
-        kept += (size_t)taken(key(cval[j]), b->prefix, &need);
-    }
-    if (clear)
-        for (size_t j = 0; j < kept; j++)
-            clear[cidx[j]] = 0.0f;
-    /* Merge from the back into idx/val, which has room for o + kept = k entries;
-     * entries above the bin left over at the end are in place. Which list the next
-     * entry comes from is unpredictable: selections, not branches. */
-    size_t e = o + kept;
-    while (o > 0 && kept > 0) {
-        uint32_t a = idx[o - 1], c = cidx[kept - 1];
-        uint32_t av = bits(val[o - 1]), cv = bits(cval[kept - 1]);
-        size_t up = a > c; /* the entry above the bin goes last */
-        idx[--e] = up ? a : c;
-        val[e] = from_bits(up ? av : cv);
-        o -= up;
-        kept -= 1 - up;
-    }
-    for (; kept > 0; kept--) {
-        idx[--e] = cidx[kept - 1];
-        val[e] = cval[kept - 1];
+    for (size_t j = 0; j < nv && kept < k; j++) {
+        uint32_t i = j < k ? idx[j] : sidx[j - k];
+        float v = j < k ? val[j] : sval[j - k];
+        uint32_t sel = (uint32_t)taken(key(v), b->prefix, &need);
+        idx[kept] = i;
+        val[kept] = v;
+        if (clear)
+            clear[i] = from_bits(bits(v) & (sel - 1));
+        kept += sel;
     }
 }
 
@@ -335,11 +331,11 @@ static int topk(const float *x, float *r, const float *g, size_t n, size_t k, ui
     int rc = pass1(ws->hist, x, r, g, n, k, &b);
     if (rc)
         return rc;
-    narrow(ws->hist, x, n, ws->cap, &b);
+    narrow(ws->hist, x, n, NULL, 0, ws->cap, &b);
     if (b.shift == 0)
         emit(ws, x, r, n, b.prefix, b.need, idx, val);
     else
-        pass2(ws, x, r, n, &b, idx, val);
+        pass2(ws, x, r, n, k, &b, idx, val);
     return 0;
 }
 

@@ -269,9 +269,10 @@ END_TEST
 
 START_TEST(a_bin_too_full_for_the_workspace_is_narrowed_on_the_data)
 {
-    /* Values 1 + j * 2^-14 share their top 11 key bits and differ in the next 11:
-     * one narrowing pass over the data, then candidates. Values 1 + j * 2^-23
-     * differ only in the last 9 bits: two passes, down to a single key. */
+    /* Values 1 + j * 2^-14 (j < 128) share the top key bits that pass 1 counts and
+     * differ a few bits below: one narrowing pass over the data, then pass 2.
+     * Values 1 + j * 2^-23 differ only in the lowest 7 bits: narrowing goes down
+     * to a single key. */
     enum { N = 200003 };
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 60);
