@@ -1,18 +1,19 @@
 /* dcps — top-k selection on the CPU; see topk.h.
  *
- * Pass 1 histograms the top TOP_BITS bits of every key and finds the bin holding
- * the k-th largest key. Pass 2 goes over the data in index order, finds the
- * entries in or above that bin SPAN at a time with a loop compilers vectorise
- * (most spans hold none), and copies them, in order, to the output and, past k of
- * them, to a spill area in the workspace. The copies in the bin are narrowed to
- * the exact threshold key T by histograms over their lower bits; one pass over the
- * copies then keeps those above T and the first ones equal to T, in order. A bin
- * with more entries than the spill holds (few distinct magnitudes) is narrowed by
- * histograms over the data instead, before pass 2; if that ends at a single key,
- * pass 2 emits the selection directly.
+ * Pass 1 histograms the top TOP_BITS bits of the keys and finds the bin holding
+ * the k-th largest key; at low densities it counts only the keys above a bound
+ * read from a sample, and all of them if that bound proves too high. Pass 2 goes
+ * over the data in index order, finds the entries in or above that bin SPAN at a
+ * time with a loop compilers vectorise (most spans hold none), and copies them, in
+ * order, to the output and, past k of them, to a spill area in the workspace. The
+ * copies in the bin are narrowed to the exact threshold key T by histograms over
+ * their lower bits; one pass over the copies then keeps those above T and the
+ * first ones equal to T, in order. A bin with more entries than the spill holds
+ * (few distinct magnitudes) is narrowed by histograms over the data instead,
+ * before pass 2; if that ends at a single key, pass 2 emits the selection directly.
  *
  * Where an entry goes depends on its value, which the branch predictor cannot
- * guess, so the loops of pass 2 choose by arithmetic instead of branches. */
+ * guess, so the hot loops choose by arithmetic instead of branches. */
 #include "kernels/topk.h"
 
 #include <assert.h>
@@ -34,7 +35,11 @@ enum {
     /* Pass 2 finds the entries in or above the bin SPAN at a time, and handles them
      * a CHUNK at a time, while that part of the data is still in cache. */
     SPAN = 32,
-    CHUNK = 4096
+    CHUNK = 4096,
+    /* Pass 1 bounds the k-th largest key from a sample of SAMPLE keys when n is at
+     * least MIN_PRUNE; see bound(). */
+    SAMPLE = 4096,
+    MIN_PRUNE = 1 << 16
 };
 /* Keys from this bin up are Inf or NaN: 0x7f800000 is the key of Inf. */
 #define NONFINITE_BIN (0x7f800000u >> TOP_SHIFT)
@@ -116,6 +121,54 @@ static uint32_t pick(const uint32_t *h, uint32_t nbins, size_t *need)
     return b;
 }
 
+/* Bit l of the result is set when v[l] has a key of at least lo, for l < len <=
+ * SPAN. With len == SPAN the loop is one compilers vectorise (a table of bits,
+ * since shifting each lane by its own count is not in baseline SIMD). */
+static inline uint32_t hits(const float *v, size_t len, uint32_t lo)
+{
+    static const uint32_t bit[SPAN] = {
+        1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+        1u << 8,  1u << 9,  1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+        1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+        1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+    uint32_t m = 0;
+    if (len == SPAN) {
+        for (int l = 0; l < SPAN; l++)
+            m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
+        return m;
+    }
+    for (size_t l = 0; l < len; l++)
+        m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
+    return m;
+}
+
+static inline size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Writes to hit_idx the indices in [c0, c1) (c1 - c0 <= CHUNK) of the entries of x with
+ * a key of at least lo, ascending, and returns their count. */
+static size_t find(const float *x, size_t c0, size_t c1, uint32_t lo, uint32_t *hit_idx)
+{
+    size_t nh = 0;
+    for (size_t i0 = c0; i0 < c1; i0 += SPAN) {
+        uint32_t hit = hits(x + i0, min_size(c1 - i0, SPAN), lo);
+        /* Most spans hold at most two: those are written without a branch, since
+         * whether there is one is unpredictable. Without one, an index is written
+         * and not counted; hit_idx has a spare slot for that. */
+        for (int s = 0; s < 2; s++) {
+            size_t l = (size_t)__builtin_ctzll(hit | (uint64_t)1 << SPAN) & (SPAN - 1);
+            hit_idx[nh] = (uint32_t)(i0 + l);
+            nh += hit != 0;
+            hit &= hit - 1;
+        }
+        for (; hit; hit &= hit - 1)
+            hit_idx[nh++] = (uint32_t)(i0 + (size_t)__builtin_ctz(hit));
+    }
+    return nh;
+}
+
 /* Counts the top bins of v[0..4) in h. Two keys come from each 64-bit load, fewer
  * instructions than four loads; which half holds which key depends on the byte
  * order, which a histogram does not care about. */
@@ -137,13 +190,10 @@ static inline void add_count(uint32_t *h, float *r, const float *g, size_t i)
     h[key(r[i]) >> TOP_SHIFT]++;
 }
 
-/* Pass 1 over x, or over r ← r + g when g is given (then x is r): the histogram of
- * the top bits in h, and the bin holding the k-th largest key. Returns 0 or
- * DCPS_E_NONFINITE. */
-static int pass1(uint32_t *h, const float *x, float *r, const float *g, size_t n, size_t k,
-                 bin_t *b)
+/* Adds to h the top bins of every key of x, or of r ← r + g when g is given (then
+ * x is r). */
+static void count_all(uint32_t *h, const float *x, float *r, const float *g, size_t n)
 {
-    memset(h, 0, sizeof(uint32_t[BINS]));
     size_t i = 0;
     if (g) {
         for (; i + 4 <= n; i += 4) {
@@ -159,6 +209,56 @@ static int pass1(uint32_t *h, const float *x, float *r, const float *g, size_t n
             count4(h, x + i);
         for (; i < n; i++)
             h[key(x[i]) >> TOP_SHIFT]++;
+    }
+}
+
+/* A lower bound for the k-th largest key of x (of x + g when g is given), from a
+ * strided sample of SAMPLE keys: the lower edge of the bin of the sample's key
+ * ranked twice as far down as the k-th would be, plus 16. 0 (no bound) for small n
+ * and for densities where the bound would leave many entries to count. h is
+ * scratch. A bound that is too high (rare: the slack is many standard deviations
+ * of the sample's rank for data in random order) costs a second count, not a
+ * wrong result. */
+static uint32_t bound(uint32_t *h, const float *x, const float *g, size_t n, size_t k)
+{
+    size_t step = n / SAMPLE, rank = n < MIN_PRUNE ? SAMPLE : 2 * k / step + 16;
+    if (rank > SAMPLE / 32)
+        return 0;
+    memset(h, 0, sizeof(uint32_t[BINS]));
+    for (size_t i = 0; i < SAMPLE * step; i += step)
+        h[key(g ? x[i] + g[i] : x[i]) >> TOP_SHIFT]++;
+    return pick(h, BINS, &rank) << TOP_SHIFT;
+}
+
+/* Pass 1 over x, or over r ← r + g when g is given (then x is r): the histogram of
+ * the top bits in ws->hist, and the bin holding the k-th largest key. With a lower
+ * bound for that key, only the entries at or above it are counted, found as in
+ * pass 2 (the bins below cannot hold the k-th key); if fewer than k are, the bound
+ * was too high and every entry is counted. NaN and Inf are never missed: a bound
+ * below them counts them all, and one among them counts nothing else. Returns 0 or
+ * DCPS_E_NONFINITE. */
+static int pass1(dcps_topk_ws_t *ws, const float *x, float *r, const float *g, size_t n,
+                 size_t k, bin_t *b)
+{
+    uint32_t *h = ws->hist, lo = bound(h, x, g, n, k);
+    size_t counted = 0;
+    memset(h, 0, sizeof(uint32_t[BINS]));
+    if (lo > 0) {
+        for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
+            size_t c1 = min_size(n, c0 + CHUNK);
+            if (g)
+                for (size_t i = c0; i < c1; i++)
+                    r[i] += g[i];
+            size_t nh = find(x, c0, c1, lo, ws->hit_idx);
+            for (size_t j = 0; j < nh; j++)
+                h[key(x[ws->hit_idx[j]]) >> TOP_SHIFT]++;
+            counted += nh;
+        }
+        g = NULL; /* added */
+    }
+    if (counted < k) {
+        memset(h, 0, sizeof(uint32_t[BINS]));
+        count_all(h, x, r, g, n);
     }
     for (uint32_t c = NONFINITE_BIN; c < BINS; c++)
         if (h[c])
@@ -207,54 +307,6 @@ static inline int taken(uint32_t kk, uint32_t t, size_t *need)
     int eq = (kk == t) & (*need > 0);
     *need -= (size_t)eq;
     return (kk > t) | eq;
-}
-
-/* Bit l of the result is set when v[l] has a key of at least lo, for l < len <=
- * SPAN. With len == SPAN the loop is one compilers vectorise (a table of bits,
- * since shifting each lane by its own count is not in baseline SIMD). */
-static inline uint32_t hits(const float *v, size_t len, uint32_t lo)
-{
-    static const uint32_t bit[SPAN] = {
-        1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
-        1u << 8,  1u << 9,  1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
-        1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
-        1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
-    uint32_t m = 0;
-    if (len == SPAN) {
-        for (int l = 0; l < SPAN; l++)
-            m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
-        return m;
-    }
-    for (size_t l = 0; l < len; l++)
-        m |= bit[l] & -(uint32_t)(key(v[l]) >= lo);
-    return m;
-}
-
-static inline size_t min_size(size_t a, size_t b)
-{
-    return a < b ? a : b;
-}
-
-/* Writes to hit_idx the indices in [c0, c1) (c1 - c0 <= CHUNK) of the entries of x with
- * a key of at least lo, ascending, and returns their count. */
-static size_t find(const float *x, size_t c0, size_t c1, uint32_t lo, uint32_t *hit_idx)
-{
-    size_t nh = 0;
-    for (size_t i0 = c0; i0 < c1; i0 += SPAN) {
-        uint32_t hit = hits(x + i0, min_size(c1 - i0, SPAN), lo);
-        /* Most spans hold at most two: those are written without a branch, since
-         * whether there is one is unpredictable. Without one, an index is written
-         * and not counted; hit_idx has a spare slot for that. */
-        for (int s = 0; s < 2; s++) {
-            size_t l = (size_t)__builtin_ctzll(hit | (uint64_t)1 << SPAN) & (SPAN - 1);
-            hit_idx[nh] = (uint32_t)(i0 + l);
-            nh += hit != 0;
-            hit &= hit - 1;
-        }
-        for (; hit; hit &= hit - 1)
-            hit_idx[nh++] = (uint32_t)(i0 + (size_t)__builtin_ctz(hit));
-    }
-    return nh;
 }
 
 /* Pass 2 when the bin is the single key t: emits, in index order, every key above t
@@ -328,7 +380,7 @@ static int topk(const float *x, float *r, const float *g, size_t n, size_t k, ui
                 float *val, dcps_topk_ws_t *ws)
 {
     bin_t b;
-    int rc = pass1(ws->hist, x, r, g, n, k, &b);
+    int rc = pass1(ws, x, r, g, n, k, &b);
     if (rc)
         return rc;
     narrow(ws->hist, x, n, NULL, 0, ws->cap, &b);

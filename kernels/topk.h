@@ -40,8 +40,8 @@ dcps_topk_ws_t *dcps_topk_ws_new(size_t max_n, int *err);
 void dcps_topk_ws_destroy(dcps_topk_ws_t **ws);
 
 /* Writes the top k of x[0..n) to idx[0..k) and val[0..k) (x[idx[j]] == val[j],
- * idx ascending). Returns 0, DCPS_E_INVAL or DCPS_E_NONFINITE. One thread; reads
- * x two to four times. */
+ * idx ascending). Returns 0, DCPS_E_INVAL or DCPS_E_NONFINITE. Runs on one thread
+ * and reads x twice, up to five times when its magnitudes are few or clustered. */
 int dcps_topk_cpu(const float *x, size_t n, size_t k, uint32_t *idx, float *val,
                   dcps_topk_ws_t *ws);
 

@@ -253,8 +253,10 @@ START_TEST(gpu_refuses_bad_sizes_and_nonfinite_input_like_cpu)
                              DCPS_E_NONFINITE);
             ck_assert_int_eq(dcps_gpu_to_host(idx, d_idx, sizeof idx, NULL), 0);
             ck_assert_int_eq(dcps_gpu_sync(NULL), 0);
-            for (size_t j = k; j < N + GUARD; j++)
-                ck_assert_uint_eq(idx[j], 0xa5a5a5a5u);
+            size_t j = k; /* one assertion, not one per entry: Check records each */
+            while (j < N + GUARD && idx[j] == 0xa5a5a5a5u)
+                j++;
+            ck_assert_msg(j == N + GUARD, "k=%zu: index %zu written", k, j);
         }
     dcps_topk_gpu_ws_destroy(&gws);
     dcps_gpu_free(d_x);
