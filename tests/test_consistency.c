@@ -365,15 +365,18 @@ START_TEST(sync_job_finishes_when_one_of_three_workers_is_killed)
     cluster_t k;
     const char *j = job_sized(3, 2, 3072, 32, 2,
                               "[job]\nmode = sync\n[server]\nheartbeat_ms = 100\n"
-                              "dead_after_ms = 1000\n");
+                              "dead_after_ms = 1000\n"
+                              /* 30 ms a step: the run lasts long enough to kill a worker in it */
+                              "[worker]\ndelay_ms = 30\n");
     start_servers(&k, j, 2);
     pid_t w[3];
     for (int r = 0; r < 3; r++)
         w[r] = start_worker(&k, j, r, NULL);
     /* Wait until worker 2 has logged progress, then kill it. */
-    for (int i = 0; i < 600 && !strstr(h_slurp(h_path("worker2", "out")), "step=8 "); i++)
-        sleep_ms(100);
+    for (int i = 0; i < 3000 && !strstr(h_slurp(h_path("worker2", "out")), "step=8 "); i++)
+        sleep_ms(20);
     ck_assert_ptr_nonnull(strstr(h_slurp(h_path("worker2", "out")), "step=8 "));
+    ck_assert_ptr_null(strstr(h_slurp(h_path("worker2", "out")), "final:"));
     kill(w[2], SIGKILL);
     ck_assert_int_eq(h_wait(w[2], 5000), 128 + SIGKILL);
     for (int r = 0; r < 2; r++)
@@ -421,10 +424,11 @@ START_TEST(silent_worker_is_declared_dead_and_admitted_again)
                               "[job]\nmode = sync\n[server]\nheartbeat_ms = 100\n"
                               "dead_after_ms = 800\n");
     start_servers(&k, j, 1);
-    pid_t w[2] = {start_worker(&k, j, 0, NULL), start_worker(&k, j, 1, "worker.delay_ms=5")};
-    for (int i = 0; i < 600 && !strstr(h_slurp(h_path("worker1", "out")), "step=8 "); i++)
-        sleep_ms(100);
+    pid_t w[2] = {start_worker(&k, j, 0, NULL), start_worker(&k, j, 1, "worker.delay_ms=20")};
+    for (int i = 0; i < 3000 && !strstr(h_slurp(h_path("worker1", "out")), "step=8 "); i++)
+        sleep_ms(20);
     kill(w[1], SIGSTOP);
+    ck_assert_ptr_null(strstr(h_slurp(h_path("worker1", "out")), "final:"));
     sleep_ms(2500);
     kill(w[1], SIGCONT);
     for (int r = 0; r < 2; r++)
