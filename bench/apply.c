@@ -13,21 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "common/rng.h"
 #include "server/optimizer.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 enum { SGD, MOMENTUM, DC_CONST, DC_ADAPTIVE };
 static const char *const rule_names[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
@@ -56,29 +44,20 @@ static double median_time(data_t *d, int rule, int sparse, int reps, int baselin
 {
     double t[101];
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (baseline)
             memcpy(d->copy, sparse ? d->v : d->g, (sparse ? d->k : d->n) * sizeof(float));
         else
             apply(d, rule, sparse);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp);
-    return t[reps / 2];
+    return bench_median(t, reps);
 }
 
 static void machine(void)
 {
-    char line[256], model[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-            model[strcspn(model, "\n")] = 0;
-            break;
-        }
-    if (f)
-        fclose(f);
+    char model[256];
+    bench_cpu_model(model, sizeof model);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     printf("# machine: %s, %ld cores, no GPU used (CPU code)\n", model, cores);
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
 #include "kernels/topk.h"
@@ -27,19 +28,6 @@ static const double densities[] = {0.001, 0.01, 0.1};
 
 /* Where the read pass's sum goes, so that the pass is not optimised away. */
 static volatile float sink;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct {
     const float *x; /* host or device */
@@ -54,7 +42,7 @@ typedef struct {
 static double once(const run_t *r, int gpu, int read)
 {
     int rc = 0;
-    double t0 = now();
+    double t0 = bench_now();
     if (gpu && read) {
         rc = dcps_topk_read_gpu(r->x, r->n, r->d_sum, NULL);
         if (!rc)
@@ -65,7 +53,7 @@ static double once(const run_t *r, int gpu, int read)
         sink = dcps_topk_read_cpu(r->x, r->n);
     else
         rc = dcps_topk_cpu(r->x, r->n, r->k, r->idx, r->val, r->ws);
-    double t = now() - t0;
+    double t = bench_now() - t0;
     if (rc) {
         fprintf(stderr, "bench/topk: call failed (%d)\n", rc);
         exit(1);
@@ -80,22 +68,13 @@ static double median(const run_t *r, int gpu, int read, int reps)
     once(r, gpu, read);
     for (int i = 0; i < reps; i++)
         t[i] = once(r, gpu, read);
-    qsort(t, (size_t)reps, sizeof t[0], cmp);
-    return t[reps / 2];
+    return bench_median(t, reps);
 }
 
 static void machine(int gpus)
 {
-    char line[256], model[256] = "unknown", gpu[256] = "none";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-            model[strcspn(model, "\n")] = 0;
-            break;
-        }
-    if (f)
-        fclose(f);
+    char model[256], gpu[256] = "none";
+    bench_cpu_model(model, sizeof model);
     if (gpus > 0)
         dcps_gpu_name(gpu, sizeof gpu);
     printf("# machine: %s, %ld cores (CPU rows use one), GPU: %s\n", model,
