@@ -41,6 +41,9 @@ enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2 };
 #define DCPS_FLAG_DUPLICATE 1u /* PUSH_ACK/INIT ack: already applied, not applied again */
 #define DCPS_FLAG_STALE 2u     /* PUSH_ACK: its step was closed without it; dropped (sync) */
 #define DCPS_FLAG_WAITING 4u   /* HEARTBEAT with a request's seq: still waiting for others */
+#define DCPS_FLAG_DELTA 8u     /* PULL: the worker holds the range tagged param_version and
+                                  takes a delta (INDICES + VALUES to add) in reply */
+#define DCPS_FLAG_EXACT 16u    /* PULL: send the parameters themselves, dense */
 
 typedef struct {
     const void *data;

@@ -146,9 +146,10 @@ static void log_memory(const dcps_shard_t *s, const char *when)
 {
     size_t f = sizeof(float);
     DCPS_INFO("memory at %s: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu, "
-              "sync sum %zu)",
+              "sync sum %zu, delta pulls %zu)",
               when, dcps_shard_memory(s), s->n * f, s->state ? s->n * f : 0,
-              s->bak ? s->n * f * (size_t)s->workers : 0, s->acc ? s->n * f : 0);
+              s->bak ? s->n * f * (size_t)s->workers : 0, s->acc ? s->n * f : 0,
+              s->delta ? s->n * f * (1 + (s->mirror != NULL)) + s->n + s->k_pull * 8 : 0);
 }
 
 /* One line: mean, max and the histogram's non-empty buckets ("0:12 1:40 2-3:7"). */
@@ -298,10 +299,10 @@ int main(int argc, char **argv)
     log_staleness(shard, &srv.router);
     log_memory(shard, "end");
     DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64
-                " duplicates, %" PRIu64 " dropped), %" PRIu64 " pulls, %" PRIu64
+                " duplicates, %" PRIu64 " dropped), %" PRIu64 " pulls (%" PRIu64 " deltas), %" PRIu64
                 " bad messages, %" PRIu64 " bytes in, %" PRIu64 " bytes out",
                 shard->version, shard->pushes, shard->duplicates, shard->dropped, shard->pulls,
-                dcps_router_error_count(&srv.router), srv.router.bytes_in, srv.router.bytes_out);
+                shard->deltas, dcps_router_error_count(&srv.router), srv.router.bytes_in, srv.router.bytes_out);
     status = 0;
 fail_loop:
     uv_loop_close(&srv.loop);

@@ -73,21 +73,31 @@ static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uin
     send_reply(r, &(dcps_buf_t){to->b, to->len}, reply);
 }
 
-/* Sends rank its range of the parameters: they are now its DC-ASGD backup. */
-static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq)
+/* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
+ * what it holds. */
+static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
+                        const dcps_pull_req_t *q)
 {
     dcps_shard_t *s = r->shard;
+    dcps_pull_t p;
     dcps_msg_t reply = {0};
+    dcps_shard_pull(s, rank, q->holds, q->held, q->exact, &p);
     reply.range_lo = s->range.lo;
     reply.range_hi = s->range.hi;
-    reply.nframes = 1;
-    reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
     /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
      * sending this reply. */
-    reply.payload[0] = (dcps_buf_t){s->w, s->n * sizeof *s->w};
-    dcps_shard_pulled(s, rank);
-    s->pulls++;
-    send_to(r, to, rank, seq, DCPS_MSG_PULL_REPLY, &reply);
+    if (p.dense) {
+        reply.nframes = 1;
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
+        reply.payload[0] = (dcps_buf_t){p.values, s->n * sizeof *p.values};
+    } else {
+        reply.nframes = 2;
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p.k};
+        reply.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, p.k};
+        reply.payload[0] = (dcps_buf_t){p.idx, p.k * sizeof *p.idx};
+        reply.payload[1] = (dcps_buf_t){p.values, p.k * sizeof *p.values};
+    }
+    send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, &reply);
 }
 
 /* Answers the waiting pulls whose step may start now. */
@@ -95,9 +105,9 @@ static void serve_pulls(dcps_router_t *r)
 {
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         dcps_peer_t *p = &r->peers[i];
-        if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull_step)) {
+        if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull.step)) {
             p->pulling = false;
-            send_params(r, &p->wait, i, p->wait_seq);
+            send_params(r, &p->wait, i, &p->pull);
         }
     }
 }
@@ -329,15 +339,16 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     int rc = route_set(&p->wait, id, why, whylen);
     if (rc != 0)
         return rc;
+    p->pull = (dcps_pull_req_t){m->seq, m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
+                                m->param_version, (m->flags & DCPS_FLAG_EXACT) != 0};
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
-        send_params(r, &p->wait, m->rank, m->seq);
+        send_params(r, &p->wait, m->rank, &p->pull);
         return 0;
     }
     /* Answered when the step may start; a retry (same seq) replaces this entry. */
     p->pulling = true;
     p->wait_seq = m->seq;
-    p->pull_step = m->step;
     return 0;
 }
 

@@ -34,6 +34,15 @@ typedef struct {
     size_t len;
 } dcps_route_t;
 
+/* A pull as received: what the worker holds and what it asks for. */
+typedef struct {
+    uint64_t seq;
+    uint64_t step;  /* the step it will compute */
+    bool holds;     /* flag DELTA: it holds the parameters tagged `held` */
+    uint64_t held;
+    bool exact;     /* flag EXACT: it wants w itself */
+} dcps_pull_req_t;
+
 /* What the router remembers of a worker rank (its membership is in cons). */
 typedef struct {
     dcps_route_t hello; /* the socket it said HELLO from */
@@ -41,7 +50,7 @@ typedef struct {
     bool in_barrier;    /* waiting in the current barrier */
     bool pulling;       /* a PULL waits for its step to start */
     uint64_t wait_seq;  /* seq of the waiting request */
-    uint64_t pull_step;
+    dcps_pull_req_t pull; /* the last pull */
 } dcps_peer_t;
 
 typedef struct dcps_router {

@@ -1,17 +1,36 @@
 /* dcps — one shard's parameter store; see shard.h. */
 #include "server/shard.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "server/optimizer.h"
 
+/* The slices of the one allocation, in floats of n, in this order. */
+typedef struct {
+    size_t state, bak, acc, mirror, diff;
+} layout_t;
+
+static size_t layout(const dcps_config_t *cfg, int kind, bool adaptive, layout_t *l)
+{
+    bool sync = cfg->mode == DCPS_MODE_SYNC, delta = cfg->pull == DCPS_PULL_DELTA;
+    l->state = kind == DCPS_OPT_MOMENTUM || (kind == DCPS_OPT_DCASGD && adaptive);
+    l->bak = !sync && (kind == DCPS_OPT_DCASGD || delta) ? (size_t)cfg->workers : 0;
+    l->acc = sync;
+    l->mirror = sync && delta;
+    l->diff = delta;
+    return 1 + l->state + l->bak + l->acc + l->mirror + l->diff;
+}
+
 dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
 {
     dcps_shard_t *s = calloc(1, sizeof *s);
+    layout_t l;
+    *err = DCPS_E_NOMEM;
     if (!s)
-        goto fail_struct;
+        return NULL;
     s->index = index;
     s->range = dcps_shardmap_range(cfg->n_params, cfg->n_shards, index);
     s->n = (size_t)(s->range.hi - s->range.lo);
@@ -21,26 +40,37 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->momentum = (float)cfg->momentum;
     s->dc = (dcps_dcasgd_t){(float)cfg->lr, (float)cfg->dc_lambda, cfg->dc_adaptive,
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
-    bool has_state = s->kind == DCPS_OPT_MOMENTUM || (s->kind == DCPS_OPT_DCASGD && s->dc.adaptive);
-    size_t backups = s->kind == DCPS_OPT_DCASGD ? (size_t)cfg->workers : 0;
-    bool has_acc = cfg->mode == DCPS_MODE_SYNC;
-    s->floats = s->n * (1 + has_state + backups + has_acc);
+    s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
     s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
-    if (!s->w)
-        goto fail_w;
-    s->state = has_state ? s->w + s->n : NULL;
-    s->bak = backups ? s->w + s->n * (1 + has_state) : NULL;
-    s->acc = has_acc ? s->w + s->n * (1 + has_state + backups) : NULL;
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
-    if (!s->last_seq)
-        goto fail_seq;
+    if (!s->w || !s->last_seq)
+        goto fail;
+    float *at = s->w + s->n;
+    s->state = l.state ? at : NULL;
+    at += s->n * l.state;
+    s->bak = l.bak ? at : NULL;
+    at += s->n * l.bak;
+    s->acc = l.acc ? at : NULL;
+    at += s->n * l.acc;
+    s->mirror = l.mirror ? at : NULL;
+    at += s->n * l.mirror;
+    s->diff = l.diff ? at : NULL;
+    s->delta_of = -1;
+    s->delta = l.diff && s->n > 0;
+    if (s->delta) {
+        size_t k = (size_t)ceil(cfg->density * (double)s->n);
+        s->k_pull = k < 1 ? 1 : k > s->n ? s->n : k;
+        s->tag = calloc(s->mirror ? 1 : (size_t)cfg->workers, sizeof *s->tag);
+        s->delta_idx = malloc(s->k_pull * sizeof *s->delta_idx);
+        s->delta_val = malloc(s->k_pull * sizeof *s->delta_val);
+        s->topk = dcps_topk_ws_new(s->n, err);
+        if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk)
+            goto fail;
+    }
     return s;
 
-fail_seq:
-    free(s->w);
-fail_w:
-    free(s);
-fail_struct:
+fail:
+    dcps_shard_destroy(&s);
     *err = DCPS_E_NOMEM;
     return NULL;
 }
@@ -50,6 +80,10 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     dcps_shard_t *s = *sp;
     if (!s)
         return;
+    dcps_topk_ws_destroy(&s->topk);
+    free(s->delta_val);
+    free(s->delta_idx);
+    free(s->tag);
     free(s->last_seq);
     free(s->w);
     free(s);
@@ -63,6 +97,8 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
     memcpy(s->w, w, s->n * sizeof *w);
     for (int m = 0; s->bak && m < s->workers; m++)
         memcpy(s->bak + (size_t)m * s->n, w, s->n * sizeof *w);
+    if (s->mirror)
+        memcpy(s->mirror, w, s->n * sizeof *w);
     s->initialized = true;
     return 1;
 }
@@ -79,10 +115,70 @@ static void applied(dcps_shard_t *s, uint32_t rank, uint64_t seq)
     s->pushes++;
 }
 
-void dcps_shard_pulled(dcps_shard_t *s, uint32_t rank)
+/* Mirror number `mi`: worker mi's backup, or the shared one of sync mode. */
+static float *mirror_of(const dcps_shard_t *s, int mi)
 {
-    if (s->bak)
-        memcpy(s->bak + (size_t)rank * s->n, s->w, s->n * sizeof *s->w);
+    return s->mirror ? s->mirror : s->bak + (size_t)mi * s->n;
+}
+
+/* Brings mirror mi from its tag to the current version by the top k_pull of
+ * w − mirror, kept as the last delta. Returns 0, or DCPS_E_NONFINITE when w
+ * holds NaN or Inf (the mirror is then unchanged). */
+static int advance(dcps_shard_t *s, int mi)
+{
+    float *m = mirror_of(s, mi);
+    for (size_t i = 0; i < s->n; i++)
+        s->diff[i] = s->w[i] - m[i];
+    int rc = dcps_topk_cpu(s->diff, s->n, s->k_pull, s->delta_idx, s->delta_val, s->topk);
+    if (rc != 0)
+        return rc;
+    /* The worker adds the same values with the same float addition. */
+    dcps_scatter_add_cpu(m, s->delta_idx, s->delta_val, s->k_pull, 1.0f);
+    for (size_t j = 0; j < s->k_pull; j++)
+        s->delta_idx[j] += (uint32_t)s->range.lo;
+    s->delta_k = s->k_pull;
+    s->delta_of = mi;
+    s->delta_from = s->tag[mi];
+    s->tag[mi] = s->version;
+    return 0;
+}
+
+/* Mirror mi becomes w (tag: the current version); a delta kept for it is void. */
+static void reset(dcps_shard_t *s, int mi)
+{
+    memcpy(mirror_of(s, mi), s->w, s->n * sizeof *s->w);
+    s->tag[mi] = s->version;
+    if (s->delta_of == mi)
+        s->delta_of = -1;
+}
+
+void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, bool exact,
+                     dcps_pull_t *out)
+{
+    s->pulls++;
+    *out = (dcps_pull_t){.dense = true, .values = s->w, .k = s->n};
+    if (!s->delta) {
+        if (s->bak)
+            memcpy(s->bak + (size_t)rank * s->n, s->w, s->n * sizeof *s->w);
+        return;
+    }
+    int mi = s->mirror ? 0 : (int)rank;
+    if (exact) {
+        if (!s->mirror)
+            reset(s, mi);
+        return;
+    }
+    if (s->tag[mi] != s->version) {
+        if (!(holds && held == s->tag[mi]) || advance(s, mi) != 0)
+            reset(s, mi);
+    }
+    if (holds && held == s->tag[mi])
+        *out = (dcps_pull_t){.dense = false}; /* nothing changed since */
+    else if (holds && s->delta_of == mi && held == s->delta_from)
+        *out = (dcps_pull_t){false, s->delta_val, s->delta_idx, s->delta_k};
+    else
+        out->values = mirror_of(s, mi);
+    s->deltas += !out->dense;
 }
 
 /* The job's rule with a dense gradient, against backup bak (DC-ASGD). */
@@ -145,8 +241,9 @@ void dcps_shard_apply_round(dcps_shard_t *s, int pushes)
     const float scale = 1.0f / (float)pushes;
     for (size_t i = 0; i < s->n; i++)
         s->acc[i] *= scale;
-    /* w is the backup of every worker that pulled for this round. */
-    apply_rule(s, s->w, s->acc);
+    /* Every worker computed this round's gradient on the same parameters: w,
+     * or with delta pulls the shared mirror. */
+    apply_rule(s, s->mirror ? s->mirror : s->w, s->acc);
     memset(s->acc, 0, s->n * sizeof *s->acc);
     s->version++;
 }
@@ -173,5 +270,8 @@ void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
 
 size_t dcps_shard_memory(const dcps_shard_t *s)
 {
-    return s->floats * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq;
+    size_t tags = s->tag ? (s->mirror ? 1 : (size_t)s->workers) : 0;
+    return s->floats * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq +
+           tags * sizeof *s->tag + s->k_pull * (sizeof *s->delta_idx + sizeof *s->delta_val) +
+           (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
 }

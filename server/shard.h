@@ -5,10 +5,20 @@
  * exactly once: the last applied sequence number of every worker rank.
  *
  * Memory, in floats of the shard's size n: the parameters (1); momentum's u or
- * DC-ASGD-a's mean square (1); DC-ASGD's backup of every worker's last pulled
- * parameters (P); in sync mode the sum of the open round's pushes (1). So SGD
- * holds n, momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a (2 + P) n, plus n in
- * sync mode, all in one allocation made at start. It is single-owner (the
+ * DC-ASGD-a's mean square (1); in async and ssp mode with DC-ASGD or delta pulls
+ * the backup of what every worker holds (P); in sync mode the sum of the open
+ * round's pushes (1), and with delta pulls the shared mirror (1). Delta pulls
+ * also need w − mirror (1) and k_pull index/value pairs. So SGD holds n,
+ * momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a (2 + P) n, plus n in sync
+ * mode, all in one allocation made at start.
+ *
+ * Pull = delta (DESIGN §4): a worker holds the shard's mirror of it, tagged
+ * with the version the mirror was last brought to. A pull from a worker that
+ * holds the current tag is answered with a delta: the top k_pull entries of
+ * w − mirror, which are added to the mirror. The mirror moves at most once per
+ * version, so a tag names one content: any other pull gets the mirror dense.
+ * In async and ssp mode worker m's mirror is its DC-ASGD backup w_bak(m); in
+ * sync mode all workers share one, and the delta of a round is computed once. It is single-owner (the
  * server's loop thread) and takes no locks. It checks nothing that comes from the network: the router validates
  * every message (proto/codec.h) before it reaches these functions. */
 #ifndef DCPS_SHARD_H
@@ -20,6 +30,7 @@
 
 #include "common/config.h"
 #include "common/shardmap.h"
+#include "kernels/topk.h"
 #include "server/optimizer.h"
 
 /* Staleness of applied pushes: the updates applied between the version a
@@ -39,6 +50,17 @@ typedef struct dcps_shard {
     float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
     float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
     float *acc;          /* n: sync mode's sum of the open round; NULL otherwise */
+    float *mirror;       /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
+    float *diff;         /* n: w − mirror (pull = delta); NULL otherwise */
+    bool delta;          /* pull = delta */
+    uint64_t *tag;       /* per mirror (P, or 1 in sync mode): version it was brought to */
+    size_t k_pull;       /* entries of a delta: ⌈density · n⌉ */
+    uint32_t *delta_idx; /* the last delta computed: k_pull global indices, values */
+    float *delta_val;
+    size_t delta_k;
+    int delta_of;        /* the mirror it advanced (−1: none), from tag delta_from */
+    uint64_t delta_from;
+    dcps_topk_ws_t *topk;
     int kind;            /* enum dcps_optimizer */
     float momentum;
     dcps_dcasgd_t dc;
@@ -49,6 +71,7 @@ typedef struct dcps_shard {
     float lr;            /* from [optimizer] lr */
     size_t floats;       /* size of the allocation, in floats */
     uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t deltas; /* pulls answered with a delta */
     dcps_staleness_t staleness;
 } dcps_shard_t;
 
@@ -96,9 +119,23 @@ void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq);
  * current version) arrives now. */
 void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on);
 
-/* Records that worker `rank` now holds the current parameters (it was sent
- * them): DC-ASGD's w_bak(rank) becomes w. A no-op for the other rules. */
-void dcps_shard_pulled(dcps_shard_t *s, uint32_t rank);
+/* What a pull is answered with: n dense values, or k (global index, value)
+ * pairs to add to what the worker holds. Borrowed from the shard: valid until
+ * its next call. */
+typedef struct {
+    bool dense;
+    const float *values; /* dense: n values; delta: k values */
+    const uint32_t *idx; /* delta: k ascending global indices */
+    size_t k;
+} dcps_pull_t;
+
+/* The reply to a pull from worker `rank`, which holds the parameters tagged
+ * `held` (holds) or nothing. Pull = dense: w, which becomes DC-ASGD's
+ * w_bak(rank). Pull = delta: see above; `exact` asks for w itself (the mirror
+ * of an async worker becomes w; the shared mirror of sync mode is left alone,
+ * so the worker then holds nothing). The reply's version is s->version. */
+void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, bool exact,
+                     dcps_pull_t *out);
 
 /* Bytes the shard holds (parameters and per-worker state). */
 size_t dcps_shard_memory(const dcps_shard_t *s);

@@ -220,13 +220,25 @@ static int send_bad(int i, dcps_rng_t *rng)
         dense(&m, DCPS_MSG_PUSH, p0, n);
         m.param_version = 1u << 30;
         break;
+    case 17: { /* more entries than the shard's range (ascending, the last one past it) */
+        static uint32_t *many;
+        static float *ones;
+        free(many), free(ones);
+        many = malloc((n + 1) * sizeof *many);
+        ones = malloc((n + 1) * sizeof *ones);
+        ck_assert(many && ones);
+        for (uint32_t j = 0; j <= n; j++)
+            many[j] = j, ones[j] = 1;
+        sparse(&m, many, ones, n + 1);
+        break;
+    }
     default:
         return NO_MORE;
     }
     static const int codes[] = {0, 0, DCPS_E_JOBID, DCPS_E_MSGTYPE, DCPS_E_MSGTYPE, 0,
                                 0, DCPS_E_FRAMELEN, DCPS_E_SIZE, 0, DCPS_E_RANGE, DCPS_E_ORDER,
                                 DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE, 0,
-                                DCPS_E_VERSION};
+                                DCPS_E_VERSION, DCPS_E_SIZE};
     m.job_id = m.job_id ? m.job_id : cfg.job_id;
     ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
     return codes[i];
@@ -287,7 +299,7 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
         expect_error(code, i);
         cases++;
     }
-    ck_assert_int_eq(cases, 17);
+    ck_assert_int_eq(cases, 18);
     ck_assert_uint_eq(pull(), 0);
     ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
 
@@ -313,7 +325,7 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
 
     ck_assert_int_eq(h_stop(s, 5000), 0);
     const char *log = h_slurp(h_path("server0", "err"));
-    ck_assert_ptr_nonnull(strstr(log, "18 bad messages")); /* 17 + the early PULL */
+    ck_assert_ptr_nonnull(strstr(log, "19 bad messages")); /* 18 + the early PULL */
     ck_assert_ptr_nonnull(strstr(log, "at 127.0.0.1"));     /* the peer is named */
 }
 END_TEST

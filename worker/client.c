@@ -29,6 +29,7 @@
 #include "common/frame.h"
 #include "common/log.h"
 #include "common/shardmap.h"
+#include "kernels/topk.h"
 
 typedef struct {
     void *sock;
@@ -36,6 +37,9 @@ typedef struct {
     bool initialized;
     uint64_t version;        /* the shard's version in its last reply */
     uint64_t pulled_version; /* the version of the parameters last pulled */
+    uint32_t pull_flags;     /* of the last pull: DELTA, EXACT or none */
+    bool holds;              /* pull = delta: the caller's range is the shard's mirror at
+                                pulled_version, so a delta may be asked for */
 } conn_t;
 
 struct dcps_client {
@@ -129,6 +133,26 @@ static void settle(dcps_client_t *c)
         nanosleep(&(struct timespec){0, 20000}, NULL);
 }
 
+/* Counts n bytes of a push or pull exchange (request or reply, message m of
+ * type `type`) with what it would have been dense: the same header, and the
+ * range as one DENSE frame where a payload is carried. */
+static void account(dcps_client_t *c, int s, uint32_t type, uint64_t n, const dcps_msg_t *m)
+{
+    uint64_t dense = n;
+    if (m && m->nframes > 0 && (type == DCPS_MSG_PUSH || type == DCPS_MSG_PULL_REPLY)) {
+        for (int i = 0; i < m->nframes; i++)
+            dense -= m->frame[i].count * 4; /* both dtypes are 4 bytes */
+        dense += (c->conn[s].range.hi - c->conn[s].range.lo) * sizeof(float);
+    }
+    if (type == DCPS_MSG_PUSH || type == DCPS_MSG_PUSH_ACK || type == DCPS_MSG_INIT) {
+        c->stats.bytes_pushed += n;
+        c->stats.bytes_pushed_dense += dense;
+    } else if (type == DCPS_MSG_PULL || type == DCPS_MSG_PULL_REPLY) {
+        c->stats.bytes_pulled += n;
+        c->stats.bytes_pulled_dense += dense;
+    }
+}
+
 static int send_slot(dcps_client_t *c, int s, slot_t *sl)
 {
     bool zerocopy = sl->req.nframes > 0;
@@ -140,8 +164,7 @@ static int send_slot(dcps_client_t *c, int s, slot_t *sl)
         return fail(c, DCPS_E_ZMQ, "cannot send %s to shard %d (%s): %s",
                     dcps_msg_type_name(sl->req.type), s, c->cfg.shards[s], zmq_strerror(errno));
     c->stats.bytes_sent += (uint64_t)n;
-    if (sl->req.type == DCPS_MSG_PUSH || sl->req.type == DCPS_MSG_INIT)
-        c->stats.bytes_pushed += (uint64_t)n;
+    account(c, s, sl->req.type, (uint64_t)n, &sl->req);
     return 0;
 }
 
@@ -178,8 +201,7 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
                       c->cfg.shards[s], dcps_msg_type_name(sl->req.type),
                       dcps_msg_type_name(m.type));
     } else {
-        if (m.type == DCPS_MSG_PULL_REPLY)
-            c->stats.bytes_pulled += bytes;
+        account(c, s, m.type, bytes, &m);
         c->conn[s].version = m.param_version;
         sl->rc = fn ? fn(c, s, &m, arg) : 0;
     }
@@ -595,23 +617,44 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
 
 static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
-    const dcps_range_t *r = &c->conn[s].range;
+    conn_t *k = &c->conn[s];
+    const dcps_range_t *r = &k->range;
     const float *v;
+    const uint32_t *idx;
+    size_t n;
     char why[DCPS_ERROR_TEXT_MAX];
-    int rc = dcps_codec_dense(m, r->hi - r->lo, &v, why, sizeof why);
+    int rc;
+    bool held = k->holds;
+    k->holds = false; /* until this reply is known good */
+    if (m->nframes == 2) {
+        rc = dcps_codec_sparse(m, r->lo, r->hi, &idx, &v, &n, why, sizeof why);
+        if (rc == 0 && !held) {
+            snprintf(why, sizeof why, "a delta, but this worker holds no copy to add it to");
+            rc = DCPS_E_STATE;
+        }
+        if (rc == 0)
+            dcps_scatter_add_cpu(arg, idx, v, n, 1.0f); /* as the shard did to its mirror */
+    } else {
+        rc = dcps_codec_dense(m, r->hi - r->lo, &v, why, sizeof why);
+        if (rc == 0)
+            memcpy((float *)arg + r->lo, v, (r->hi - r->lo) * sizeof *v);
+    }
     if (rc != 0)
         return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY: %s", s, c->cfg.shards[s], why);
-    memcpy((float *)arg + r->lo, v, (r->hi - r->lo) * sizeof *v);
-    c->conn[s].pulled_version = m->param_version;
+    k->pulled_version = m->param_version;
+    k->holds = c->cfg.pull == DCPS_PULL_DELTA && !(k->pull_flags & DCPS_FLAG_EXACT);
     return 0;
 }
 
-int dcps_client_pull(dcps_client_t *c, float *params)
+static int pull(dcps_client_t *c, float *params, bool exact)
 {
     slot_t slots[DCPS_MAX_SHARDS];
     slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
     for (int s = 0; s < c->cfg.n_shards; s++) {
-        slots[s].req.param_version = c->conn[s].pulled_version;
+        conn_t *k = &c->conn[s];
+        k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
+        slots[s].req.flags = k->pull_flags;
+        slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
     }
     int rc = exchange(c, slots, on_pull_reply, params, c->cfg.timeout_ms, c->cfg.retries + 1);
@@ -622,6 +665,16 @@ int dcps_client_pull(dcps_client_t *c, float *params)
             c->stats.version += c->conn[s].version;
     }
     return rc;
+}
+
+int dcps_client_pull(dcps_client_t *c, float *params)
+{
+    return pull(c, params, false);
+}
+
+int dcps_client_pull_exact(dcps_client_t *c, float *params)
+{
+    return pull(c, params, true);
 }
 
 int dcps_client_done(dcps_client_t *c)

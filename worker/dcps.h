@@ -36,8 +36,10 @@ struct dcps_config;
 typedef struct dcps_client dcps_client_t;
 
 typedef struct {
-    uint64_t bytes_pushed;  /* PUSH and INIT messages, headers included */
-    uint64_t bytes_pulled;  /* PULL_REPLY messages, headers included */
+    uint64_t bytes_pushed;  /* PUSH and INIT messages and their acks, headers included */
+    uint64_t bytes_pulled;  /* PULL and PULL_REPLY messages, headers included */
+    uint64_t bytes_pushed_dense; /* what bytes_pushed would be with dense payloads */
+    uint64_t bytes_pulled_dense; /* what bytes_pulled would be with dense replies */
     uint64_t bytes_sent;    /* every message sent */
     uint64_t bytes_received; /* every message received */
     uint64_t pushes, pulls; /* completed calls */
@@ -90,8 +92,17 @@ int dcps_client_push_dense(dcps_client_t *c, const float *grad);
 int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k);
 
 /* Pulls the parameters for the current step into params (n values), waiting
- * first in sync and ssp modes. On failure params may be partly updated. */
+ * first in sync and ssp modes. On failure params may be partly updated.
+ * With [compression] pull = delta, params must be the array the previous pull
+ * filled, unchanged since: a shard then sends only the largest changes of its
+ * mirror of that copy (DESIGN §4), which are added in place, and its range
+ * dense whenever the versions disagree (the first pull, a lost reply, a
+ * restarted worker). The copy is then the shard's mirror, not exactly w. */
 int dcps_client_pull(dcps_client_t *c, float *params);
+
+/* Pulls the shards' parameters themselves, dense, whatever [compression] pull
+ * is (for a final evaluation, say). The next pull is then dense too. */
+int dcps_client_pull_exact(dcps_client_t *c, float *params);
 
 /* Tells every shard that this worker has no more batches, so no step waits for
  * its pushes any more. It still takes part in barriers and may pull. */
