@@ -107,13 +107,21 @@ static const struct key keys[] = {
     ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
     DBL("compression", "density", density, "0.01", 0, true, 1, false,
         "topk: fraction of entries pushed"),
+    INT("compression", "density_warmup_epochs", density_warmup_epochs, "0", 0, 1000,
+        "topk: density falls geometrically from 25% to density over the first N epochs; 0: off"),
     OTHER("compression", "error_feedback", T_BOOL, error_feedback, "true",
           "topk: keep what was not pushed as a residual"),
+    DBL("compression", "momentum_correction", momentum_correction, "0", 0, false, 1, true,
+        "topk: DGC momentum correction with this momentum factor; 0: off"),
+    DBL("compression", "clip_norm", clip_norm, "0", 0, false, 1e6, false,
+        "scale each gradient to at most this L2 norm before compression; 0: off"),
     INT("compression", "warmup_steps", warmup_steps, "0", 0, 1e9, "dense pushes before topk starts"),
     INT("compression", "correction_every", correction_every, "0", 0, 1e9,
         "dense push every N steps; 0: never"),
     OTHER("compression", "pipeline", T_BOOL, pipeline, "false",
           "overlap compression and communication with the next step"),
+    DBL("compression", "local_lr", local_lr, "0", 0, false, 10, false,
+        "pipeline: step size of the local update; 0: [optimizer] lr"),
     ENUM("worker", "device", device, "auto", device_names, "where gradients are computed"),
     INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
     STR("worker", "metrics", metrics, "", "metrics CSV path; empty: none"),
@@ -584,6 +592,13 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
         return say(err, errlen,
                    "%s: [server] dead_after_ms (%d) must be greater than [server] heartbeat_ms (%d)",
                    src, cfg->dead_after_ms, cfg->heartbeat_ms);
+    /* DGC's velocity is accumulated in the residual, and only the sent part of it is
+     * cleared: without the residual there is nowhere to keep it. */
+    if (cfg->momentum_correction > 0 && !cfg->error_feedback)
+        return say(err, errlen,
+                   "%s: [compression] momentum_correction (%g) needs [compression] "
+                   "error_feedback = true: momentum correction accumulates into the residual",
+                   src, cfg->momentum_correction);
     for (int s = 0; s < cfg->n_shards; s++) {
         dcps_range_t r = dcps_shardmap_range(cfg->n_params, cfg->n_shards, s);
         if (r.hi == r.lo)
@@ -702,9 +717,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         bool set;
         const char *key;
     } later[] = {
-        {cfg->push != DCPS_PUSH_DENSE, "[compression] push: only dense"},
-        {cfg->pull != DCPS_PULL_DENSE, "[compression] pull: only dense"},
-        {cfg->pipeline, "[compression] pipeline: only false"},
         {cfg->checkpoint_dir[0] != '\0', "[server] checkpoint_dir: only empty (no checkpoints)"},
         {cfg->metrics_port != 0, "[server] metrics_port: only 0 (off)"},
         {cfg->curve, "[security] curve: only false (CURVE)"},

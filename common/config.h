@@ -69,10 +69,14 @@ typedef struct dcps_config {
     int push; /* enum dcps_push */
     int pull; /* enum dcps_pull */
     double density;
+    int density_warmup_epochs; /* 0: off */
     bool error_feedback;
+    double momentum_correction; /* 0: off; else the momentum factor */
+    double clip_norm;           /* 0: off */
     int warmup_steps;
     int correction_every;
     bool pipeline;
+    double local_lr; /* 0: [optimizer] lr */
 
     /* [worker] */
     int device; /* enum dcps_device */

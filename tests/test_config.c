@@ -91,10 +91,14 @@ START_TEST(defaults_are_the_documented_values)
     ck_assert_int_eq(cfg.push, DCPS_PUSH_DENSE);
     ck_assert_int_eq(cfg.pull, DCPS_PULL_DENSE);
     ck_assert_double_eq(cfg.density, 0.01);
+    ck_assert_int_eq(cfg.density_warmup_epochs, 0);
     ck_assert(cfg.error_feedback);
+    ck_assert_double_eq(cfg.momentum_correction, 0);
+    ck_assert_double_eq(cfg.clip_norm, 0);
     ck_assert_int_eq(cfg.warmup_steps, 0);
     ck_assert_int_eq(cfg.correction_every, 0);
     ck_assert(!cfg.pipeline);
+    ck_assert_double_eq(cfg.local_lr, 0);
     ck_assert_int_eq(cfg.device, DCPS_DEVICE_AUTO);
     ck_assert_int_eq(cfg.log_every, 100);
     ck_assert_str_eq(cfg.metrics, "");
@@ -558,9 +562,8 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
         const char *set, *msg;
     } cases[] = {
         {"security.curve=true", "job.ini: [security] curve: only false (CURVE) is implemented in this version"},
-        {"compression.pipeline=true", "job.ini: [compression] pipeline: only false is implemented in this version"},
-        {"compression.push=topk", "job.ini: [compression] push: only dense is implemented in this version"},
         {"server.metrics_port=9100", "job.ini: [server] metrics_port: only 0 (off) is implemented in this version"},
+        {"server.checkpoint_dir=/tmp", "job.ini: [server] checkpoint_dir: only empty (no checkpoints) is implemented in this version"},
     };
     char e[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -577,6 +580,86 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
         cfg.mode = mode;
         ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
     }
+}
+END_TEST
+
+START_TEST(compressed_push_and_pull_and_the_pipeline_are_supported)
+{
+    const char *ov[] = {"compression.push=topk",
+                        "compression.pull=delta",
+                        "compression.pipeline=true",
+                        "compression.density_warmup_epochs=4",
+                        "compression.momentum_correction=0.9",
+                        "compression.clip_norm=5",
+                        "compression.local_lr=0.01"};
+    char e[512];
+    int rc = dcps_config_load(&cfg, NULL, ov, sizeof ov / sizeof ov[0], e, sizeof e);
+    ck_assert_msg(rc == 0, "load failed: %s", e);
+    ck_assert_int_eq(cfg.push, DCPS_PUSH_TOPK);
+    ck_assert_int_eq(cfg.pull, DCPS_PULL_DELTA);
+    ck_assert(cfg.pipeline);
+    ck_assert_int_eq(cfg.density_warmup_epochs, 4);
+    ck_assert_double_eq(cfg.momentum_correction, 0.9);
+    ck_assert_double_eq(cfg.clip_norm, 5);
+    ck_assert_double_eq(cfg.local_lr, 0.01);
+    rc = dcps_config_supported(&cfg, "job.ini", e, sizeof e);
+    ck_assert_msg(rc == 0, "refused: %s", e);
+    for (size_t i = 0; i < 3; i++) { /* each one alone */
+        ck_assert_int_eq(dcps_config_load(&cfg, NULL, ov + i, 1, e, sizeof e), 0);
+        ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
+    }
+}
+END_TEST
+
+START_TEST(density_outside_0_to_1_is_refused)
+{
+    expect_set_error("compression.density=0",
+                     "--set 2: [compression] density: value 0 is outside (0, 1]");
+    expect_set_error("compression.density=1.5",
+                     "--set 2: [compression] density: value 1.5 is outside (0, 1]");
+    expect_set_error("compression.density=-0.01",
+                     "--set 2: [compression] density: value -0.01 is outside (0, 1]");
+}
+END_TEST
+
+START_TEST(dgc_and_pipeline_keys_outside_their_range_are_refused)
+{
+    expect_set_error("compression.density_warmup_epochs=-1", "--set 2: [compression] "
+                     "density_warmup_epochs: value -1 is outside [0, 1000]");
+    expect_set_error("compression.density_warmup_epochs=1001", "--set 2: [compression] "
+                     "density_warmup_epochs: value 1001 is outside [0, 1000]");
+    expect_set_error("compression.momentum_correction=1",
+                     "--set 2: [compression] momentum_correction: value 1 is outside [0, 1)");
+    expect_set_error("compression.momentum_correction=-0.1",
+                     "--set 2: [compression] momentum_correction: value -0.1 is outside [0, 1)");
+    expect_set_error("compression.clip_norm=-1",
+                     "--set 2: [compression] clip_norm: value -1 is outside [0, 1000000]");
+    expect_set_error("compression.local_lr=-0.01",
+                     "--set 2: [compression] local_lr: value -0.01 is outside [0, 10]");
+    expect_set_error("compression.local_lr=11",
+                     "--set 2: [compression] local_lr: value 11 is outside [0, 10]");
+    const char *ok[] = {"compression.density_warmup_epochs=1000",
+                        "compression.momentum_correction=0.999", "compression.clip_norm=0",
+                        "compression.local_lr=10"};
+    ck_assert_int_eq(load(NULL, 4, ok), 0);
+    ck_assert_int_eq(cfg.density_warmup_epochs, 1000);
+    ck_assert_double_eq(cfg.momentum_correction, 0.999);
+    ck_assert_double_eq(cfg.local_lr, 10);
+}
+END_TEST
+
+START_TEST(momentum_correction_needs_error_feedback)
+{
+    expect_file_error("[compression]\nmomentum_correction = 0.9\nerror_feedback = false\n",
+                      ": [compression] momentum_correction (0.9) needs [compression] "
+                      "error_feedback = true: momentum correction accumulates into the residual");
+    const char *ov[] = {"compression.error_feedback=false", "compression.momentum_correction=0.5"};
+    ck_assert_int_eq(load(NULL, 2, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "--set: [compression] momentum_correction (0.5) needs [compression] "
+                          "error_feedback = true: momentum correction accumulates into the "
+                          "residual");
+    expect_ok("[compression]\nmomentum_correction = 0.9\nerror_feedback = true\n");
+    expect_ok("[compression]\nmomentum_correction = 0\nerror_feedback = false\n");
 }
 END_TEST
 
@@ -675,7 +758,8 @@ START_TEST(written_config_loads_back_the_same)
                         "optimizer.kind=dcasgd", "optimizer.lr=0.1", "optimizer.dc_epsilon=1e-7",
                         "optimizer.dc_lambda=0.3333333333333333", "optimizer.dc_adaptive=yes",
                         "compression.push=topk", "compression.density=0.001",
-                        "compression.error_feedback=off",
+                        "compression.error_feedback=off", "compression.density_warmup_epochs=4",
+                        "compression.clip_norm=2.5", "compression.local_lr=0.001",
                         "worker.metrics=/tmp/m;1.csv", "server.checkpoint_dir=/var/lib/dcps",
                         "security.server_public_key=rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"};
     dcps_config_t want;
@@ -731,14 +815,16 @@ START_TEST(dump_documents_each_key_with_its_range)
     ck_assert_ptr_nonnull(strstr(text, "; learning rate ((0, 10])\nlr = 0.05\n"));
     ck_assert_ptr_nonnull(strstr(text, "; number of worker processes ([1, 1024])\nworkers = 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "\ndc_epsilon = 1e-7\n"));
+    ck_assert_ptr_nonnull(strstr(text, "; topk: DGC momentum correction with this momentum factor; "
+                                       "0: off ([0, 1))\nmomentum_correction = 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nshards = tcp://127.0.0.1:17001,tcp://127.0.0.1:17002\n"));
     int keys = 0, docs = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 46);
-    ck_assert_int_eq(docs, 46);
+    ck_assert_int_eq(keys, 50);
+    ck_assert_int_eq(docs, 50);
     free(text);
 }
 END_TEST
@@ -811,6 +897,10 @@ int main(void)
     tcase_add_test(tc, more_shards_than_parameter_blocks_are_refused);
     tcase_add_test(tc, dead_after_must_exceed_heartbeat);
     tcase_add_test(tc, settings_not_implemented_yet_are_refused_not_replaced);
+    tcase_add_test(tc, compressed_push_and_pull_and_the_pipeline_are_supported);
+    tcase_add_test(tc, density_outside_0_to_1_is_refused);
+    tcase_add_test(tc, dgc_and_pipeline_keys_outside_their_range_are_refused);
+    tcase_add_test(tc, momentum_correction_needs_error_feedback);
     tcase_add_test(tc, server_public_key_must_be_empty_or_40_z85_characters);
     tcase_add_test(tc, job_name_must_not_be_empty);
     tcase_add_test(tc, override_beats_the_file_and_the_last_override_wins);

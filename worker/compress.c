@@ -1,0 +1,246 @@
+/* dcps — the worker's gradient compressor; see compress.h.
+ *
+ * The state lives in one zeroed block carved at setup:
+ *   r      the residual, n floats (under momentum correction, DGC's accumulated
+ *          velocity v); all zero when nothing is held back;
+ *   spare  n floats, with error feedback: a dense step sends r itself and swaps
+ *          the two, so it copies nothing and does not clear what the caller is
+ *          still reading;
+ *   u      n floats, under momentum correction: the velocity;
+ *   val, idx  max_k entries each, a top-k step's output.
+ * A dense push (the key) holds nothing back, whatever error_feedback says: every
+ * step would send all of r + g and leave r at zero, so it sends g as it is and
+ * needs none of the above but an all-zero r for dcps_compress_residual. */
+#include "worker/compress.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/residual.h"
+#include "kernels/topk.h"
+
+/* DGC's density warm-up starts here (Lin et al. 2018, "warm-up training": 25%,
+ * 6.25%, 1.5625%, 0.4%, then the target density). */
+#define WARMUP_DENSITY 0.25
+
+struct dcps_compress {
+    size_t n;
+    size_t max_k;   /* the largest k of any epoch: that of epoch 1 */
+    bool topk;      /* push = topk */
+    bool ef;        /* a top-k push with error feedback: r is in use */
+    float mu;       /* momentum correction factor; 0: off */
+    double density; /* the target density */
+    int warmup_epochs;
+    double clip_norm; /* 0: off */
+    long warmup_steps, correction_every;
+    float *r, *spare, *u, *val;
+    uint32_t *idx;
+    dcps_topk_ws_t *ws; /* NULL for a dense push */
+    float *block;       /* what r, spare, u, val and idx are carved from */
+};
+
+/* The keys that dcps_config_load range-checks, checked again for a cfg built by
+ * hand, and what the compressor needs on top: a residual for momentum correction. */
+static bool valid(const dcps_config_t *cfg, size_t n)
+{
+    bool topk = cfg->push == DCPS_PUSH_TOPK;
+    return n > 0 && (!topk || n <= DCPS_TOPK_MAX_N) && cfg->density > 0 && cfg->density <= 1 &&
+           cfg->density_warmup_epochs >= 0 && cfg->momentum_correction >= 0 &&
+           cfg->momentum_correction < 1 && cfg->clip_norm >= 0 && cfg->warmup_steps >= 0 &&
+           cfg->correction_every >= 0 && (cfg->momentum_correction == 0 || cfg->error_feedback);
+}
+
+/* k = max(1, ceil(density(epoch) * n)), at most n (DESIGN §4). */
+static size_t k_at(const dcps_compress_t *c, int epoch)
+{
+    double k = ceil(dcps_compress_density(c, epoch) * (double)c->n);
+    if (k < 1)
+        return 1;
+    return k < (double)c->n ? (size_t)k : c->n;
+}
+
+dcps_compress_t *dcps_compress_new(const dcps_config_t *cfg, size_t n, int *err)
+{
+    int rc = DCPS_E_INVAL;
+    dcps_compress_t *c = NULL;
+    if (!cfg || !valid(cfg, n))
+        goto fail;
+    rc = DCPS_E_NOMEM;
+    if (!(c = calloc(1, sizeof *c)))
+        goto fail;
+    c->n = n;
+    c->topk = cfg->push == DCPS_PUSH_TOPK;
+    c->ef = c->topk && cfg->error_feedback;
+    c->mu = c->topk ? (float)cfg->momentum_correction : 0.0f;
+    c->density = cfg->density;
+    c->warmup_epochs = cfg->density_warmup_epochs;
+    c->clip_norm = cfg->clip_norm;
+    c->warmup_steps = cfg->warmup_steps;
+    c->correction_every = cfg->correction_every;
+    c->max_k = c->topk ? k_at(c, 1) : 0;
+
+    size_t floats = n * (1 + (size_t)c->ef + (c->mu > 0)) + 2 * c->max_k;
+    float *p = c->block = calloc(floats, sizeof(float));
+    if (!p)
+        goto fail_block;
+    c->r = p;
+    p += n;
+    if (c->ef) {
+        c->spare = p;
+        p += n;
+    }
+    if (c->mu > 0) {
+        c->u = p;
+        p += n;
+    }
+    if (c->topk) {
+        c->val = p;
+        c->idx = (uint32_t *)(p + c->max_k); /* uint32_t and float: 4 bytes, 4-aligned */
+        if (!(c->ws = dcps_topk_ws_new(n, &rc)))
+            goto fail_ws;
+    }
+    if (err)
+        *err = 0;
+    return c;
+
+fail_ws:
+    free(c->block);
+fail_block:
+    free(c);
+fail:
+    if (err)
+        *err = rc;
+    return NULL;
+}
+
+void dcps_compress_destroy(dcps_compress_t **c)
+{
+    if (!c || !*c)
+        return;
+    dcps_topk_ws_destroy(&(*c)->ws);
+    free((*c)->block);
+    free(*c);
+    *c = NULL;
+}
+
+double dcps_compress_density(const dcps_compress_t *c, int epoch)
+{
+    int e = epoch < 1 ? 1 : epoch, last = c->warmup_epochs;
+    if (e > last || c->density >= WARMUP_DENSITY)
+        return c->density;
+    double t = (double)(e - 1) / last;
+    double d = pow(WARMUP_DENSITY, 1 - t) * pow(c->density, t);
+    /* Never above the start, even by a rounding of pow: k of epoch 1 is max_k. */
+    return d < WARMUP_DENSITY ? d : WARMUP_DENSITY;
+}
+
+const float *dcps_compress_residual(const dcps_compress_t *c)
+{
+    return c->r;
+}
+
+/* Scales g[0..n) to L2 norm `limit` when its norm is above it. Returns false, g
+ * unchanged, when g holds NaN or Inf: a sum of squares of floats in double can
+ * only be non-finite then. */
+static bool clip(float *g, size_t n, double limit)
+{
+    double sq = 0;
+    for (size_t i = 0; i < n; i++)
+        sq += (double)g[i] * (double)g[i];
+    double norm = sqrt(sq);
+    if (!isfinite(norm))
+        return false;
+    if (norm > limit) {
+        float scale = (float)(limit / norm);
+        for (size_t i = 0; i < n; i++)
+            g[i] *= scale;
+    }
+    return true;
+}
+
+/* No NaN or Inf in x[0..n): their exponent bits are all ones. Reads all of x,
+ * without a branch per entry. */
+static bool all_finite(const float *x, size_t n)
+{
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        b &= 0x7f800000u;
+        top = b > top ? b : top;
+    }
+    return top != 0x7f800000u;
+}
+
+/* What enters the residual this step: g, or under momentum correction the
+ * velocity u <- mu * u + g (DGC, Algorithm 1). Two statements, so that the product
+ * is rounded to float before the addition on every compiler (no fused multiply-add). */
+static const float *entering(dcps_compress_t *c, const float *g)
+{
+    if (!c->u)
+        return g;
+    for (size_t i = 0; i < c->n; i++) {
+        float p = c->mu * c->u[i];
+        c->u[i] = p + g[i];
+    }
+    return c->u;
+}
+
+/* A dense step sends all of r + what enters (error feedback) or g, and keeps
+ * nothing: r, and the velocity that went into it, become zero. */
+static int encode_dense(dcps_compress_t *c, float *g, dcps_encoded_t *out)
+{
+    float *send = g;
+    if (c->ef) {
+        dcps_residual_add_cpu(c->r, entering(c, g), c->n);
+        send = c->r;
+    }
+    if (!all_finite(send, c->n))
+        return DCPS_E_NONFINITE;
+    if (c->ef) {
+        c->r = c->spare;
+        c->spare = send;
+        memset(c->r, 0, c->n * sizeof *c->r);
+        if (c->u)
+            memset(c->u, 0, c->n * sizeof *c->u);
+    }
+    *out = (dcps_encoded_t){.dense = true, .values = send, .k = c->n, .density = 1};
+    return 0;
+}
+
+/* A top-k step sends the k largest magnitudes of r + what enters (error
+ * feedback; the kernel clears them in r) or of g. Under momentum correction the
+ * velocity is cleared where r was: DGC's momentum factor masking. */
+static int encode_topk(dcps_compress_t *c, const float *g, size_t k, dcps_encoded_t *out)
+{
+    int rc = c->ef ? dcps_topk_ef_cpu(c->r, entering(c, g), c->n, k, c->idx, c->val, c->ws)
+                   : dcps_topk_cpu(g, c->n, k, c->idx, c->val, c->ws);
+    if (rc != 0)
+        return rc;
+    if (c->u)
+        for (size_t j = 0; j < k; j++)
+            c->u[c->idx[j]] = 0.0f;
+    *out = (dcps_encoded_t){.values = c->val, .idx = c->idx, .k = k};
+    return 0;
+}
+
+int dcps_compress_encode(dcps_compress_t *c, float *g, long step, int epoch, dcps_encoded_t *out)
+{
+    if (step < 1 || epoch < 1)
+        return DCPS_E_INVAL;
+    if (c->clip_norm > 0 && !clip(g, c->n, c->clip_norm))
+        return DCPS_E_NONFINITE;
+    bool dense = !c->topk || step <= c->warmup_steps ||
+                 (c->correction_every > 0 && step % c->correction_every == 0);
+    if (dense)
+        return encode_dense(c, g, out);
+    size_t k = k_at(c, epoch);
+    assert(k <= c->max_k);
+    int rc = encode_topk(c, g, k, out);
+    if (rc == 0)
+        out->density = dcps_compress_density(c, epoch);
+    return rc;
+}
