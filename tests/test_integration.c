@@ -49,7 +49,7 @@ static void csv_losses(const char *path, double *first, double *last, int *rows)
     ck_assert_ptr_nonnull(f);
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
     ck_assert_str_eq(line, "elapsed_s,step,epoch,loss,train_acc,test_acc,bytes_pushed,"
-                           "bytes_pulled,staleness_mean\n");
+                           "bytes_pulled,bytes_dense,staleness_mean\n");
     while (fgets(line, sizeof line, f)) {
         double elapsed, loss;
         long step;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,7 +14,7 @@
 #include "common/rng.h"
 #include "kernels/gpu.h"
 #include "kernels/mlp_gpu.h"
-#include "kernels/residual.h"
+#include "worker/compress.h"
 #include "worker/dcps.h"
 #include "worker/idx.h"
 #include "worker/mlp.h"
@@ -21,16 +22,30 @@
 #define READY_TIMEOUT_MS 120000   /* how long ranks > 0 wait for rank 0's INIT */
 #define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 
-/* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params,
- * grad and residual in one host allocation and runs dcps_mlp_t. The GPU path
- * (gpu == 1) runs dcps_mlp_gpu_t on the compute stream cs: parameters,
- * gradient and residual live on the device; params and residual on the host
- * are pinned slices that the pull fills and the push sends (grad is NULL);
- * batches go through two pinned slots h_x/h_y[k] and their device twins
- * d_x/d_y[k], uploaded on the copy stream xs one step ahead. The events order
- * the slots: up[k] when slot k's upload is done, done[k] when the forward and
- * backward pass has read it, params_up when the last parameter upload has left
- * the pinned params. */
+/* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
+ * and grad in one host allocation and runs dcps_mlp_t. The GPU path (gpu == 1)
+ * runs dcps_mlp_gpu_t on the compute stream cs: parameters and gradient live on
+ * the device, and their host twins are pinned slices that the pull fills and
+ * the gradient is downloaded to; batches go through two pinned slots
+ * h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy stream xs
+ * one step ahead. The events order the slots: up[k] when slot k's upload is
+ * done, done[k] when the forward and backward pass has read it, params_up when
+ * the last parameter upload has left the pinned params.
+ *
+ * Both paths hand the host gradient to the compressor (worker/compress.h) and
+ * push what it returns. Without the pipeline, pulls fill params. With it (CPU
+ * path), a thread of its own (comm_t) pushes step t and pulls into `pulled`
+ * while the loop computes step t + 1 at params = pulled − local_lr · g_t. */
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, busy, stop;
+    dcps_encoded_t job; /* the push in flight */
+    int rc;             /* of the last job */
+    dcps_client_stats_t stats; /* after the last job */
+} comm_t;
+
 typedef struct {
     const dcps_config_t *cfg;
     int rank;
@@ -39,7 +54,14 @@ typedef struct {
     dcps_mlp_t *mlp; /* CPU path */
     dcps_dataset_t train, test;
     size_t n;
-    float *params, *grad, *residual; /* host, n each; see above for which allocation */
+    float *params, *grad;            /* host, n each; see above for which allocation */
+    float *pulled;                   /* what pulls fill: params, or its own n (pipeline) */
+    float *grads[2];                 /* CPU path: grad's two buffers (the same one unless
+                                        the pipeline runs) */
+    dcps_compress_t *comp;
+    bool pipe;                       /* the CD-SGD pipeline runs */
+    float local_lr;
+    comm_t comm;
     float *xb;                       /* CPU path: batch inputs */
     uint8_t *yb;
     uint32_t *order;                 /* this rank's sample indices for the epoch */
@@ -47,7 +69,7 @@ typedef struct {
     dcps_stream_t cs, xs;
     dcps_event_t up[2], done[2], params_up;
     void *dev, *pinned; /* the two allocations the slices below are carved from */
-    float *d_params, *d_grad, *d_residual;
+    float *d_params, *d_grad;
     float *d_x[2], *h_x[2];
     uint8_t *d_y[2], *h_y[2];
     FILE *csv;
@@ -93,16 +115,33 @@ uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uin
     return k;
 }
 
-/* v is the step's gradient: grad on the CPU path, the downloaded residual on
- * the GPU path, where the residual is zero before the gradient is added to it
- * (a dense push sends and clears all of it), so the two are equal. */
+/* Names the tensor that entry i of the model belongs to ("layer 2 weights"). */
+static void tensor_name(const dcps_config_t *cfg, size_t i, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int l = 1; l < cfg->n_layers; l++) {
+        size_t w = (size_t)cfg->layers[l - 1] * (size_t)cfg->layers[l];
+        if (i < at + w + (size_t)cfg->layers[l]) {
+            snprintf(buf, len, "layer %d %s, entry %zu", l, i < at + w ? "weights" : "bias",
+                     i - at - (i < at + w ? 0 : w));
+            return;
+        }
+        at += w + (size_t)cfg->layers[l];
+    }
+    snprintf(buf, len, "entry %zu", i);
+}
+
+/* The step's host gradient must be finite: else the step and tensor are named. */
 static int check_finite(trainer_t *t, long step, const float *v)
 {
     for (size_t i = 0; i < t->n; i++)
         if (!isfinite(v[i])) {
+            char name[96];
+            tensor_name(t->cfg, i, name, sizeof name);
             snprintf(t->err, t->errlen,
-                     "step %ld: gradient entry %zu is %g (not finite); lower [optimizer] lr?",
-                     step, i, (double)v[i]);
+                     "step %ld: the gradient of %s (model entry %zu) is %g, not finite; lower "
+                     "[optimizer] lr?",
+                     step, name, i, (double)v[i]);
             return DCPS_E_NONFINITE;
         }
     return 0;
@@ -127,16 +166,20 @@ static void gather(trainer_t *t, uint32_t at, int b, float *x, uint8_t *y)
     }
 }
 
-/* Pulls the parameters into t->params; on the GPU path also uploads them to
+/* Pulls the parameters into t->pulled (t->params unless the pipeline runs); on
+ * the GPU path, where they are the same, also uploads them to
  * d_params on cs, so that the next pass and evaluation (on cs) see them. The
  * host first waits for params_up: the previous upload has left the pinned
- * buffer that the pull overwrites. */
-static int pull(trainer_t *t, const char *what)
+ * buffer that the pull overwrites. `exact`: the parameters themselves, also
+ * under delta pulls. */
+static int pull(trainer_t *t, const char *what, bool exact)
 {
     int rc;
     if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
         return gpu_fail(t, rc, "uploading the parameters");
-    if ((rc = dcps_client_pull(t->client, t->params)) != 0)
+    rc = exact ? dcps_client_pull_exact(t->client, t->pulled)
+               : dcps_client_pull(t->client, t->pulled);
+    if (rc != 0)
         return fail(t, rc, what);
     if (t->gpu &&
         ((rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0 ||
@@ -149,28 +192,158 @@ static int pull(trainer_t *t, const char *what)
 static int evaluate(trainer_t *t, float *loss, float *acc)
 {
     int rc = t->gpu ? dcps_mlp_gpu_evaluate(t->gmlp, t->d_params, &t->test, loss, acc)
-                    : dcps_mlp_evaluate(t->mlp, t->params, &t->test, loss, acc);
+                    : dcps_mlp_evaluate(t->mlp, t->pulled, &t->test, loss, acc);
     if (rc == 0)
         return 0;
     return t->gpu ? gpu_fail(t, rc, "evaluation") : fail(t, rc, "evaluation");
 }
 
-/* One step of the CPU path on the b samples at position at of the share. */
-static int cpu_step(trainer_t *t, long step, uint32_t at, int b, float *loss, int *correct)
+static int push_encoded(trainer_t *t, const dcps_encoded_t *e)
+{
+    int rc = e->dense ? dcps_client_push_dense(t->client, e->values)
+                      : dcps_client_push_sparse(t->client, e->idx, e->values, e->k);
+    return rc == 0 ? 0 : fail(t, rc, "push");
+}
+
+/* The pipeline's thread: runs each posted job (push, then pull into pulled). */
+static void *comm_main(void *arg)
+{
+    trainer_t *t = arg;
+    comm_t *c = &t->comm;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->busy && !c->stop)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->busy)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        int rc = push_encoded(t, &c->job);
+        if (rc == 0)
+            rc = pull(t, "pull", false);
+        pthread_mutex_lock(&c->mu);
+        c->rc = rc;
+        dcps_client_stats(t->client, &c->stats);
+        c->busy = false;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Waits until no job is in flight; returns the last job's result (once). */
+static int comm_wait(trainer_t *t)
+{
+    comm_t *c = &t->comm;
+    pthread_mutex_lock(&c->mu);
+    while (c->busy)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int rc = c->rc;
+    c->rc = 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static void comm_post(trainer_t *t, const dcps_encoded_t *e)
+{
+    comm_t *c = &t->comm;
+    pthread_mutex_lock(&c->mu);
+    c->job = *e;
+    c->busy = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int comm_start(trainer_t *t)
+{
+    comm_t *c = &t->comm;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    dcps_client_stats(t->client, &c->stats);
+    int rc = pthread_create(&c->thread, NULL, comm_main, t);
+    if (rc != 0) {
+        snprintf(t->err, t->errlen, "cannot start the pipeline's thread: %s", strerror(rc));
+        return DCPS_E_NOMEM;
+    }
+    c->started = true;
+    return 0;
+}
+
+static void comm_stop(trainer_t *t)
+{
+    comm_t *c = &t->comm;
+    if (!c->started)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    c->started = false;
+}
+
+/* The client's counters; with the pipeline, as of the last finished job. */
+static void stats(trainer_t *t, dcps_client_stats_t *st)
+{
+    if (!t->pipe) {
+        dcps_client_stats(t->client, st);
+        return;
+    }
+    pthread_mutex_lock(&t->comm.mu);
+    *st = t->comm.stats;
+    pthread_mutex_unlock(&t->comm.mu);
+}
+
+/* After the gradient of step `step` is in t->grad: checks it, encodes it,
+ * pushes it and pulls. With the pipeline, first waits for the previous step's
+ * push and pull, then sets params for the next step to pulled − local_lr · g
+ * and leaves this step's push and pull to the pipeline's thread (except in the
+ * warm-up steps, which wait for it). */
+static int communicate(trainer_t *t, long step, int epoch)
+{
+    dcps_encoded_t e;
+    int rc;
+    if ((rc = check_finite(t, step, t->grad)) != 0)
+        return rc;
+    if (t->pipe && (rc = comm_wait(t)) != 0)
+        return rc;
+    if ((rc = dcps_compress_encode(t->comp, t->grad, step, epoch, &e)) != 0) {
+        snprintf(t->err, t->errlen, "step %ld: compressing the gradient: %s", step,
+                 dcps_strerror(rc));
+        return rc;
+    }
+    if (!t->pipe) {
+        if ((rc = push_encoded(t, &e)) != 0)
+            return rc;
+        return pull(t, "pull", false);
+    }
+    if (step <= t->cfg->warmup_steps) {
+        comm_post(t, &e);
+        if ((rc = comm_wait(t)) != 0)
+            return rc;
+        memcpy(t->params, t->pulled, t->n * sizeof(float));
+        return 0;
+    }
+    for (size_t i = 0; i < t->n; i++)
+        t->params[i] = t->pulled[i] - t->local_lr * t->grad[i];
+    comm_post(t, &e);
+    return 0;
+}
+
+/* One step of the CPU path on the b samples at position at of the share. With
+ * the pipeline the gradient alternates between two buffers: a dense push may
+ * send it while the next step computes. */
+static int cpu_step(trainer_t *t, long step, int epoch, uint32_t at, int b, float *loss,
+                    int *correct)
 {
     int rc;
+    t->grad = t->grads[step & 1];
     gather(t, at, b, t->xb, t->yb);
     if ((rc = dcps_mlp_forward_backward(t->mlp, t->params, t->xb, t->yb, b, t->grad, loss,
                                         correct)) != 0)
         return fail(t, rc, "forward/backward");
-    if ((rc = check_finite(t, step, t->grad)) != 0)
-        return rc;
-    dcps_residual_add_cpu(t->residual, t->grad, t->n);
-    if ((rc = dcps_client_push_dense(t->client, t->residual)) != 0)
-        return fail(t, rc, "push");
-    /* A dense push sends the whole residual, which is then zero. */
-    memset(t->residual, 0, t->n * sizeof(float));
-    return pull(t, "pull");
+    return communicate(t, step, epoch);
 }
 
 /* Gathers the b samples at position at of the share into pinned slot k and
@@ -195,12 +368,13 @@ static int stage(trainer_t *t, int k, uint32_t at, int b)
 
 /* One step of the GPU path on the b samples staged in slot k. The next batch
  * of the epoch (next_b samples at position next_at; none when next_b is 0) is
- * staged into the other slot after the residual's update and download are
- * launched: the host gathers it while the GPU works, and its upload on xs runs
- * during the push and pull. The forward/backward pass synchronises cs once; the
- * residual download is the second and last wait of a step. */
-static int gpu_step(trainer_t *t, long step, int k, int b, uint32_t next_at, int next_b,
-                    float *loss, int *correct)
+ * staged into the other slot after the gradient's download is launched: the
+ * host gathers it while the GPU works, and its upload on xs runs during the
+ * push and pull. The forward/backward pass synchronises cs once; the gradient
+ * download is the second and last wait of a step. The gradient is compressed
+ * on the host (the GPU top-k kernel is not used here yet). */
+static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t next_at,
+                    int next_b, float *loss, int *correct)
 {
     size_t bytes = t->n * sizeof(float);
     int rc;
@@ -209,21 +383,13 @@ static int gpu_step(trainer_t *t, long step, int k, int b, uint32_t next_at, int
                                             t->d_grad, loss, correct)) != 0 ||
         (rc = dcps_gpu_event_record(t->done[k], t->cs)) != 0)
         return gpu_fail(t, rc, "forward/backward");
-    if ((rc = dcps_residual_add_gpu(t->d_residual, t->d_grad, t->n, t->cs)) != 0 ||
-        (rc = dcps_gpu_to_host(t->residual, t->d_residual, bytes, t->cs)) != 0)
-        return gpu_fail(t, rc, "residual update");
+    if ((rc = dcps_gpu_to_host(t->grad, t->d_grad, bytes, t->cs)) != 0)
+        return gpu_fail(t, rc, "gradient download");
     if (next_b > 0 && (rc = stage(t, k ^ 1, next_at, next_b)) != 0)
         return rc;
     if ((rc = dcps_gpu_sync(t->cs)) != 0)
-        return gpu_fail(t, rc, "residual update");
-    if ((rc = check_finite(t, step, t->residual)) != 0)
-        return rc;
-    if ((rc = dcps_client_push_dense(t->client, t->residual)) != 0)
-        return fail(t, rc, "push");
-    /* A dense push sends the whole residual, which is then zero. */
-    if ((rc = dcps_gpu_memset(t->d_residual, 0, bytes, t->cs)) != 0)
-        return gpu_fail(t, rc, "residual update");
-    return pull(t, "pull");
+        return gpu_fail(t, rc, "gradient download");
+    return communicate(t, step, epoch);
 }
 
 /* Mean staleness of this worker's pushes so far; 0 before the first. */
@@ -238,12 +404,12 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     dcps_client_stats_t st;
     if (!t->csv)
         return;
-    dcps_client_stats(t->client, &st);
+    stats(t, &st);
     fprintf(t->csv, "%.3f,%ld,%d,%.6f,%.4f,", now_s() - t->t0, step, epoch, loss, train_acc);
     if (test_acc >= 0)
         fprintf(t->csv, "%.4f", test_acc);
-    fprintf(t->csv, ",%" PRIu64 ",%" PRIu64 ",%.3f\n", st.bytes_pushed, st.bytes_pulled,
-            staleness_mean(&st));
+    fprintf(t->csv, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.3f\n", st.bytes_pushed,
+            st.bytes_pulled, st.bytes_pushed_dense + st.bytes_pulled_dense, staleness_mean(&st));
     fflush(t->csv);
 }
 
@@ -261,17 +427,16 @@ static void *carve(struct carver *c, size_t bytes)
     return c->base ? c->base + at : NULL;
 }
 
-/* The GPU path's buffers: on the device the parameters, gradient, residual and
- * two batch slots; pinned on the host params, residual and two batch slots. */
+/* The GPU path's buffers: on the device the parameters, gradient and two batch
+ * slots; pinned on the host params, grad and two batch slots. */
 static void layout_gpu(trainer_t *t, struct carver *dev, struct carver *pin)
 {
     size_t vec = t->n * sizeof(float), ybytes = (size_t)t->cfg->batch_size;
     size_t xbytes = ybytes * t->train.dim * sizeof(float);
     t->d_params = carve(dev, vec);
     t->d_grad = carve(dev, vec);
-    t->d_residual = carve(dev, vec);
     t->params = carve(pin, vec);
-    t->residual = carve(pin, vec);
+    t->grad = carve(pin, vec);
     for (int k = 0; k < 2; k++) {
         t->d_x[k] = carve(dev, xbytes);
         t->d_y[k] = carve(dev, ybytes);
@@ -280,7 +445,7 @@ static void layout_gpu(trainer_t *t, struct carver *dev, struct carver *pin)
     }
 }
 
-/* Sets up the GPU path: streams, model, events, buffers, a zero residual.
+/* Sets up the GPU path: streams, model, events, buffers.
  * When the GPU model cannot run (DCPS_E_NOGPU: cuBLAS is not loadable, say)
  * and device = auto, releases what it made, clears t->gpu and returns 0: the
  * CPU path runs instead. Anything else that fails is an error; teardown()
@@ -325,28 +490,31 @@ static int setup_gpu(trainer_t *t)
     pin.base = t->pinned;
     dev.used = pin.used = 0;
     layout_gpu(t, &dev, &pin);
-    /* Everything else is written before it is read. */
-    if ((rc = dcps_gpu_memset(t->d_residual, 0, t->n * sizeof(float), t->cs)) != 0)
-        return gpu_fail(t, rc, "GPU set-up");
+    t->pulled = t->params;
     if (dcps_gpu_name(name, sizeof name) == 0)
         DCPS_INFO("rank %d trains on the GPU (%s)", t->rank, name);
     return 0;
 }
 
-/* The CPU path's buffers and model. */
+/* The CPU path's buffers and model: params and a gradient, and with the
+ * pipeline a second gradient and the pulled parameters. */
 static int setup_cpu(trainer_t *t)
 {
     const dcps_config_t *cfg = t->cfg;
     int rc;
-    t->params = calloc(3 * t->n, sizeof(float));
+    t->params = calloc((t->pipe ? 4 : 2) * t->n, sizeof(float));
     t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
     t->yb = malloc((size_t)cfg->batch_size);
     if (!t->params || !t->xb || !t->yb) {
         snprintf(t->err, t->errlen, "out of memory");
         return DCPS_E_NOMEM;
     }
-    t->grad = t->params + t->n;
-    t->residual = t->grad + t->n;
+    t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
+    t->pulled = t->params;
+    if (t->pipe) {
+        t->grads[1] = t->params + 2 * t->n;
+        t->pulled = t->params + 3 * t->n;
+    }
     t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
     if (!t->mlp)
         return fail(t, rc, "model");
@@ -391,8 +559,21 @@ static int setup(trainer_t *t, const char *metrics_path)
     }
     if (t->gpu && (rc = setup_gpu(t)) != 0)
         return rc;
+    if (t->gpu && cfg->pipeline) {
+        snprintf(t->err, t->errlen,
+                 "[compression] pipeline = true runs on the CPU path only in this version; "
+                 "set [worker] device = cpu");
+        return DCPS_E_CONFIG;
+    }
+    t->pipe = cfg->pipeline;
+    t->local_lr = (float)(cfg->local_lr > 0 ? cfg->local_lr : cfg->lr);
     if (!t->gpu && (rc = setup_cpu(t)) != 0) /* also when setup_gpu() fell back */
         return rc;
+    t->comp = dcps_compress_new(cfg, t->n, &rc);
+    if (!t->comp) {
+        snprintf(t->err, t->errlen, "gradient compressor: %s", dcps_strerror(rc));
+        return rc;
+    }
 
     if (metrics_path && *metrics_path) {
         t->csv = fopen(metrics_path, "w");
@@ -403,7 +584,7 @@ static int setup(trainer_t *t, const char *metrics_path)
         }
         fprintf(t->csv,
                 "elapsed_s,step,epoch,loss,train_acc,test_acc,bytes_pushed,bytes_pulled,"
-                "staleness_mean\n");
+                "bytes_dense,staleness_mean\n");
     }
 
     t->client = dcps_client_new(cfg, t->rank, &rc, t->err, t->errlen);
@@ -417,11 +598,18 @@ static int setup(trainer_t *t, const char *metrics_path)
     } else if ((rc = dcps_client_wait_ready(t->client, READY_TIMEOUT_MS)) != 0) {
         return fail(t, rc, "waiting for rank 0");
     }
-    return pull(t, "first pull");
+    if ((rc = pull(t, "first pull", false)) != 0)
+        return rc;
+    if (!t->pipe)
+        return 0;
+    memcpy(t->params, t->pulled, t->n * sizeof(float));
+    return comm_start(t);
 }
 
 static void teardown(trainer_t *t)
 {
+    comm_stop(t);
+    dcps_compress_destroy(&t->comp);
     dcps_client_close(&t->client);
     dcps_mlp_destroy(&t->mlp);
     /* The GPU path in reverse order of set-up, once neither stream has work
@@ -478,9 +666,9 @@ static int train(trainer_t *t, FILE *out)
             float loss;
             int correct;
             step++;
-            rc = t->gpu ? gpu_step(t, step, (int)(step & 1), b, next,
+            rc = t->gpu ? gpu_step(t, step, epoch, (int)(step & 1), b, next,
                                    batch_len(mine, next, cfg->batch_size), &loss, &correct)
-                        : cpu_step(t, step, at, b, &loss, &correct);
+                        : cpu_step(t, step, epoch, at, b, &loss, &correct);
             if (rc != 0)
                 return rc;
             if (cfg->delay_ms > 0)
@@ -496,7 +684,7 @@ static int train(trainer_t *t, FILE *out)
             samples += b;
             if (step % cfg->log_every == 0) {
                 dcps_client_stats_t st;
-                dcps_client_stats(t->client, &st);
+                stats(t, &st);
                 double tn = now_s();
                 double wl = win_loss / (double)cfg->log_every;
                 double wa = (double)win_correct / (double)win_samples;
@@ -513,7 +701,7 @@ static int train(trainer_t *t, FILE *out)
                 t_win = tn;
             }
         }
-        if ((rc = evaluate(t, &test_loss, &test_acc)) != 0)
+        if ((t->pipe && (rc = comm_wait(t)) != 0) || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
             return rc;
         fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
                 epoch, step, test_loss, test_acc);
@@ -526,25 +714,30 @@ static int train(trainer_t *t, FILE *out)
         return fail(t, rc, "saying done");
     if ((rc = dcps_client_barrier(t->client, 1)) != 0)
         return fail(t, rc, "final barrier");
-    if ((rc = pull(t, "final pull")) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
+    /* The model is the shards' parameters themselves, not a delta pull's mirror. */
+    if ((rc = pull(t, "final pull", true)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
         return rc;
 
     double elapsed = now_s() - t->t0;
     dcps_client_stats_t st;
-    dcps_client_stats(t->client, &st);
+    stats(t, &st);
+    uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
     csv_row(t, step, cfg->epochs, epoch_loss / (double)epoch_steps, -1, test_acc);
     fprintf(out,
             "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%ld epochs=%d "
             "elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64
-            " mode=%s optimizer=%s compression=%s density=%g staleness_mean=%.3f "
-            "staleness_max=%" PRIu64 " dropped=%" PRIu64 " retries=%" PRIu64
-            " device=%s workers=%d\n",
+            " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s compression=%s "
+            "pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
+            " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d\n",
             t->rank, test_acc, test_loss, epoch_loss / (double)epoch_steps, step, cfg->epochs,
-            elapsed, (double)samples / elapsed,
-            st.bytes_pushed, st.bytes_pulled, dcps_config_mode_name(cfg->mode),
-            dcps_config_optimizer_name(cfg->opt_kind), dcps_config_push_name(cfg->push),
-            cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density,
-            staleness_mean(&st), st.staleness_max, st.dropped, st.retries, t->gpu ? "gpu" : "cpu", cfg->workers);
+            elapsed, (double)samples / elapsed, st.bytes_pushed, st.bytes_pulled,
+            (double)(st.bytes_pushed + st.bytes_pulled) / (double)(step ? step : 1),
+            dense ? (double)(st.bytes_pushed + st.bytes_pulled) / (double)dense : 1.0,
+            dcps_config_mode_name(cfg->mode), dcps_config_optimizer_name(cfg->opt_kind),
+            dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
+            cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density, t->pipe ? "true" : "false",
+            staleness_mean(&st), st.staleness_max, st.dropped, st.retries,
+            t->gpu ? "gpu" : "cpu", cfg->workers);
     fflush(out);
     return 0;
 }
