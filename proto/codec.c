@@ -153,11 +153,15 @@ out:
 /* The first non-finite value's position, or n. */
 static size_t first_nonfinite(const float *v, size_t n)
 {
-    /* Branch-free accumulation first: the common all-finite case is one pass. */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        acc += v[i] * 0.0f;
-    if (acc == 0.0f)
+    /* One branch-free pass first, in integer arithmetic the compiler vectorises:
+     * adding 1 to an exponent field of all ones (NaN, Inf) carries into bit 31. */
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= (u & 0x7f800000u) + 0x00800000u;
+    }
+    if (!(acc & 0x80000000u))
         return n;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(v[i]))

@@ -8,6 +8,7 @@
 #include <check.h>
 
 #include "tests/check_run.h"
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -812,6 +813,17 @@ START_TEST(dense_reports_the_first_of_several_bad_values)
 }
 END_TEST
 
+START_TEST(dense_accepts_the_extreme_finite_values)
+{
+    /* The largest exponent that is not all ones, subnormals and both zeros. */
+    float v[6] = {FLT_MAX, -FLT_MAX, FLT_TRUE_MIN, -FLT_TRUE_MIN, 0.0f, -0.0f};
+    dcps_msg_t m = dense_msg(v, 6);
+    const float *got = NULL;
+    ck_assert_int_eq(dcps_codec_dense(&m, 6, &got, why, sizeof why), 0);
+    ck_assert_ptr_eq(got, v);
+}
+END_TEST
+
 START_TEST(dense_rejects_two_frames_and_no_frame)
 {
     static const float v[3] = {1, 2, 3};
@@ -1209,6 +1221,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, dense_rejects_nan_at_first_middle_and_last);
     tcase_add_test(tc, dense_rejects_plus_and_minus_infinity);
     tcase_add_test(tc, dense_reports_the_first_of_several_bad_values);
+    tcase_add_test(tc, dense_accepts_the_extreme_finite_values);
     tcase_add_test(tc, dense_rejects_two_frames_and_no_frame);
     tcase_add_test(tc, dense_rejects_a_values_frame);
     suite_add_tcase(s, tc);
