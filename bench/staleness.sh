@@ -32,33 +32,12 @@ while getopts w:e:l:c:s:o: opt; do
     *) sed -n 2,20p "$0" >&2; exit 2 ;;
     esac
 done
+. "$root/bench/lib.sh"
 for p in dcps-server dcps-worker; do
     [ -x "$BUILD/$p" ] || { echo "staleness.sh: no $BUILD/$p (build first, or set BUILD)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-data=/usr/share/datasets/fashion-mnist
-cat >"$OUT/job.ini" <<EOF
-; written by bench/staleness.sh
-[job]
-name = staleness
-workers = $WORKERS
-[servers]
-shards = tcp://127.0.0.1:*
-[model]
-layers = 784,128,10
-[data]
-train_images = $data/train-images-idx3-ubyte.gz
-train_labels = $data/train-labels-idx1-ubyte.gz
-test_images = $data/t10k-images-idx3-ubyte.gz
-test_labels = $data/t10k-labels-idx1-ubyte.gz
-batch_size = 64
-epochs = $EPOCHS
-[optimizer]
-lr = $LR
-[worker]
-log_every = 1000000
-timeout_ms = 30000
-EOF
+bench_job "$OUT/job.ini" staleness "$WORKERS" 1 "$EPOCHS" "$LR" 784,128,10
 
 declare -A scheme=(
     [asgd]="job.mode=async optimizer.kind=sgd"
@@ -69,39 +48,19 @@ declare -A scheme=(
 order="asgd dcasgd_c dcasgd_a sync"
 
 {
-    echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
+    echo "# $(bench_machine);" \
         "$WORKERS workers on one shard, $EPOCHS epochs, lr $LR, batch 64, MLP 784-128-10"
     echo "scheme,seed,test_acc,test_loss,elapsed_s,worker_staleness_mean,worker_staleness_max,shard_staleness_mean,shard_staleness_max"
 } >"$OUT/final.csv"
 
 run() { # scheme seed
-    local name=$1 seed=$2 sets=() pids=() r
-    for kv in ${scheme[$name]} job.seed=$seed; do sets+=(--set "$kv"); done
-    local ep=$OUT/$name-s$seed.endpoint
-    rm -f "$ep"
-    "$BUILD/dcps-server" --config "$OUT/job.ini" --shard 0 "${sets[@]}" --endpoint-file "$ep" \
-        2>"$OUT/$name-s$seed.server.log" &
-    local server=$!
-    for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
-    sets+=(--set "servers.shards=$(cat "$ep")")
-    for r in $(seq 0 $((WORKERS - 1))); do
-        local metrics=()
-        [ "$r" = 0 ] && metrics=(--metrics "$OUT/$name-s$seed.csv")
-        "$BUILD/dcps-worker" --config "$OUT/job.ini" --rank "$r" "${sets[@]}" "${metrics[@]}" \
-            >"$OUT/.w$r.out" 2>"$OUT/.w$r.err" &
-        pids+=($!)
-    done
-    local failed=0
-    for r in "${!pids[@]}"; do wait "${pids[$r]}" || { failed=1; cat "$OUT/.w$r.err" >&2; }; done
-    kill -TERM $server; wait $server || true
-    [ $failed = 0 ] || { echo "staleness.sh: $name seed $seed failed" >&2; exit 1; }
-    local fin shard
-    fin=$(grep '^final:' "$OUT/.w0.out")
-    shard=$(grep -o 'staleness: mean [0-9.]* max [0-9]*' "$OUT/$name-s$seed.server.log")
-    val() { echo "$fin" | grep -o " $1=[^ ]*" | cut -d= -f2; }
-    echo "$name,$seed,$(val test_acc),$(val test_loss),$(val elapsed_s),$(val staleness_mean),$(val staleness_max),$(echo "$shard" | awk '{print $3","$5}')" \
-        | tee -a "$OUT/final.csv"
-    rm -f "$OUT"/.w*.out "$OUT"/.w*.err "$ep"
+    local name=$1 seed=$2 shard
+    # shellcheck disable=SC2086
+    bench_run "$OUT" "$name-s$seed" "$OUT/job.ini" 1 "$WORKERS" ${scheme[$name]} job.seed="$seed" ||
+        { echo "staleness.sh: $name seed $seed failed" >&2; exit 1; }
+    shard=$(grep -o 'staleness: mean [0-9.]* max [0-9]*' "$OUT/$name-s$seed.shard0.log")
+    echo "$name,$seed,$(bench_val test_acc),$(bench_val test_loss),$(bench_val elapsed_s),$(bench_val staleness_mean),$(bench_val staleness_max),$(echo "$shard" | awk '{print $3","$5}')" |
+        tee -a "$OUT/final.csv"
 }
 
 for seed in $SEEDS; do

@@ -1,0 +1,89 @@
+# bench/lib.sh — what the training experiments share (sourced, not run).
+#
+# bench_job FILE NAME WORKERS SHARDS EPOCHS LR LAYERS
+#     writes a Fashion-MNIST job file with SHARDS shards on ephemeral ports,
+#     batch 64, on the CPU; the metrics CSV gets a row per epoch only.
+# bench_run OUT TAG JOB SHARDS WORKERS [section.key=value ...]
+#     starts the shards and the workers of JOB on this machine with those
+#     overrides, waits for all of them, keeps rank 0's metrics CSV as
+#     OUT/TAG.csv and the shard logs as OUT/TAG.shardS.log, and sets
+#     BENCH_FINAL to rank 0's `final:` line. Fails (returns 1) if any
+#     process fails, with its stderr.
+# bench_val KEY   the value of KEY in BENCH_FINAL.
+# bench_machine   one line: CPU model and cores.
+
+: "${BUILD:?set BUILD to the build directory}"
+
+bench_machine() {
+    echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+}
+
+bench_job() {
+    local file=$1 name=$2 workers=$3 shards=$4 epochs=$5 lr=$6 layers=$7
+    local data=/usr/share/datasets/fashion-mnist list
+    list=$(printf 'tcp://127.0.0.1:*%.0s, ' $(seq "$shards"))
+    cat >"$file" <<EOF
+; written by bench/
+[job]
+name = $name
+workers = $workers
+[servers]
+shards = ${list%, }
+[model]
+layers = $layers
+[data]
+train_images = $data/train-images-idx3-ubyte.gz
+train_labels = $data/train-labels-idx1-ubyte.gz
+test_images = $data/t10k-images-idx3-ubyte.gz
+test_labels = $data/t10k-labels-idx1-ubyte.gz
+batch_size = 64
+epochs = $epochs
+[optimizer]
+lr = $lr
+[worker]
+log_every = 1000000
+timeout_ms = 30000
+device = cpu
+EOF
+}
+
+bench_run() {
+    local out=$1 tag=$2 job=$3 shards=$4 workers=$5
+    shift 5
+    local sets=() pids=() servers=() eps=() r s ep failed=0
+    for kv in "$@"; do sets+=(--set "$kv"); done
+    for s in $(seq 0 $((shards - 1))); do
+        ep=$out/.$tag.endpoint$s
+        rm -f "$ep"
+        "$BUILD/dcps-server" --config "$job" --shard "$s" "${sets[@]}" --endpoint-file "$ep" \
+            2>"$out/$tag.shard$s.log" &
+        servers+=($!)
+        for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
+        [ -s "$ep" ] || { echo "bench: shard $s of $tag did not start" >&2; cat "$out/$tag.shard$s.log" >&2; failed=1; }
+        eps+=("$(cat "$ep" 2>/dev/null)")
+        rm -f "$ep"
+    done
+    local list
+    list=$(IFS=,; echo "${eps[*]}")
+    sets+=(--set "servers.shards=$list")
+    if [ $failed = 0 ]; then
+        for r in $(seq 0 $((workers - 1))); do
+            local metrics=()
+            [ "$r" = 0 ] && metrics=(--metrics "$out/$tag.csv")
+            "$BUILD/dcps-worker" --config "$job" --rank "$r" "${sets[@]}" "${metrics[@]}" \
+                >"$out/.w$r.out" 2>"$out/.w$r.err" &
+            pids+=($!)
+        done
+        for r in "${!pids[@]}"; do
+            wait "${pids[$r]}" || { failed=1; echo "bench: $tag rank $r failed:" >&2; cat "$out/.w$r.err" >&2; }
+        done
+    fi
+    for s in "${servers[@]}"; do kill -TERM "$s" 2>/dev/null; wait "$s" || true; done
+    BENCH_FINAL=$(grep '^final:' "$out/.w0.out" 2>/dev/null || true)
+    rm -f "$out"/.w*.out "$out"/.w*.err
+    return $failed
+}
+
+bench_val() {
+    echo "$BENCH_FINAL" | grep -o " $1=[^ ]*" | cut -d= -f2
+}
