@@ -10,6 +10,8 @@
 #   ef001         top-k with error feedback, density 0.001, delta pull
 #   noef001       top-k without error feedback, density 0.001, delta pull
 #   ef01_dpull    top-k with error feedback, density 0.01, dense pull
+#   ef001_dpull   top-k with error feedback, density 0.001, dense pull
+#   ef001_p01     top-k with error feedback, density 0.001, delta pull at 0.01
 #   ef01_pipe     ef01 with the CD-SGD pipeline (local step, every 10th push dense)
 # Writes under OUT: rank 0's metrics CSV of every run, final.csv (one row per
 # run: final test accuracy of the shards' parameters after the closing barrier,
@@ -25,7 +27,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$root/build}
 WORKERS=4 SHARDS=2 EPOCHS=4 LR=0.1 SEEDS="1 2 3" MODES="async sync"
-SCHEMES="dense ef01 ef001 noef001 ef01_dpull ef01_pipe"
+SCHEMES="dense ef01 ef001 noef001 ef01_dpull ef001_dpull ef001_p01 ef01_pipe"
 OUT=$root/bench/results/$(date +%F)/compression
 while getopts w:n:e:l:s:m:k:o: opt; do
     case $opt in
@@ -37,7 +39,7 @@ while getopts w:n:e:l:s:m:k:o: opt; do
     m) MODES=$OPTARG ;;
     k) SCHEMES=$OPTARG ;;
     o) OUT=$OPTARG ;;
-    *) sed -n 2,22p "$0" >&2; exit 2 ;;
+    *) sed -n 2,24p "$0" >&2; exit 2 ;;
     esac
 done
 . "$root/bench/lib.sh"
@@ -59,6 +61,8 @@ declare -A scheme=(
     [ef001]="$topk compression.density=0.001"
     [noef001]="$topk compression.density=0.001 compression.error_feedback=false"
     [ef01_dpull]="$topk compression.density=0.01 compression.pull=dense"
+    [ef001_dpull]="$topk compression.density=0.001 compression.pull=dense"
+    [ef001_p01]="$topk compression.density=0.001 compression.pull_density=0.01"
     [ef01_pipe]="$topk compression.density=0.01 compression.pipeline=true compression.correction_every=10"
 )
 

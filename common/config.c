@@ -105,6 +105,8 @@ static const struct key keys[] = {
         "DC-ASGD-a: added to the mean square under the root"),
     ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
     ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
+    DBL("compression", "pull_density", pull_density, "0", 0, false, 1, false,
+        "delta pull: fraction of a shard's entries sent per pull; 0: density"),
     DBL("compression", "density", density, "0.01", 0, true, 1, false,
         "topk: fraction of entries pushed"),
     INT("compression", "density_warmup_epochs", density_warmup_epochs, "0", 0, 1000,
@@ -710,6 +712,24 @@ const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); 
 const char *dcps_config_optimizer_name(int kind) { return name_of(opt_names, kind); }
 const char *dcps_config_push_name(int push) { return name_of(push_names, push); }
 const char *dcps_config_pull_name(int pull) { return name_of(pull_names, pull); }
+
+#define WARMUP_DENSITY 0.25
+
+double dcps_config_density_at(double density, int warmup_epochs, int epoch)
+{
+    int e = epoch < 1 ? 1 : epoch;
+    if (e > warmup_epochs || density >= WARMUP_DENSITY)
+        return density;
+    double t = (double)(e - 1) / warmup_epochs;
+    double d = pow(WARMUP_DENSITY, 1 - t) * pow(density, t);
+    /* Never above the start, even by a rounding of pow: epoch 1 has the most. */
+    return d < WARMUP_DENSITY ? d : WARMUP_DENSITY;
+}
+
+double dcps_config_pull_density(const dcps_config_t *cfg)
+{
+    return cfg->pull_density > 0 ? cfg->pull_density : cfg->density;
+}
 
 int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err, size_t errlen)
 {

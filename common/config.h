@@ -69,6 +69,7 @@ typedef struct dcps_config {
     int push; /* enum dcps_push */
     int pull; /* enum dcps_pull */
     double density;
+    double pull_density; /* 0: density */
     int density_warmup_epochs; /* 0: off */
     bool error_feedback;
     double momentum_correction; /* 0: off; else the momentum factor */
@@ -130,5 +131,14 @@ const char *dcps_config_mode_name(int mode);
 const char *dcps_config_optimizer_name(int kind);
 const char *dcps_config_push_name(int push);
 const char *dcps_config_pull_name(int pull);
+
+/* The density of epoch `epoch` (from 1; below 1 counts as 1) under DGC's
+ * warm-up over `warmup_epochs` E: for e <= E, 0.25^(1 - (e-1)/E) · density^((e-1)/E),
+ * falling geometrically from 25% towards density; density itself after, and
+ * always when density >= 0.25 or E is 0. Never above 0.25 in the warm-up. */
+double dcps_config_density_at(double density, int warmup_epochs, int epoch);
+
+/* The density of delta pulls: [compression] pull_density, or density if 0. */
+double dcps_config_pull_density(const dcps_config_t *cfg);
 
 #endif

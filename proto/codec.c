@@ -61,6 +61,8 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         SET(workers, m->workers);
     if (m->step)
         SET(step, m->step);
+    if (m->want)
+        SET(want, m->want);
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
         dcps__frame_desc__init(&fd[i]);
@@ -145,6 +147,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->flags = h->flags;
     out->workers = h->workers;
     out->step = h->step;
+    out->want = h->want;
 out:
     dcps__header__free_unpacked(h, NULL);
     return rc;

@@ -73,6 +73,7 @@ typedef struct {
     uint32_t flags;
     uint32_t workers;
     uint64_t step;
+    uint64_t want; /* PULL with DELTA: the most entries wanted; 0: the job's pull density */
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];

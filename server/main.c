@@ -149,7 +149,7 @@ static void log_memory(const dcps_shard_t *s, const char *when)
               "sync sum %zu, delta pulls %zu)",
               when, dcps_shard_memory(s), s->n * f, s->state ? s->n * f : 0,
               s->bak ? s->n * f * (size_t)s->workers : 0, s->acc ? s->n * f : 0,
-              s->delta ? s->n * f * (1 + (s->mirror != NULL)) + s->n + s->k_pull * 8 : 0);
+              s->delta ? s->n * f * (1 + (s->mirror != NULL)) + s->n + s->k_max * 8 : 0);
 }
 
 /* One line: mean, max and the histogram's non-empty buckets ("0:12 1:40 2-3:7"). */

@@ -81,7 +81,7 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
     dcps_shard_t *s = r->shard;
     dcps_pull_t p;
     dcps_msg_t reply = {0};
-    dcps_shard_pull(s, rank, q->holds, q->held, q->exact, &p);
+    dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
     reply.range_lo = s->range.lo;
     reply.range_hi = s->range.hi;
     /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
@@ -340,7 +340,7 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     if (rc != 0)
         return rc;
     p->pull = (dcps_pull_req_t){m->seq, m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
-                                m->param_version, (m->flags & DCPS_FLAG_EXACT) != 0};
+                                m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
         send_params(r, &p->wait, m->rank, &p->pull);

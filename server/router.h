@@ -40,6 +40,7 @@ typedef struct {
     uint64_t step;  /* the step it will compute */
     bool holds;     /* flag DELTA: it holds the parameters tagged `held` */
     uint64_t held;
+    uint64_t want;  /* the most entries of a delta; 0: the job's pull density */
     bool exact;     /* flag EXACT: it wants w itself */
 } dcps_pull_req_t;
 

@@ -24,6 +24,13 @@ static size_t layout(const dcps_config_t *cfg, int kind, bool adaptive, layout_t
     return 1 + l->state + l->bak + l->acc + l->mirror + l->diff;
 }
 
+/* ⌈rho · n⌉, at least 1 and at most n. */
+static size_t entries(double rho, size_t n)
+{
+    size_t k = (size_t)ceil(rho * (double)n);
+    return k < 1 ? 1 : k > n ? n : k;
+}
+
 dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
 {
     dcps_shard_t *s = calloc(1, sizeof *s);
@@ -58,11 +65,12 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->delta_of = -1;
     s->delta = l.diff && s->n > 0;
     if (s->delta) {
-        size_t k = (size_t)ceil(cfg->density * (double)s->n);
-        s->k_pull = k < 1 ? 1 : k > s->n ? s->n : k;
+        double rho = dcps_config_pull_density(cfg);
+        s->k_pull = entries(rho, s->n);
+        s->k_max = entries(dcps_config_density_at(rho, cfg->density_warmup_epochs, 1), s->n);
         s->tag = calloc(s->mirror ? 1 : (size_t)cfg->workers, sizeof *s->tag);
-        s->delta_idx = malloc(s->k_pull * sizeof *s->delta_idx);
-        s->delta_val = malloc(s->k_pull * sizeof *s->delta_val);
+        s->delta_idx = malloc(s->k_max * sizeof *s->delta_idx);
+        s->delta_val = malloc(s->k_max * sizeof *s->delta_val);
         s->topk = dcps_topk_ws_new(s->n, err);
         if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk)
             goto fail;
@@ -121,22 +129,22 @@ static float *mirror_of(const dcps_shard_t *s, int mi)
     return s->mirror ? s->mirror : s->bak + (size_t)mi * s->n;
 }
 
-/* Brings mirror mi from its tag to the current version by the top k_pull of
+/* Brings mirror mi from its tag to the current version by the top k of
  * w − mirror, kept as the last delta. Returns 0, or DCPS_E_NONFINITE when w
  * holds NaN or Inf (the mirror is then unchanged). */
-static int advance(dcps_shard_t *s, int mi)
+static int advance(dcps_shard_t *s, int mi, size_t k)
 {
     float *m = mirror_of(s, mi);
     for (size_t i = 0; i < s->n; i++)
         s->diff[i] = s->w[i] - m[i];
-    int rc = dcps_topk_cpu(s->diff, s->n, s->k_pull, s->delta_idx, s->delta_val, s->topk);
+    int rc = dcps_topk_cpu(s->diff, s->n, k, s->delta_idx, s->delta_val, s->topk);
     if (rc != 0)
         return rc;
     /* The worker adds the same values with the same float addition. */
-    dcps_scatter_add_cpu(m, s->delta_idx, s->delta_val, s->k_pull, 1.0f);
-    for (size_t j = 0; j < s->k_pull; j++)
+    dcps_scatter_add_cpu(m, s->delta_idx, s->delta_val, k, 1.0f);
+    for (size_t j = 0; j < k; j++)
         s->delta_idx[j] += (uint32_t)s->range.lo;
-    s->delta_k = s->k_pull;
+    s->delta_k = k;
     s->delta_of = mi;
     s->delta_from = s->tag[mi];
     s->tag[mi] = s->version;
@@ -152,8 +160,8 @@ static void reset(dcps_shard_t *s, int mi)
         s->delta_of = -1;
 }
 
-void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, bool exact,
-                     dcps_pull_t *out)
+void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
+                     bool exact, dcps_pull_t *out)
 {
     s->pulls++;
     *out = (dcps_pull_t){.dense = true, .values = s->w, .k = s->n};
@@ -169,7 +177,8 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
         return;
     }
     if (s->tag[mi] != s->version) {
-        if (!(holds && held == s->tag[mi]) || advance(s, mi) != 0)
+        size_t k = want == 0 ? s->k_pull : want < s->k_max ? (size_t)want : s->k_max;
+        if (!(holds && held == s->tag[mi]) || advance(s, mi, k) != 0)
             reset(s, mi);
     }
     if (holds && held == s->tag[mi])
@@ -272,6 +281,6 @@ size_t dcps_shard_memory(const dcps_shard_t *s)
 {
     size_t tags = s->tag ? (s->mirror ? 1 : (size_t)s->workers) : 0;
     return s->floats * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq +
-           tags * sizeof *s->tag + s->k_pull * (sizeof *s->delta_idx + sizeof *s->delta_val) +
+           tags * sizeof *s->tag + s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
            (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
 }

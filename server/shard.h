@@ -14,8 +14,9 @@
  *
  * Pull = delta (DESIGN §4): a worker holds the shard's mirror of it, tagged
  * with the version the mirror was last brought to. A pull from a worker that
- * holds the current tag is answered with a delta: the top k_pull entries of
- * w − mirror, which are added to the mirror. The mirror moves at most once per
+ * holds the current tag is answered with a delta: the top k entries of
+ * w − mirror (k as the pull asks, at most k_max; by default k_pull), which are
+ * added to the mirror. The mirror moves at most once per
  * version, so a tag names one content: any other pull gets the mirror dense.
  * In async and ssp mode worker m's mirror is its DC-ASGD backup w_bak(m); in
  * sync mode all workers share one, and the delta of a round is computed once. It is single-owner (the
@@ -54,8 +55,9 @@ typedef struct dcps_shard {
     float *diff;         /* n: w − mirror (pull = delta); NULL otherwise */
     bool delta;          /* pull = delta */
     uint64_t *tag;       /* per mirror (P, or 1 in sync mode): version it was brought to */
-    size_t k_pull;       /* entries of a delta: ⌈density · n⌉ */
-    uint32_t *delta_idx; /* the last delta computed: k_pull global indices, values */
+    size_t k_pull;       /* entries of a delta: ⌈pull density · n⌉ */
+    size_t k_max;        /* the most a pull may ask for (density warm-up: 25%) */
+    uint32_t *delta_idx; /* the last delta computed: up to k_max global indices, values */
     float *delta_val;
     size_t delta_k;
     int delta_of;        /* the mirror it advanced (−1: none), from tag delta_from */
@@ -130,12 +132,13 @@ typedef struct {
 } dcps_pull_t;
 
 /* The reply to a pull from worker `rank`, which holds the parameters tagged
- * `held` (holds) or nothing. Pull = dense: w, which becomes DC-ASGD's
+ * `held` (holds) or nothing and wants deltas of at most `want` entries (0:
+ * k_pull). Pull = dense: w, which becomes DC-ASGD's
  * w_bak(rank). Pull = delta: see above; `exact` asks for w itself (the mirror
  * of an async worker becomes w; the shared mirror of sync mode is left alone,
  * so the worker then holds nothing). The reply's version is s->version. */
-void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, bool exact,
-                     dcps_pull_t *out);
+void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
+                     bool exact, dcps_pull_t *out);
 
 /* Bytes the shard holds (parameters and per-worker state). */
 size_t dcps_shard_memory(const dcps_shard_t *s);

@@ -155,6 +155,7 @@ START_TEST(every_type_round_trips_with_every_header_field)
     m.flags = DCPS_FLAG_DUPLICATE;
     m.workers = 32;
     m.step = 9999999999ull;
+    m.want = 123456789ull;
     m.nframes = 3;
     m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 3};
     m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, 3};
@@ -179,6 +180,7 @@ START_TEST(every_type_round_trips_with_every_header_field)
     ck_assert_uint_eq(out.flags, DCPS_FLAG_DUPLICATE);
     ck_assert_uint_eq(out.workers, 32);
     ck_assert_uint_eq(out.step, 9999999999ull);
+    ck_assert_uint_eq(out.want, 123456789ull);
     ck_assert_int_eq(out.nframes, 3);
     for (int i = 0; i < 3; i++) {
         ck_assert_uint_eq(out.frame[i].kind, m.frame[i].kind);
@@ -231,6 +233,7 @@ START_TEST(unset_fields_decode_as_zero)
     ck_assert_uint_eq(out.flags, 0);
     ck_assert_uint_eq(out.workers, 0);
     ck_assert_uint_eq(out.step, 0);
+    ck_assert_uint_eq(out.want, 0);
     ck_assert_int_eq(out.nframes, 0);
 }
 END_TEST

@@ -117,6 +117,25 @@ START_TEST(every_combination_trains_and_sends_what_it_says)
 }
 END_TEST
 
+/* DGC's options through the trainer: momentum correction (with the shards'
+ * plain SGD), local clipping, and the density warm-up, which in this job's
+ * only epoch pushes 25% of the entries (8 bytes each: half of dense). */
+START_TEST(dgc_options_train_and_the_density_warmup_is_followed)
+{
+    double acc1 = NAN;
+    const char *out = run("push = topk\npull = delta\ndensity = 0.001\n"
+                          "density_warmup_epochs = 1\nmomentum_correction = 0.5\n"
+                          "clip_norm = 5\n",
+                          "async", &acc1);
+    double acc = h_final(out, "test_acc"), steps = h_final(out, "steps");
+    double pushed = h_final(out, "bytes_pushed");
+    ck_assert_msg(acc >= 0.55, "test_acc %g", acc);
+    ck_assert_double_eq(acc, acc1);
+    ck_assert_msg(pushed > 0.45 * steps * N_PARAMS * 4 && pushed < 0.55 * steps * N_PARAMS * 4,
+                  "pushed %g bytes in %g steps", pushed, steps);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("compression");
@@ -124,6 +143,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_loop_test(tc, every_combination_trains_and_sends_what_it_says, 0, 24);
+    tcase_add_test(tc, dgc_options_train_and_the_density_warmup_is_followed);
     suite_add_tcase(s, tc);
     return s;
 }

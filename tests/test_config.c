@@ -91,6 +91,8 @@ START_TEST(defaults_are_the_documented_values)
     ck_assert_int_eq(cfg.push, DCPS_PUSH_DENSE);
     ck_assert_int_eq(cfg.pull, DCPS_PULL_DENSE);
     ck_assert_double_eq(cfg.density, 0.01);
+    ck_assert_double_eq(cfg.pull_density, 0);
+    ck_assert_double_eq(dcps_config_pull_density(&cfg), 0.01); /* 0: density */
     ck_assert_int_eq(cfg.density_warmup_epochs, 0);
     ck_assert(cfg.error_feedback);
     ck_assert_double_eq(cfg.momentum_correction, 0);
@@ -622,6 +624,18 @@ START_TEST(density_outside_0_to_1_is_refused)
 }
 END_TEST
 
+START_TEST(density_warmup_falls_from_a_quarter_to_the_density)
+{
+    /* E = 4, density 0.001: 25%, 6.3%, 1.6%, 0.40%, then 0.1% (DGC's schedule). */
+    const double want[] = {0.25, 0.0628717, 0.0158114, 0.00397635, 0.001, 0.001};
+    for (int e = 1; e <= 6; e++)
+        ck_assert_double_eq_tol(dcps_config_density_at(0.001, 4, e), want[e - 1], 1e-6);
+    ck_assert_double_eq(dcps_config_density_at(0.001, 4, 0), 0.25); /* below 1 counts as 1 */
+    ck_assert_double_eq(dcps_config_density_at(0.001, 0, 1), 0.001); /* off */
+    ck_assert_double_eq(dcps_config_density_at(0.5, 4, 1), 0.5);     /* above 25%: as is */
+}
+END_TEST
+
 START_TEST(dgc_and_pipeline_keys_outside_their_range_are_refused)
 {
     expect_set_error("compression.density_warmup_epochs=-1", "--set 2: [compression] "
@@ -638,6 +652,8 @@ START_TEST(dgc_and_pipeline_keys_outside_their_range_are_refused)
                      "--set 2: [compression] local_lr: value -0.01 is outside [0, 10]");
     expect_set_error("compression.local_lr=11",
                      "--set 2: [compression] local_lr: value 11 is outside [0, 10]");
+    expect_set_error("compression.pull_density=1.5",
+                     "--set 2: [compression] pull_density: value 1.5 is outside [0, 1]");
     const char *ok[] = {"compression.density_warmup_epochs=1000",
                         "compression.momentum_correction=0.999", "compression.clip_norm=0",
                         "compression.local_lr=10"};
@@ -823,8 +839,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 50);
-    ck_assert_int_eq(docs, 50);
+    ck_assert_int_eq(keys, 51);
+    ck_assert_int_eq(docs, 51);
     free(text);
 }
 END_TEST
@@ -899,6 +915,7 @@ int main(void)
     tcase_add_test(tc, settings_not_implemented_yet_are_refused_not_replaced);
     tcase_add_test(tc, compressed_push_and_pull_and_the_pipeline_are_supported);
     tcase_add_test(tc, density_outside_0_to_1_is_refused);
+    tcase_add_test(tc, density_warmup_falls_from_a_quarter_to_the_density);
     tcase_add_test(tc, dgc_and_pipeline_keys_outside_their_range_are_refused);
     tcase_add_test(tc, momentum_correction_needs_error_feedback);
     tcase_add_test(tc, server_public_key_must_be_empty_or_40_z85_characters);

@@ -28,7 +28,9 @@ typedef struct {
     uint64_t tag;
 } worker_t;
 
-static dcps_shard_t *delta_shard(const char *mode, const char *kind, const char *density)
+/* A shard of mode, update rule and density, with one more override (or NULL). */
+static dcps_shard_t *delta_shard_with(const char *mode, const char *kind, const char *density,
+                                      const char *extra)
 {
     dcps_config_t *cfg = malloc(sizeof *cfg);
     char err[512], m[64], k[64], d[64];
@@ -36,9 +38,10 @@ static dcps_shard_t *delta_shard(const char *mode, const char *kind, const char 
     snprintf(k, sizeof k, "optimizer.kind=%s", kind);
     snprintf(d, sizeof d, "compression.density=%s", density);
     const char *ov[] = {"model.layers=1,500", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
-                        "compression.pull=delta", "optimizer.lr=0.1", m, k, d};
+                        "compression.pull=delta", "optimizer.lr=0.1", m, k, d, extra};
     ck_assert_ptr_nonnull(cfg);
-    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 8, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, extra ? 9 : 8, err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_uint_eq(cfg->n_params, N);
     int rc = 0;
     dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
@@ -51,6 +54,11 @@ static dcps_shard_t *delta_shard(const char *mode, const char *kind, const char 
     return s;
 }
 
+static dcps_shard_t *delta_shard(const char *mode, const char *kind, const char *density)
+{
+    return delta_shard_with(mode, kind, density, NULL);
+}
+
 /* The shard's mirror of worker r. */
 static const float *mirror(const dcps_shard_t *s, int r)
 {
@@ -61,7 +69,7 @@ static const float *mirror(const dcps_shard_t *s, int r)
 static dcps_pull_t pull(dcps_shard_t *s, worker_t *wk, int r, bool lost)
 {
     dcps_pull_t p;
-    dcps_shard_pull(s, (uint32_t)r, wk->holds, wk->tag, false, &p);
+    dcps_shard_pull(s, (uint32_t)r, wk->holds, wk->tag, 0, false, &p);
     if (!lost) {
         if (p.dense) {
             ck_assert_uint_eq(p.k, N);
@@ -218,10 +226,43 @@ START_TEST(an_exact_pull_sends_w_and_resets_an_async_mirror)
     pull(s, &wk, 1, false);
     ck_assert(memcmp(wk.w, s->w, sizeof wk.w) != 0); /* the mirror lags w */
     dcps_pull_t p;
-    dcps_shard_pull(s, 1, true, wk.tag, true, &p);
+    dcps_shard_pull(s, 1, true, wk.tag, 0, true, &p);
     ck_assert(p.dense);
     ck_assert_mem_eq(p.values, s->w, N * sizeof(float));
     ck_assert_mem_eq(mirror(s, 1), s->w, N * sizeof(float)); /* DC-ASGD's w_bak(1) */
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+START_TEST(a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density)
+{
+    /* pull_density 0.01 of density 0.5: 10 entries, and no more without a warm-up. */
+    dcps_shard_t *s = delta_shard_with("async", "sgd", "0.5", "compression.pull_density=0.01");
+    ck_assert_uint_eq(s->k_pull, 10);
+    ck_assert_uint_eq(s->k_max, 10);
+    dcps_shard_destroy(&s);
+    /* A density warm-up allows up to 25% (250). */
+    s = delta_shard_with("async", "sgd", "0.01", "compression.density_warmup_epochs=3");
+    ck_assert_uint_eq(s->k_pull, 10);
+    ck_assert_uint_eq(s->k_max, 250);
+    worker_t wk = {0};
+    float g[N];
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 4);
+    pull(s, &wk, 0, false);
+    const uint64_t want[] = {0, 100, 1000, 1};
+    const size_t got[] = {10, 100, 250, 1};
+    for (int i = 0; i < 4; i++) {
+        random_grad(&rng, g);
+        dcps_shard_apply_dense(s, 1, (uint64_t)i + 1, g);
+        dcps_pull_t p;
+        dcps_shard_pull(s, 0, true, wk.tag, want[i], false, &p);
+        ck_assert(!p.dense);
+        ck_assert_uint_eq(p.k, got[i]);
+        dcps_scatter_add_cpu(wk.w, p.idx, p.values, p.k, 1.0f);
+        wk.tag = s->version;
+        ck_assert_mem_eq(wk.w, mirror(s, 0), sizeof wk.w);
+    }
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -248,6 +289,7 @@ static Suite *suite(void)
     tcase_add_test(tc, a_delta_moves_the_largest_differences_and_an_unchanged_shard_sends_none);
     tcase_add_test(tc, sync_workers_share_one_mirror_and_one_delta_per_round);
     tcase_add_test(tc, an_exact_pull_sends_w_and_resets_an_async_mirror);
+    tcase_add_test(tc, a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density);
     tcase_add_test(tc, memory_counts_the_mirror_and_the_delta);
     suite_add_tcase(s, tc);
     return s;

@@ -509,7 +509,7 @@ START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
 
     /* Worker 0 pulls (backup 0 = w); worker 1 pushes, corrected against w0. */
     dcps_pull_t reply;
-    dcps_shard_pull(s, 0, false, 0, false, &reply);
+    dcps_shard_pull(s, 0, false, 0, 0, false, &reply);
     ck_assert(reply.dense && reply.values == s->w);
     memcpy(bak0, s->w, sizeof bak0);
     dcps_shard_apply_dense(s, 1, 1, g);

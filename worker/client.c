@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -49,6 +50,7 @@ struct dcps_client {
     conn_t conn[DCPS_MAX_SHARDS];
     uint64_t seq;
     uint64_t clock;      /* the step computed next */
+    double pull_density; /* of a delta, asked for; 0: the job's */
     char route[32];      /* the routing id of every socket of this client */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
     pthread_t heartbeat;
@@ -654,6 +656,8 @@ static int pull(dcps_client_t *c, float *params, bool exact)
         conn_t *k = &c->conn[s];
         k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
         slots[s].req.flags = k->pull_flags;
+        if (k->holds && c->pull_density > 0)
+            slots[s].req.want = (uint64_t)ceil(c->pull_density * (double)(k->range.hi - k->range.lo));
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
     }
@@ -665,6 +669,11 @@ static int pull(dcps_client_t *c, float *params, bool exact)
             c->stats.version += c->conn[s].version;
     }
     return rc;
+}
+
+void dcps_client_set_pull_density(dcps_client_t *c, double density)
+{
+    c->pull_density = density;
 }
 
 int dcps_client_pull(dcps_client_t *c, float *params)

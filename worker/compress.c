@@ -24,7 +24,6 @@
 
 /* DGC's density warm-up starts here (Lin et al. 2018, "warm-up training": 25%,
  * 6.25%, 1.5625%, 0.4%, then the target density). */
-#define WARMUP_DENSITY 0.25
 
 struct dcps_compress {
     size_t n;
@@ -128,13 +127,7 @@ void dcps_compress_destroy(dcps_compress_t **c)
 
 double dcps_compress_density(const dcps_compress_t *c, int epoch)
 {
-    int e = epoch < 1 ? 1 : epoch, last = c->warmup_epochs;
-    if (e > last || c->density >= WARMUP_DENSITY)
-        return c->density;
-    double t = (double)(e - 1) / last;
-    double d = pow(WARMUP_DENSITY, 1 - t) * pow(c->density, t);
-    /* Never above the start, even by a rounding of pow: k of epoch 1 is max_k. */
-    return d < WARMUP_DENSITY ? d : WARMUP_DENSITY;
+    return dcps_config_density_at(c->density, c->warmup_epochs, epoch);
 }
 
 const float *dcps_compress_residual(const dcps_compress_t *c)

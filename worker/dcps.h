@@ -100,6 +100,11 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
  * restarted worker). The copy is then the shard's mirror, not exactly w. */
 int dcps_client_pull(dcps_client_t *c, float *params);
 
+/* With pull = delta: asks each shard for deltas of ⌈density · its range⌉
+ * entries from now on (a shard allows up to its k_max); 0 (the start): the
+ * job's [compression] pull_density. */
+void dcps_client_set_pull_density(dcps_client_t *c, double density);
+
 /* Pulls the shards' parameters themselves, dense, whatever [compression] pull
  * is (for a final evaluation, say). The next pull is then dense too. */
 int dcps_client_pull_exact(dcps_client_t *c, float *params);

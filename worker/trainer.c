@@ -283,7 +283,8 @@ static void comm_stop(trainer_t *t)
     c->started = false;
 }
 
-/* The client's counters; with the pipeline, as of the last finished job. */
+/* The client's counters; while the pipeline's thread runs a job, as of the
+ * job before (only this thread posts jobs, so an idle client stays idle). */
 static void stats(trainer_t *t, dcps_client_stats_t *st)
 {
     if (!t->pipe) {
@@ -291,7 +292,10 @@ static void stats(trainer_t *t, dcps_client_stats_t *st)
         return;
     }
     pthread_mutex_lock(&t->comm.mu);
-    *st = t->comm.stats;
+    if (t->comm.busy)
+        *st = t->comm.stats;
+    else
+        dcps_client_stats(t->client, st);
     pthread_mutex_unlock(&t->comm.mu);
 }
 
@@ -653,6 +657,11 @@ static int train(trainer_t *t, FILE *out)
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = dcps_trainer_share(t->cfg->seed, epoch, t->rank, cfg->workers,
                                            t->train.n, t->order);
+        /* Delta pulls follow the density warm-up as pushes do (the pipeline's
+         * thread is idle here: the last epoch ended with comm_wait). */
+        dcps_client_set_pull_density(
+            t->client, dcps_config_density_at(dcps_config_pull_density(cfg),
+                                              cfg->density_warmup_epochs, epoch));
         epoch_loss = 0;
         epoch_steps = 0;
         /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
