@@ -308,9 +308,10 @@ static int communicate(trainer_t *t, long step, int epoch)
 {
     dcps_encoded_t e;
     int rc;
-    if ((rc = check_finite(t, step, t->grad)) != 0)
-        return rc;
+    /* The pipeline's thread may write t->err: it is idle from here on. */
     if (t->pipe && (rc = comm_wait(t)) != 0)
+        return rc;
+    if ((rc = check_finite(t, step, t->grad)) != 0)
         return rc;
     if ((rc = dcps_compress_encode(t->comp, t->grad, step, epoch, &e)) != 0) {
         snprintf(t->err, t->errlen, "step %ld: compressing the gradient: %s", step,
