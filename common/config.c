@@ -726,6 +726,14 @@ double dcps_config_density_at(double density, int warmup_epochs, int epoch)
     return d < WARMUP_DENSITY ? d : WARMUP_DENSITY;
 }
 
+size_t dcps_config_entries(double density, size_t n)
+{
+    double k = ceil(density * (double)n);
+    if (k < 1)
+        return 1;
+    return k < (double)n ? (size_t)k : n;
+}
+
 double dcps_config_pull_density(const dcps_config_t *cfg)
 {
     return cfg->pull_density > 0 ? cfg->pull_density : cfg->density;

@@ -138,6 +138,10 @@ const char *dcps_config_pull_name(int pull);
  * always when density >= 0.25 or E is 0. Never above 0.25 in the warm-up. */
 double dcps_config_density_at(double density, int warmup_epochs, int epoch);
 
+/* The entries a selection at `density` takes of n: ⌈density · n⌉, at least 1
+ * and at most n (DESIGN §4). */
+size_t dcps_config_entries(double density, size_t n);
+
 /* The density of delta pulls: [compression] pull_density, or density if 0. */
 double dcps_config_pull_density(const dcps_config_t *cfg);
 

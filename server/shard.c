@@ -1,7 +1,6 @@
 /* dcps — one shard's parameter store; see shard.h. */
 #include "server/shard.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,13 +21,6 @@ static size_t layout(const dcps_config_t *cfg, int kind, bool adaptive, layout_t
     l->mirror = sync && delta;
     l->diff = delta;
     return 1 + l->state + l->bak + l->acc + l->mirror + l->diff;
-}
-
-/* ⌈rho · n⌉, at least 1 and at most n. */
-static size_t entries(double rho, size_t n)
-{
-    size_t k = (size_t)ceil(rho * (double)n);
-    return k < 1 ? 1 : k > n ? n : k;
 }
 
 dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
@@ -66,8 +58,9 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->delta = l.diff && s->n > 0;
     if (s->delta) {
         double rho = dcps_config_pull_density(cfg);
-        s->k_pull = entries(rho, s->n);
-        s->k_max = entries(dcps_config_density_at(rho, cfg->density_warmup_epochs, 1), s->n);
+        s->k_pull = dcps_config_entries(rho, s->n);
+        s->k_max = dcps_config_entries(
+            dcps_config_density_at(rho, cfg->density_warmup_epochs, 1), s->n);
         s->tag = calloc(s->mirror ? 1 : (size_t)cfg->workers, sizeof *s->tag);
         s->delta_idx = malloc(s->k_max * sizeof *s->delta_idx);
         s->delta_val = malloc(s->k_max * sizeof *s->delta_val);

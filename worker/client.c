@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -657,7 +656,8 @@ static int pull(dcps_client_t *c, float *params, bool exact)
         k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
         slots[s].req.flags = k->pull_flags;
         if (k->holds && c->pull_density > 0)
-            slots[s].req.want = (uint64_t)ceil(c->pull_density * (double)(k->range.hi - k->range.lo));
+            slots[s].req.want =
+                dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
     }

@@ -22,9 +22,6 @@
 #include "kernels/residual.h"
 #include "kernels/topk.h"
 
-/* DGC's density warm-up starts here (Lin et al. 2018, "warm-up training": 25%,
- * 6.25%, 1.5625%, 0.4%, then the target density). */
-
 struct dcps_compress {
     size_t n;
     size_t max_k;   /* the largest k of any epoch: that of epoch 1 */
@@ -52,13 +49,9 @@ static bool valid(const dcps_config_t *cfg, size_t n)
            cfg->correction_every >= 0 && (cfg->momentum_correction == 0 || cfg->error_feedback);
 }
 
-/* k = max(1, ceil(density(epoch) * n)), at most n (DESIGN §4). */
 static size_t k_at(const dcps_compress_t *c, int epoch)
 {
-    double k = ceil(dcps_compress_density(c, epoch) * (double)c->n);
-    if (k < 1)
-        return 1;
-    return k < (double)c->n ? (size_t)k : c->n;
+    return dcps_config_entries(dcps_compress_density(c, epoch), c->n);
 }
 
 dcps_compress_t *dcps_compress_new(const dcps_config_t *cfg, size_t n, int *err)
