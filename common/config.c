@@ -44,6 +44,7 @@ struct key {
     bool lo_open, hi_open;   /* the bound itself is outside the range */
     const char *const *names; /* T_ENUM, T_LEVEL: the spellings, index = value */
     const char *doc;
+    bool live;               /* may change while running: SIGHUP reloads it (server) */
 };
 
 static const char *const mode_names[] = {"async", "sync", "ssp", NULL};
@@ -76,7 +77,7 @@ static const struct key keys[] = {
     INT("job", "staleness", staleness, "4", 0, 1000, "ssp: most steps a worker may run ahead"),
     OTHER("job", "seed", T_U64, seed, "42", "seed of parameter init and data order"),
     {ROW("job", "log_level", T_LEVEL, log_level, "info", "most verbose level logged"),
-     .names = level_names},
+     .names = level_names, .live = true},
     OTHER("servers", "shards", T_SHARDS, shards, "tcp://127.0.0.1:17001,tcp://127.0.0.1:17002",
           "shard endpoints, comma separated; position = shard index"),
     OTHER("model", "layers", T_LAYERS, layers, "784,256,128,10",
@@ -93,7 +94,8 @@ static const struct key keys[] = {
     INT("data", "epochs", epochs, "3", 1, 10000, "passes over the training set"),
     INT("data", "train_limit", train_limit, "0", 0, 1e8, "use the first N training examples; 0: all"),
     ENUM("optimizer", "kind", opt_kind, "sgd", opt_names, "server update rule"),
-    DBL("optimizer", "lr", lr, "0.05", 0, true, 10, false, "learning rate"),
+    {ROW("optimizer", "lr", T_DOUBLE, lr, "0.05", "learning rate"), .lo = 0, .lo_open = true,
+     .hi = 10, .live = true},
     DBL("optimizer", "momentum", momentum, "0.9", 0, false, 1, true, "momentum coefficient"),
     DBL("optimizer", "dc_lambda", dc_lambda, "0.04", 0, false, 1e6, false,
         "DC-ASGD delay compensation strength"),
@@ -132,8 +134,9 @@ static const struct key keys[] = {
     INT("worker", "delay_ms", delay_ms, "0", 0, 600000,
         "sleep after each step (experiments: a slow worker)"),
     STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
-    INT("server", "checkpoint_every", checkpoint_every, "60", 0, 86400,
-        "seconds between checkpoints; 0: no periodic ones"),
+    {ROW("server", "checkpoint_every", T_INT, checkpoint_every, "60",
+         "seconds between checkpoints; 0: no periodic ones"),
+     .lo = 0, .hi = 86400, .live = true},
     INT("server", "metrics_port", metrics_port, "0", 0, 65535, "HTTP metrics port; 0: none"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
@@ -642,7 +645,8 @@ void dcps_config_dump(FILE *out)
     for (const struct key *k = keys; k < keys + N_KEYS; k++) {
         section_header(out, k);
         describe(k, range, sizeof range);
-        fprintf(out, "; %s (%s)\n%s =%s%s\n", k->doc, range, k->name, *k->def ? " " : "", k->def);
+        fprintf(out, "; %s (%s%s)\n%s =%s%s\n", k->doc, range, k->live ? "; reloaded on SIGHUP" : "",
+                k->name, *k->def ? " " : "", k->def);
     }
 }
 
@@ -682,30 +686,96 @@ static const char *name_of(const char *const *names, int v)
     return "unknown";
 }
 
+/* Writes " value" of key k as a job file spells it (nothing for an empty string). */
+static void write_value(const struct key *k, const dcps_config_t *cfg, FILE *out)
+{
+    const char *field = (const char *)cfg + k->off;
+    switch (k->type) {
+    case T_INT: fprintf(out, " %d", *(const int *)field); break;
+    case T_U64: fprintf(out, " %" PRIu64, *(const uint64_t *)field); break;
+    case T_DOUBLE: write_double(out, *(const double *)field); break;
+    case T_BOOL: fputs(*(const bool *)field ? " true" : " false", out); break;
+    case T_ENUM: fprintf(out, " %s", name_of(k->names, *(const int *)field)); break;
+    case T_STRING:
+    case T_Z85:
+    case T_LEVEL: fprintf(out, "%s%s", *field ? " " : "", field); break;
+    case T_SHARDS: write_shards(out, cfg); break;
+    case T_LAYERS:
+        for (int i = 0; i < cfg->n_layers; i++)
+            fprintf(out, "%c%d", i ? ',' : ' ', cfg->layers[i]);
+        break;
+    }
+}
+
 void dcps_config_write(const dcps_config_t *cfg, FILE *out)
 {
     fprintf(out, "; dcps job file, as run.\n");
     for (const struct key *k = keys; k < keys + N_KEYS; k++) {
-        const char *field = (const char *)cfg + k->off;
         section_header(out, k);
         fprintf(out, "%s =", k->name);
-        switch (k->type) {
-        case T_INT: fprintf(out, " %d", *(const int *)field); break;
-        case T_U64: fprintf(out, " %" PRIu64, *(const uint64_t *)field); break;
-        case T_DOUBLE: write_double(out, *(const double *)field); break;
-        case T_BOOL: fputs(*(const bool *)field ? " true" : " false", out); break;
-        case T_ENUM: fprintf(out, " %s", name_of(k->names, *(const int *)field)); break;
-        case T_STRING:
-        case T_Z85:
-        case T_LEVEL: fprintf(out, "%s%s", *field ? " " : "", field); break;
-        case T_SHARDS: write_shards(out, cfg); break;
-        case T_LAYERS:
-            for (int i = 0; i < cfg->n_layers; i++)
-                fprintf(out, "%c%d", i ? ',' : ' ', cfg->layers[i]);
-            break;
-        }
+        write_value(k, cfg, out);
         fputc('\n', out);
     }
+}
+
+/* The value of key k in cfg as text; the caller frees it. NULL: out of memory. */
+static char *value_text(const struct key *k, const dcps_config_t *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    write_value(k, cfg, f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Appends "[section] key old -> new" to buf (after "; " if buf has text). */
+static void note_change(char *buf, size_t n, const struct key *k, const char *was, const char *now)
+{
+    size_t at = strlen(buf);
+    if (at + 1 < n)
+        snprintf(buf + at, n - at, "%s[%s] %s%s ->%s", at ? "; " : "", k->section, k->name,
+                 *was ? was : " (empty)", *now ? now : " (empty)");
+}
+
+int dcps_config_reload(dcps_config_t *running, const dcps_config_t *next, char *changes,
+                       size_t clen, char *err, size_t errlen)
+{
+    bool changed[N_KEYS] = {false};
+    int refused = 0;
+    *changes = *err = '\0';
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const struct key *k = &keys[i];
+        char *was = value_text(k, running), *now = value_text(k, next);
+        if (!was || !now) {
+            free(was);
+            free(now);
+            say(err, errlen, "out of memory comparing [%s] %s", k->section, k->name);
+            return DCPS_E_NOMEM;
+        }
+        if (strcmp(was, now) != 0) {
+            changed[i] = true;
+            if (k->live) {
+                note_change(changes, clen, k, was, now);
+            } else {
+                note_change(err, errlen, k, was, now);
+                refused++;
+            }
+        }
+        free(was);
+        free(now);
+    }
+    if (refused)
+        return DCPS_E_CONFIG;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (changed[i])
+            memcpy((char *)running + keys[i].off, (const char *)next + keys[i].off, keys[i].size);
+    return 0;
 }
 
 const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); }

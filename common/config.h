@@ -126,6 +126,16 @@ void dcps_config_dump(FILE *out);
 /* Writes the values in cfg as a job file (what a program actually runs with). */
 void dcps_config_write(const dcps_config_t *cfg, FILE *out);
 
+/* SIGHUP: takes a reloaded job file `next` into the running one. Only keys
+ * marked as reloadable in the reference (dcps_config_dump: [optimizer] lr,
+ * [job] log_level, [server] checkpoint_every) may differ: then they are copied
+ * into *running, `changes` lists them ("[optimizer] lr 0.05 -> 0.02; ...",
+ * empty if nothing changed) and it returns 0. If any other key differs it
+ * returns DCPS_E_CONFIG, err lists every such key with both values, and
+ * *running is unchanged. */
+int dcps_config_reload(dcps_config_t *running, const dcps_config_t *next, char *changes,
+                       size_t clen, char *err, size_t errlen);
+
 /* The name of an enum value as the job file spells it ("async", "dcasgd"). */
 const char *dcps_config_mode_name(int mode);
 const char *dcps_config_optimizer_name(int kind);

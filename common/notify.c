@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "config.h"
 #ifdef HAVE_SYSTEMD
@@ -20,5 +21,25 @@ void dcps_notify(const char *fmt, ...)
     sd_notify(0, state);
 #else
     (void)fmt;
+#endif
+}
+
+bool dcps_notify_listening(void)
+{
+#ifdef HAVE_SYSTEMD
+    const char *sock = getenv("NOTIFY_SOCKET");
+    return sock && *sock;
+#else
+    return false;
+#endif
+}
+
+uint64_t dcps_notify_watchdog_usec(void)
+{
+#ifdef HAVE_SYSTEMD
+    uint64_t usec = 0;
+    return sd_watchdog_enabled(0, &usec) > 0 ? usec : 0;
+#else
+    return 0;
 #endif
 }

@@ -151,9 +151,7 @@ uint64_t dcps_consistency_next_step(const dcps_consistency_t *c, uint32_t rank)
     switch (c->mode) {
     case DCPS_MODE_SYNC:
         return c->round;
-    case DCPS_MODE_SSP:
+    default: /* async and ssp: where it left off (a restarted worker resumes) */
         return c->m[rank].clock;
-    default:
-        return 0;
     }
 }

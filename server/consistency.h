@@ -94,8 +94,8 @@ void dcps_consistency_close_round(dcps_consistency_t *c);
  * start updates max_ahead. */
 bool dcps_consistency_may_start(dcps_consistency_t *c, uint32_t rank, uint64_t step);
 
-/* The step a (re)joining worker should compute next: sync the open round, ssp
- * its clock as known here, async 0. */
+/* The step a (re)joining worker should compute next: sync the open round,
+ * async and ssp its clock as known here (0 for a new worker). */
 uint64_t dcps_consistency_next_step(const dcps_consistency_t *c, uint32_t rank);
 
 #endif

@@ -137,8 +137,11 @@ static int write_endpoint(const char *path, const char *endpoint)
 
 typedef struct {
     uv_loop_t loop;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t alive;      /* systemd: WATCHDOG=1 and STATUS= (started only under it) */
     dcps_router_t router;
+    const options_t *opt;  /* for a reload: the same file and overrides */
+    dcps_config_t *cfg;    /* the running configuration, shared with router and shard */
     int stopping;
 } server_t;
 
@@ -191,7 +194,71 @@ static void stop_serving(server_t *s)
     s->stopping = 1;
     uv_close((uv_handle_t *)&s->sigterm, on_closed);
     uv_close((uv_handle_t *)&s->sigint, on_closed);
+    uv_close((uv_handle_t *)&s->sighup, on_closed);
+    uv_close((uv_handle_t *)&s->alive, on_closed);
     dcps_router_close(&s->router, on_closed);
+}
+
+static int live_workers(const dcps_router_t *r)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
+        n += r->cons.m[i].joined && dcps_consistency_live(&r->cons, i);
+    return n;
+}
+
+/* From the loop itself, so a loop that stopped turning stops the watchdog too. */
+static void on_alive(uv_timer_t *h)
+{
+    server_t *s = h->data;
+    const dcps_shard_t *sh = s->router.shard;
+    dcps_notify("%sSTATUS=version %" PRIu64 ", %" PRIu64 " pushes, %" PRIu64
+                " pulls, %d of %d workers live",
+                dcps_notify_watchdog_usec() ? "WATCHDOG=1\n" : "", sh->version, sh->pushes,
+                sh->pulls, live_workers(&s->router), s->cfg->workers);
+}
+
+/* Under systemd: WATCHDOG=1 at half the interval it asks for, and a STATUS=
+ * line with it (every 10 s without a watchdog). */
+static void start_alive(server_t *s)
+{
+    uv_timer_init(&s->loop, &s->alive);
+    s->alive.data = s;
+    if (!dcps_notify_listening())
+        return;
+    uint64_t wd = dcps_notify_watchdog_usec();
+    uint64_t every = wd ? wd / 2000 : 10000;
+    uv_timer_start(&s->alive, on_alive, every ? every : 1, every ? every : 1);
+    if (wd)
+        DCPS_INFO("systemd watchdog: %.1f s; WATCHDOG=1 every %" PRIu64 " ms", wd / 1e6, every);
+}
+
+/* SIGHUP: reads the job file again. Reloadable keys take effect and are
+ * logged; if any other key changed, or the file does not load, nothing
+ * changes (dcps_config_reload). */
+static void reload(server_t *s)
+{
+    char err[1024], changes[1024];
+    dcps_config_t *next = malloc(sizeof *next);
+    if (!next) {
+        DCPS_ERR("reload: out of memory; the running configuration stays");
+        return;
+    }
+    if (dcps_config_load(next, s->opt->config, s->opt->overrides, s->opt->n_overrides, err,
+                         sizeof err) != 0 ||
+        dcps_config_supported(next, s->opt->config, err, sizeof err) != 0) {
+        DCPS_ERR("reload refused: %s; the running configuration stays", err);
+    } else if (dcps_config_reload(s->cfg, next, changes, sizeof changes, err, sizeof err) != 0) {
+        DCPS_ERR("reload refused: %s cannot change while running; the running configuration "
+                 "stays (restart the shard to change it)", err);
+    } else if (!*changes) {
+        DCPS_NOTICE("reload: %s unchanged", s->opt->config);
+    } else {
+        dcps_log_set_level(dcps_log_level_parse(s->cfg->log_level));
+        dcps_shard_set_lr(s->router.shard, s->cfg->lr);
+        DCPS_NOTICE("reload: %s", changes);
+    }
+    free(next);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -199,6 +266,12 @@ static void on_signal(uv_signal_t *h, int signum)
     server_t *s = h->data;
     if (s->stopping)
         return;
+    if (signum == SIGHUP) {
+        dcps_notify("RELOADING=1");
+        reload(s);
+        dcps_notify("READY=1");
+        return;
+    }
     DCPS_NOTICE("%s received, stopping", strsignal(signum));
     dcps_notify("STOPPING=1");
     stop_serving(s);
@@ -267,6 +340,8 @@ int main(int argc, char **argv)
     zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len);
 
     memset(&srv, 0, sizeof srv);
+    srv.opt = &opt;
+    srv.cfg = cfg;
     uv_loop_init(&srv.loop);
     if ((rc = dcps_router_init(&srv.router, &srv.loop, sock, cfg, shard)) != 0) {
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
@@ -274,9 +349,12 @@ int main(int argc, char **argv)
     }
     uv_signal_init(&srv.loop, &srv.sigterm);
     uv_signal_init(&srv.loop, &srv.sigint);
-    srv.sigterm.data = srv.sigint.data = &srv;
+    uv_signal_init(&srv.loop, &srv.sighup);
+    srv.sigterm.data = srv.sigint.data = srv.sighup.data = &srv;
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
+    uv_signal_start(&srv.sighup, on_signal, SIGHUP);
+    start_alive(&srv);
     /* Written once the signals are handled: whoever waits for this file may stop
      * the server at once. */
     if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {

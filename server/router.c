@@ -98,6 +98,7 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
         reply.payload[1] = (dcps_buf_t){p.values, p.k * sizeof *p.values};
     }
     send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, &reply);
+    r->peers[rank].pulled = true;
 }
 
 /* Answers the waiting pulls whose step may start now. */
@@ -274,10 +275,18 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         rc = dcps_codec_sparse(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen);
     if (rc != 0)
         return rc;
-    if (m->param_version > s->version) {
-        snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
-                 (unsigned long long)m->param_version, (unsigned long long)s->version);
-        return DCPS_E_VERSION;
+    /* A shard restored from a checkpoint is behind what its workers pulled
+     * before it went down: until a worker has pulled from it, a gradient on a
+     * later version is taken as computed on the current one. */
+    uint64_t based_on = m->param_version;
+    if (based_on > s->version) {
+        if (!s->restored || r->peers[m->rank].pulled) {
+            snprintf(why, whylen,
+                     "gradient computed on version %llu, this shard is at version %llu",
+                     (unsigned long long)m->param_version, (unsigned long long)s->version);
+            return DCPS_E_VERSION;
+        }
+        based_on = s->version;
     }
     if (!s->initialized)
         return not_ready(why, whylen);
@@ -313,7 +322,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     default:
         break;
     }
-    dcps_shard_note_staleness(s, m->param_version);
+    dcps_shard_note_staleness(s, based_on);
     if (r->cfg->mode == DCPS_MODE_SYNC) {
         if (idx)
             dcps_shard_accumulate_sparse(s, m->rank, m->seq, idx, v, k);

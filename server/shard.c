@@ -34,11 +34,11 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->range = dcps_shardmap_range(cfg->n_params, cfg->n_shards, index);
     s->n = (size_t)(s->range.hi - s->range.lo);
     s->workers = cfg->workers;
-    s->lr = (float)cfg->lr;
     s->kind = cfg->opt_kind;
     s->momentum = (float)cfg->momentum;
-    s->dc = (dcps_dcasgd_t){(float)cfg->lr, (float)cfg->dc_lambda, cfg->dc_adaptive,
+    s->dc = (dcps_dcasgd_t){0, (float)cfg->dc_lambda, cfg->dc_adaptive,
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
+    dcps_shard_set_lr(s, cfg->lr);
     s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
     s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
@@ -268,6 +268,12 @@ void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
     st->sum += d;
     if (d > st->max)
         st->max = d;
+}
+
+void dcps_shard_set_lr(dcps_shard_t *s, double lr)
+{
+    s->lr = (float)lr;
+    s->dc.lr = (float)lr;
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)

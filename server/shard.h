@@ -67,6 +67,7 @@ typedef struct dcps_shard {
     float momentum;
     dcps_dcasgd_t dc;
     bool initialized;    /* set by the first INIT */
+    bool restored;       /* the state came from a checkpoint (server/checkpoint.h) */
     uint64_t version;    /* incremented by every applied update */
     int workers;
     uint64_t *last_seq;  /* per rank: the highest push seq applied */
@@ -139,6 +140,9 @@ typedef struct {
  * so the worker then holds nothing). The reply's version is s->version. */
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
+
+/* Sets the learning rate of every update rule (a reload changed it). */
+void dcps_shard_set_lr(dcps_shard_t *s, double lr);
 
 /* Bytes the shard holds (parameters and per-worker state). */
 size_t dcps_shard_memory(const dcps_shard_t *s);

@@ -828,7 +828,7 @@ START_TEST(dump_documents_each_key_with_its_range)
     fclose(f);
     ck_assert_ptr_nonnull(
         strstr(text, "\n[optimizer]\n; server update rule (sgd, momentum, dcasgd)\nkind = sgd\n"));
-    ck_assert_ptr_nonnull(strstr(text, "; learning rate ((0, 10])\nlr = 0.05\n"));
+    ck_assert_ptr_nonnull(strstr(text, "; learning rate ((0, 10]; reloaded on SIGHUP)\nlr = 0.05\n"));
     ck_assert_ptr_nonnull(strstr(text, "; number of worker processes ([1, 1024])\nworkers = 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "\ndc_epsilon = 1e-7\n"));
     ck_assert_ptr_nonnull(strstr(text, "; topk: DGC momentum correction with this momentum factor; "
@@ -842,6 +842,47 @@ START_TEST(dump_documents_each_key_with_its_range)
     ck_assert_int_eq(keys, 51);
     ck_assert_int_eq(docs, 51);
     free(text);
+}
+END_TEST
+
+static void load_with(dcps_config_t *c, const char *const *ov, size_t n)
+{
+    char why[512];
+    int rc = dcps_config_load(c, NULL, ov, n, why, sizeof why);
+    ck_assert_msg(rc == 0, "%s", why);
+}
+
+START_TEST(reload_takes_reloadable_keys_and_names_them)
+{
+    dcps_config_t run, next;
+    char changes[512], refused[512];
+    const char *ov[] = {"optimizer.lr=0.02", "job.log_level=debug", "server.checkpoint_every=5"};
+    load_with(&run, NULL, 0);
+    load_with(&next, ov, 3);
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused, sizeof refused), 0);
+    ck_assert_str_eq(changes, "[job] log_level info -> debug; [optimizer] lr 0.05 -> 0.02; "
+                              "[server] checkpoint_every 60 -> 5");
+    ck_assert_double_eq(run.lr, 0.02);
+    ck_assert_str_eq(run.log_level, "debug");
+    ck_assert_int_eq(run.checkpoint_every, 5);
+    /* Nothing changed: nothing to say. */
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused, sizeof refused), 0);
+    ck_assert_str_eq(changes, "");
+}
+END_TEST
+
+START_TEST(reload_with_a_fixed_key_changed_keeps_everything)
+{
+    dcps_config_t run, next, before;
+    char changes[512], refused[512];
+    const char *ov[] = {"optimizer.lr=0.02", "model.layers=784,64,10", "job.workers=3"};
+    load_with(&run, NULL, 0);
+    load_with(&next, ov, 3);
+    before = run;
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused, sizeof refused),
+                     DCPS_E_CONFIG);
+    ck_assert_str_eq(refused, "[job] workers 2 -> 3; [model] layers 784,256,128,10 -> 784,64,10");
+    ck_assert_mem_eq(&run, &before, sizeof run); /* lr too: all or nothing */
 }
 END_TEST
 
@@ -930,6 +971,8 @@ int main(void)
     tcase_add_test(tc, dump_loads_back_as_the_defaults);
     tcase_add_test(tc, dump_documents_each_key_with_its_range);
     tcase_add_test(tc, enum_names_match_the_job_file_spelling);
+    tcase_add_test(tc, reload_takes_reloadable_keys_and_names_them);
+    tcase_add_test(tc, reload_with_a_fixed_key_changed_keeps_everything);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -211,15 +211,24 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
     return 1;
 }
 
+/* How long attempt a (from 0) waits for its replies: attempt_ms · 2^a, at most
+ * 4 · attempt_ms. A lost message is resent soon; a shard that restarts (systemd
+ * brings it back, it restores its checkpoint) gets time to come back. */
+static int attempt_wait(int attempt_ms, int attempt)
+{
+    return attempt_ms << (attempt < 2 ? attempt : 2);
+}
+
 /* Sends every active slot, collects the replies (calling fn for each good one)
- * and resends what is unanswered after attempt_ms, up to `attempts` times.
- * Returns the first slot's error, or 0. */
+ * and resends what is unanswered, up to `attempts` times with backoff
+ * (attempt_wait). Returns the first slot's error, or 0. */
 static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
                     int attempts)
 {
     zmq_pollitem_t items[DCPS_MAX_SHARDS];
     int who[DCPS_MAX_SHARDS];
-    int rc = 0;
+    int rc = 0, attempt = 0;
+    double waited = 0;
 
     for (int s = 0; s < c->cfg.n_shards; s++) {
         if (!slots[s].active)
@@ -231,7 +240,7 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
         slots[s].req.shard = (uint32_t)s;
         slots[s].req.seq = ++c->seq;
     }
-    for (int attempt = 0; attempt < attempts && rc == 0; attempt++) {
+    for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
         for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
             if (slots[s].active && !slots[s].done) {
@@ -240,7 +249,9 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
             }
         if (attempt > 0)
             c->stats.retries += (uint64_t)pending;
-        double deadline = now_ms() + attempt_ms;
+        int wait = attempt_wait(attempt_ms, attempt);
+        waited += wait;
+        double deadline = now_ms() + wait;
         while (rc == 0 && pending > 0) {
             int n = 0;
             for (int s = 0; s < c->cfg.n_shards; s++)
@@ -268,7 +279,7 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
                 }
                 if (slots[s].alive) {
                     slots[s].alive = false;
-                    deadline = now_ms() + attempt_ms;
+                    deadline = now_ms() + wait;
                 }
             }
         }
@@ -278,10 +289,15 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
     if (rc == 0)
         for (int s = 0; s < c->cfg.n_shards; s++)
             if (slots[s].active && !slots[s].done) {
+                bool first = slots[s].req.type == DCPS_MSG_HELLO;
                 rc = fail(c, DCPS_E_TIMEOUT,
-                          "shard %d (%s) did not answer %s within %d ms, %d attempts", s,
-                          c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempt_ms,
-                          attempts);
+                          "shard %d (%s) did not answer %s: %d attempts over %.1f s (the first "
+                          "waited %d ms)%s",
+                          s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempt,
+                          waited / 1000.0, attempt_ms,
+                          first ? "; is dcps-server running there, and is [servers] shards "
+                                  "right?"
+                                : "");
                 break;
             }
     settle(c);

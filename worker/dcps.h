@@ -3,9 +3,11 @@
  * A client is one worker rank of a job. It holds one DEALER socket per shard
  * and speaks the dcps protocol (proto/dcps.proto): it pushes gradients, pulls
  * parameters and meets the other workers at barriers. Every call blocks until
- * each shard involved has answered, or fails after the job's [worker]
- * timeout_ms per attempt and [worker] retries resends. A resent push carries the
- * same sequence number, so a shard applies it once.
+ * each shard involved has answered, or fails after [worker] retries resends. The
+ * first attempt waits [worker] timeout_ms, each resend twice as long as the one
+ * before, up to 4 × timeout_ms, so a shard that restarts has time to come back
+ * (ZeroMQ reconnects by itself). A resent push carries the same sequence number,
+ * so a shard applies it once.
  *
  * Errors are values: calls return 0 or a negative DCPS_E_… code (common/error.h)
  * and dcps_client_error() gives a sentence that names the shard and what went
@@ -19,7 +21,7 @@
  * Under `[job] mode = sync` or `ssp` a pull waits until the step may start; the
  * shards say every heartbeat_ms that they are still waiting for other workers, so
  * such a wait lasts as long as it must and fails only when the shards fall silent
- * for timeout_ms × (retries + 1). A background thread with its own sockets sends
+ * for all those attempts. A background thread with its own sockets sends
  * HEARTBEAT to every shard each [server] heartbeat_ms while the client is open,
  * so a worker busy computing is not declared dead. */
 #ifndef DCPS_CLIENT_H

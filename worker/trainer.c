@@ -654,10 +654,29 @@ static int train(trainer_t *t, FILE *out)
     float test_loss, test_acc;
     int rc;
 
+    /* A restarted worker resumes where its previous process left off: the
+     * shards said which step of this rank they expect (0 for a new one). */
+    dcps_client_stats_t st0;
+    stats(t, &st0);
+    long resume = (long)st0.clock;
+    if (resume > 0)
+        DCPS_NOTICE("resuming at step %ld: the shards hold this rank's first %ld steps",
+                    resume + 1, resume);
+
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = dcps_trainer_share(t->cfg->seed, epoch, t->rank, cfg->workers,
                                            t->train.n, t->order);
+        long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
+        if (step + in_epoch <= resume) {
+            step += in_epoch;
+            continue;
+        }
+        uint32_t first = 0; /* where this epoch starts */
+        if (step < resume) {
+            first = (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
+            step = resume;
+        }
         /* Delta pulls follow the density warm-up as pushes do (the pipeline's
          * thread is idle here: the last epoch ended with comm_wait). */
         dcps_client_set_pull_density(
@@ -667,10 +686,10 @@ static int train(trainer_t *t, FILE *out)
         epoch_steps = 0;
         /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
          * the epoch's first batch is staged here. */
-        if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), 0,
-                                  batch_len(mine, 0, cfg->batch_size))) != 0)
+        if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), first,
+                                  batch_len(mine, first, cfg->batch_size))) != 0)
             return rc;
-        for (uint32_t at = 0; at < mine; at += (uint32_t)cfg->batch_size) {
+        for (uint32_t at = first; at < mine; at += (uint32_t)cfg->batch_size) {
             int b = batch_len(mine, at, cfg->batch_size);
             uint32_t next = at + (uint32_t)cfg->batch_size;
             float loss;
@@ -732,16 +751,18 @@ static int train(trainer_t *t, FILE *out)
     dcps_client_stats_t st;
     stats(t, &st);
     uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
-    csv_row(t, step, cfg->epochs, epoch_loss / (double)epoch_steps, -1, test_acc);
+    long ran = step - resume; /* steps this process computed */
+    double train_loss = epoch_loss / (double)(epoch_steps ? epoch_steps : 1);
+    csv_row(t, step, cfg->epochs, train_loss, -1, test_acc);
     fprintf(out,
             "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%ld epochs=%d "
             "elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64
             " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s compression=%s "
             "pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
             " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d\n",
-            t->rank, test_acc, test_loss, epoch_loss / (double)epoch_steps, step, cfg->epochs,
+            t->rank, test_acc, test_loss, train_loss, step, cfg->epochs,
             elapsed, (double)samples / elapsed, st.bytes_pushed, st.bytes_pulled,
-            (double)(st.bytes_pushed + st.bytes_pulled) / (double)(step ? step : 1),
+            (double)(st.bytes_pushed + st.bytes_pulled) / (double)(ran ? ran : 1),
             dense ? (double)(st.bytes_pushed + st.bytes_pulled) / (double)dense : 1.0,
             dcps_config_mode_name(cfg->mode), dcps_config_optimizer_name(cfg->opt_kind),
             dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
