@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "config.h"
+#include <config.h> /* autoconf's; "config.h" here would be common/config.h */
 #ifdef HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif

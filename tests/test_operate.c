@@ -7,10 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/config.h"
+#include "config.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
 #include "worker/dcps.h"
@@ -113,6 +116,75 @@ START_TEST(sighup_changes_the_learning_rate_and_refuses_fixed_keys)
 }
 END_TEST
 
+/* Reads the notifications that arrive on sock within ms into buf (joined by
+ * '|'); returns how many there were. */
+static int read_notifications(int sock, int ms, char *buf, size_t n)
+{
+    int count = 0;
+    struct timeval tv = {0, 20000};
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *buf = '\0';
+    do {
+        char d[1024];
+        ssize_t got = recv(sock, d, sizeof d - 1, 0);
+        if (got > 0) {
+            d[got] = '\0';
+            size_t at = strlen(buf);
+            snprintf(buf + at, n - at, "%s|", d);
+            count++;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+    return count;
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+START_TEST(under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads)
+{
+#ifndef HAVE_SYSTEMD
+    return; /* built without libsystemd: nothing is sent */
+#endif
+    /* The service manager's end: a datagram socket in NOTIFY_SOCKET, and a
+     * watchdog of 300 ms in WATCHDOG_USEC (no WATCHDOG_PID: any pid may use it). */
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/notify", h_dir());
+    int sock = socket(AF_UNIX, SOCK_DGRAM, 0);
+    ck_assert_int_ge(sock, 0);
+    ck_assert_int_eq(bind(sock, (struct sockaddr *)&a, sizeof a), 0);
+    setenv("NOTIFY_SOCKET", a.sun_path, 1);
+    setenv("WATCHDOG_USEC", "300000", 1);
+
+    char ep[256], got[8192];
+    pid_t srv = h_server(reload_job("0.05", "info", "1,500"), 0, ep);
+    ck_assert_int_gt(srv, 0);
+    read_notifications(sock, 1000, got, sizeof got);
+    const char *ready = "READY=1\nSTATUS=serving shard 0 at tcp://127.0.0.1:";
+    ck_assert_msg(strncmp(got, ready, strlen(ready)) == 0, "got %s", got);
+    /* Every 150 ms, from the loop: about 6 in the second after READY. */
+    int pings = count_of(got, "WATCHDOG=1");
+    ck_assert_msg(pings >= 3 && pings <= 10, "%d watchdog pings in 1 s: %s", pings, got);
+    ck_assert_ptr_nonnull(strstr(got, "STATUS=version 0, 0 pushes, 0 pulls, 0 of 1 workers live"));
+
+    kill(srv, SIGHUP);
+    read_notifications(sock, 500, got, sizeof got);
+    const char *r = strstr(got, "RELOADING=1|");
+    ck_assert_msg(r && strstr(r, "|READY=1|"), "got %s", got);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+    read_notifications(sock, 200, got, sizeof got);
+    ck_assert_msg(strstr(got, "STOPPING=1"), "got %s", got);
+    close(sock);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("operate");
@@ -120,6 +192,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sighup_changes_the_learning_rate_and_refuses_fixed_keys);
+    tcase_add_test(tc, under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }
