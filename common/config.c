@@ -134,7 +134,7 @@ static const struct key keys[] = {
     STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
     INT("server", "checkpoint_every", checkpoint_every, "60", 0, 86400,
         "seconds between checkpoints; 0: no periodic ones"),
-    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "HTTP metrics port; 0: none"),
+    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "Prometheus /metrics on this TCP port (all interfaces); 0: none"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
         "silence after which a worker counts as dead; > heartbeat_ms"),
@@ -746,7 +746,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         const char *key;
     } later[] = {
         {cfg->checkpoint_dir[0] != '\0', "[server] checkpoint_dir: only empty (no checkpoints)"},
-        {cfg->metrics_port != 0, "[server] metrics_port: only 0 (off)"},
         {cfg->curve, "[security] curve: only false (CURVE)"},
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
