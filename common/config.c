@@ -137,7 +137,7 @@ static const struct key keys[] = {
     {ROW("server", "checkpoint_every", T_INT, checkpoint_every, "60",
          "seconds between checkpoints; 0: no periodic ones"),
      .lo = 0, .hi = 86400, .live = true},
-    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "HTTP metrics port; 0: none"),
+    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "Prometheus /metrics on this TCP port (all interfaces); 0: none"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
         "silence after which a worker counts as dead; > heartbeat_ms"),
@@ -816,7 +816,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         const char *key;
     } later[] = {
         {cfg->checkpoint_dir[0] != '\0', "[server] checkpoint_dir: only empty (no checkpoints)"},
-        {cfg->metrics_port != 0, "[server] metrics_port: only 0 (off)"},
         {cfg->curve, "[security] curve: only false (CURVE)"},
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)

@@ -35,6 +35,14 @@ bool dcps_consistency_counted(const dcps_consistency_t *c, uint32_t rank)
     return dcps_consistency_live(c, rank) && !c->m[rank].done;
 }
 
+int dcps_consistency_joined(const dcps_consistency_t *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->workers; i++)
+        n += c->m[i].joined && dcps_consistency_live(c, (uint32_t)i);
+    return n;
+}
+
 bool dcps_consistency_heard(dcps_consistency_t *c, uint32_t rank, double now)
 {
     dcps_member_t *m = &c->m[rank];

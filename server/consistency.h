@@ -61,6 +61,10 @@ void dcps_consistency_free(dcps_consistency_t *c);
 bool dcps_consistency_live(const dcps_consistency_t *c, uint32_t rank);
 bool dcps_consistency_counted(const dcps_consistency_t *c, uint32_t rank);
 
+/* Workers that said HELLO and are live (not dead, no BYE): those connected now.
+ * Unlike dcps_consistency_live it leaves out ranks only expected. */
+int dcps_consistency_joined(const dcps_consistency_t *c);
+
 /* Rank was heard from at now. Returns true if it had been declared dead (it is
  * live again: the caller logs its return). */
 bool dcps_consistency_heard(dcps_consistency_t *c, uint32_t rank, double now);

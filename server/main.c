@@ -5,7 +5,8 @@
  * Reads the job file, binds shard S's endpoint with a ROUTER socket, and serves
  * it on a libuv loop until SIGTERM or SIGINT, after which it logs a summary and
  * exits 0. Under systemd it sends READY=1 once bound. A bad job file or option
- * stops it before it binds anything, with exit status 2. */
+ * stops it before it binds anything, with exit status 2; a [server] metrics_port
+ * that cannot be bound (in use, say) with exit status 1, before the ZeroMQ bind. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -21,6 +22,7 @@
 #include "common/log.h"
 #include "common/notify.h"
 #include "config.h"
+#include "server/metrics.h"
 #include "server/router.h"
 #include "server/shard.h"
 
@@ -143,16 +145,67 @@ typedef struct {
     const options_t *opt;  /* for a reload: the same file and overrides */
     dcps_config_t *cfg;    /* the running configuration, shared with router and shard */
     int stopping;
+    dcps_metrics_t *metrics; /* NULL: [server] metrics_port = 0 */
+    uv_timer_t metrics_tick;
 } server_t;
 
 static void log_memory(const dcps_shard_t *s, const char *when)
 {
-    size_t f = sizeof(float);
+    dcps_shard_memory_t k;
+    dcps_shard_memory_kinds(s, &k);
     DCPS_INFO("memory at %s: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu, "
-              "sync sum %zu, delta pulls %zu)",
-              when, dcps_shard_memory(s), s->n * f, s->state ? s->n * f : 0,
-              s->bak ? s->n * f * (size_t)s->workers : 0, s->acc ? s->n * f : 0,
-              s->delta ? s->n * f * (1 + (s->mirror != NULL)) + s->n + s->k_max * 8 : 0);
+              "sync sum %zu, delta pulls %zu, sequence numbers %zu)",
+              when, dcps_shard_memory(s), k.parameters, k.optimizer_state, k.worker_backups,
+              k.sync_sum, k.delta_pull, k.sequence_numbers);
+}
+
+/* --- [server] metrics_port: /metrics (server/metrics.h) ---------------------------- */
+
+/* How old a scrape may be: the loop renders and publishes the text this often
+ * (a few kB: far below the cost of the messages it counts). */
+#define METRICS_PUBLISH_MS 500
+
+/* Binds the metrics port, if one is set, into *m (else NULL), before anything
+ * else is bound. Returns 0, or -1 after logging why, naming the port. */
+static int metrics_open(const dcps_config_t *cfg, dcps_metrics_t **m)
+{
+    char err[256];
+    *m = NULL;
+    if (cfg->metrics_port && !(*m = dcps_metrics_new(cfg->metrics_port, err, sizeof err))) {
+        DCPS_ERR("%s ([server] metrics_port); not starting", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void metrics_publish(server_t *s)
+{
+    int rc = dcps_metrics_update(s->metrics, &s->router);
+    if (rc != 0)
+        DCPS_WARN("metrics not updated: %s", dcps_strerror(rc));
+}
+
+static void on_metrics_tick(uv_timer_t *t)
+{
+    metrics_publish(t->data);
+}
+
+/* Publishes now and every METRICS_PUBLISH_MS (the router is serving). */
+static void metrics_start(server_t *s, int port)
+{
+    if (!s->metrics)
+        return;
+    metrics_publish(s);
+    uv_timer_init(&s->loop, &s->metrics_tick);
+    s->metrics_tick.data = s;
+    uv_timer_start(&s->metrics_tick, on_metrics_tick, METRICS_PUBLISH_MS, METRICS_PUBLISH_MS);
+    DCPS_INFO("metrics at http://0.0.0.0:%d/metrics", port);
+}
+
+static void metrics_stop(server_t *s)
+{
+    if (s->metrics)
+        uv_close((uv_handle_t *)&s->metrics_tick, NULL);
 }
 
 /* One line: mean, max and the histogram's non-empty buckets ("0:12 1:40 2-3:7"). */
@@ -196,15 +249,8 @@ static void stop_serving(server_t *s)
     uv_close((uv_handle_t *)&s->sigint, on_closed);
     uv_close((uv_handle_t *)&s->sighup, on_closed);
     uv_close((uv_handle_t *)&s->alive, on_closed);
+    metrics_stop(s);
     dcps_router_close(&s->router, on_closed);
-}
-
-static int live_workers(const dcps_router_t *r)
-{
-    int n = 0;
-    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
-        n += r->cons.m[i].joined && dcps_consistency_live(&r->cons, i);
-    return n;
 }
 
 /* From the loop itself, so a loop that stopped turning stops the watchdog too. */
@@ -215,7 +261,7 @@ static void on_alive(uv_timer_t *h)
     dcps_notify("%sSTATUS=version %" PRIu64 ", %" PRIu64 " pushes, %" PRIu64
                 " pulls, %d of %d workers live",
                 dcps_notify_watchdog_usec() ? "WATCHDOG=1\n" : "", sh->version, sh->pushes,
-                sh->pulls, live_workers(&s->router), s->cfg->workers);
+                sh->pulls, dcps_consistency_joined(&s->router.cons), s->cfg->workers);
 }
 
 /* Under systemd: WATCHDOG=1 at half the interval it asks for, and a STATUS=
@@ -282,6 +328,7 @@ int main(int argc, char **argv)
     options_t opt;
     dcps_config_t *cfg = NULL;
     dcps_shard_t *shard = NULL;
+    dcps_metrics_t *metrics = NULL;
     void *ctx = NULL, *sock = NULL;
     server_t srv;
     char err[512], ident[32], endpoint[DCPS_ENDPOINT_MAX];
@@ -312,6 +359,8 @@ int main(int argc, char **argv)
     dcps_log_init(ident);
     dcps_log_set_level(dcps_log_level_parse(cfg->log_level));
 
+    if (metrics_open(cfg, &metrics) != 0)
+        goto fail_metrics;
     shard = dcps_shard_new(cfg, opt.shard, &rc);
     if (!shard) {
         DCPS_ERR("cannot allocate shard %d: %s", opt.shard, dcps_strerror(rc));
@@ -342,11 +391,13 @@ int main(int argc, char **argv)
     memset(&srv, 0, sizeof srv);
     srv.opt = &opt;
     srv.cfg = cfg;
+    srv.metrics = metrics;
     uv_loop_init(&srv.loop);
     if ((rc = dcps_router_init(&srv.router, &srv.loop, sock, cfg, shard)) != 0) {
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
         goto fail_loop;
     }
+    metrics_start(&srv, cfg->metrics_port);
     uv_signal_init(&srv.loop, &srv.sigterm);
     uv_signal_init(&srv.loop, &srv.sigint);
     uv_signal_init(&srv.loop, &srv.sighup);
@@ -391,6 +442,8 @@ fail_socket:
         zmq_ctx_term(ctx);
     dcps_shard_destroy(&shard);
 fail_shard:
+    dcps_metrics_destroy(&metrics);
+fail_metrics:
     free(cfg);
     return status;
 }

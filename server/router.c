@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -41,6 +42,25 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
 static double now_ms(const dcps_router_t *r)
 {
     return (double)uv_now(r->loop);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Records one update that took ns nanoseconds since `since` (see dcps_latency_t). */
+static void timed(dcps_latency_t *l, uint64_t since)
+{
+    uint64_t ns = mono_ns() - since;
+    int b = 0;
+    while (b < DCPS_LATENCY_BUCKETS - 1 && ns > (1000ull << b))
+        b++;
+    l->hist[b]++;
+    l->count++;
+    l->sum_ns += ns;
 }
 
 static bool route_eq(const dcps_route_t *a, const dcps_buf_t *id)
@@ -138,7 +158,9 @@ static void barrier_check(dcps_router_t *r)
 static void progress(dcps_router_t *r)
 {
     if (dcps_consistency_round_full(&r->cons)) {
+        uint64_t t0 = mono_ns();
         dcps_shard_apply_round(r->shard, r->cons.contributions);
+        timed(&r->apply_round, t0);
         dcps_consistency_close_round(&r->cons);
     }
     serve_pulls(r);
@@ -323,6 +345,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         break;
     }
     dcps_shard_note_staleness(s, based_on);
+    uint64_t t0 = mono_ns();
     if (r->cfg->mode == DCPS_MODE_SYNC) {
         if (idx)
             dcps_shard_accumulate_sparse(s, m->rank, m->seq, idx, v, k);
@@ -333,6 +356,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     } else {
         dcps_shard_apply_dense(s, m->rank, m->seq, v);
     }
+    timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
     progress(r);

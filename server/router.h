@@ -34,6 +34,15 @@ typedef struct {
     size_t len;
 } dcps_route_t;
 
+/* Durations of one kind of update, in log2 buckets of microseconds: hist[0]
+ * counts up to 1 µs, hist[b] (2^(b−1), 2^b] µs, the last bucket everything above
+ * 2^(BUCKETS−2) µs (about 1 s). Measured with CLOCK_MONOTONIC. */
+#define DCPS_LATENCY_BUCKETS 22
+typedef struct {
+    uint64_t count, sum_ns;
+    uint64_t hist[DCPS_LATENCY_BUCKETS];
+} dcps_latency_t;
+
 /* A pull as received: what the worker holds and what it asks for. */
 typedef struct {
     uint64_t seq;
@@ -68,6 +77,8 @@ typedef struct dcps_router {
     int barrier_waiting;
     uint64_t messages, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code */
+    dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
+    dcps_latency_t apply_round; /* sync: each round's mean applied */
 } dcps_router_t;
 
 /* Starts serving sock (a bound ROUTER) on loop. Borrows cfg, shard and sock until

@@ -276,10 +276,24 @@ void dcps_shard_set_lr(dcps_shard_t *s, double lr)
     s->dc.lr = (float)lr;
 }
 
+void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
+{
+    const size_t vec = s->n * sizeof *s->w;
+    size_t tags = s->tag ? (s->mirror ? 1 : (size_t)s->workers) : 0;
+    out->parameters = vec;
+    out->optimizer_state = s->state ? vec : 0;
+    out->worker_backups = s->bak ? vec * (size_t)s->workers : 0;
+    out->sync_sum = s->acc ? vec : 0;
+    out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
+                      s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
+                      (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
+    out->sequence_numbers = (size_t)s->workers * sizeof *s->last_seq;
+}
+
 size_t dcps_shard_memory(const dcps_shard_t *s)
 {
-    size_t tags = s->tag ? (s->mirror ? 1 : (size_t)s->workers) : 0;
-    return s->floats * sizeof *s->w + (size_t)s->workers * sizeof *s->last_seq +
-           tags * sizeof *s->tag + s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
-           (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
+    dcps_shard_memory_t k;
+    dcps_shard_memory_kinds(s, &k);
+    return k.parameters + k.optimizer_state + k.worker_backups + k.sync_sum + k.delta_pull +
+           k.sequence_numbers;
 }

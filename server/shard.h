@@ -144,7 +144,21 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);
 
-/* Bytes the shard holds (parameters and per-worker state). */
+/* Bytes the shard holds, by what they are for (server log, /metrics). They add
+ * up to dcps_shard_memory; a kind the job does not use is 0. */
+typedef struct {
+    size_t parameters;       /* w: n floats */
+    size_t optimizer_state;  /* momentum's u or DC-ASGD-a's mean square: n floats */
+    size_t worker_backups;   /* w_bak(m) of every worker: P·n floats */
+    size_t sync_sum;         /* sync mode's sum of the open round: n floats */
+    size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
+                                delta's pairs and the selection's workspace */
+    size_t sequence_numbers; /* the last applied push seq of every rank */
+} dcps_shard_memory_t;
+
+void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out);
+
+/* Bytes the shard holds (parameters and per-worker state): the sum of the kinds. */
 size_t dcps_shard_memory(const dcps_shard_t *s);
 
 #endif

@@ -109,6 +109,26 @@ START_TEST(silent_ranks_are_reaped_once_and_come_back_when_heard)
 }
 END_TEST
 
+START_TEST(joined_counts_connected_ranks_not_expected_dead_or_gone_ones)
+{
+    ck_assert_int_eq(dcps_consistency_init(&cons, DCPS_MODE_ASYNC, 0, 4, 1000, 0), 0);
+    ck_assert_int_eq(dcps_consistency_joined(&cons), 0); /* all four only expected */
+    for (uint32_t r = 0; r < 3; r++) {
+        dcps_consistency_join(&cons, r);
+        dcps_consistency_heard(&cons, r, 500);
+    }
+    ck_assert_int_eq(dcps_consistency_joined(&cons), 3);
+    dcps_consistency_done(&cons, 0); /* out of batches, still connected */
+    dcps_consistency_leave(&cons, 1);
+    ck_assert_int_eq(dcps_consistency_joined(&cons), 2);
+    dcps_consistency_heard(&cons, 0, 1400);
+    ck_assert_int_eq(dcps_consistency_reap(&cons, 1600), 2); /* silent since 500 */
+    ck_assert_int_eq(dcps_consistency_joined(&cons), 1);
+    dcps_consistency_heard(&cons, 2, 1700); /* back */
+    ck_assert_int_eq(dcps_consistency_joined(&cons), 2);
+}
+END_TEST
+
 /* --- through the daemons ----------------------------------------------------------- */
 
 /* A job on n_shards shards of 127.0.0.1 with `workers` workers, 2 epochs over
@@ -450,6 +470,7 @@ int main(void)
     tcase_add_test(rules, sync_round_closes_when_every_counted_worker_pushed);
     tcase_add_test(rules, ssp_lets_a_worker_run_exactly_s_steps_ahead_of_the_slowest);
     tcase_add_test(rules, silent_ranks_are_reaped_once_and_come_back_when_heard);
+    tcase_add_test(rules, joined_counts_connected_ranks_not_expected_dead_or_gone_ones);
     suite_add_tcase(s, rules);
 
     TCase *tc = tcase_create("daemons");

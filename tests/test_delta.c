@@ -276,6 +276,19 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
     size_t extra = P * sizeof(uint64_t) + 10 * 8 + N;
     ck_assert_uint_eq(dcps_shard_memory(a), (1 + P + 1) * N * 4 + extra + P * 8);
     ck_assert_uint_eq(dcps_shard_memory(y), (1 + 1 + 1 + 1) * N * 4 + extra + 8);
+    /* By kind (the server's log and /metrics): the same bytes, each once. */
+    dcps_shard_memory_t ka, ky;
+    dcps_shard_memory_kinds(a, &ka);
+    dcps_shard_memory_kinds(y, &ky);
+    ck_assert_uint_eq(ka.parameters, N * 4);
+    ck_assert_uint_eq(ka.optimizer_state, 0);
+    ck_assert_uint_eq(ka.worker_backups, P * N * 4);
+    ck_assert_uint_eq(ka.sync_sum, 0);
+    ck_assert_uint_eq(ka.delta_pull, N * 4 + P * 8 + 10 * 8 + N);
+    ck_assert_uint_eq(ka.sequence_numbers, P * sizeof(uint64_t));
+    ck_assert_uint_eq(ky.worker_backups, 0);
+    ck_assert_uint_eq(ky.sync_sum, N * 4);
+    ck_assert_uint_eq(ky.delta_pull, 2 * N * 4 + 8 + 10 * 8 + N);
     dcps_shard_destroy(&a);
     dcps_shard_destroy(&y);
 }

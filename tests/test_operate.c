@@ -2,6 +2,7 @@
  * shard or a worker killed with SIGKILL and started again. Real dcps-server and
  * dcps-worker processes on 127.0.0.1; training on the real Fashion-MNIST. */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "worker/dcps.h"
 
 #define N 1000 /* model 1,500: 1·500 weights + 500 biases, one shard */
+#define DATA "/usr/share/datasets/fashion-mnist/"
 
 static void teardown(void)
 {
@@ -185,6 +187,180 @@ START_TEST(under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads)
 }
 END_TEST
 
+/* --- faults: a training job of 2 workers on 2 shards, checkpoints every second */
+
+typedef struct {
+    const char *job;
+    pid_t srv[2];
+    char ep[2][256];
+    char shards[600]; /* servers.shards=ep0,ep1 */
+} cluster_t;
+
+/* A job of 3 epochs over 12000 examples (about 560 steps a worker), slowed to
+ * last several seconds, that writes checkpoints into h_dir()/<dir>. */
+static const char *fault_job(const char *name, const char *dir)
+{
+    char text[2048], path[512];
+    snprintf(path, sizeof path, "%s/%s", h_dir(), dir);
+    snprintf(text, sizeof text,
+             "[job]\nname = faults\nworkers = 2\nmode = async\n"
+             "[servers]\nshards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n"
+             "[model]\nlayers = 784,64,10\n"
+             "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
+             "train_labels = " DATA "train-labels-idx1-ubyte.gz\n"
+             "test_images = " DATA "t10k-images-idx3-ubyte.gz\n"
+             "test_labels = " DATA "t10k-labels-idx1-ubyte.gz\n"
+             "batch_size = 32\nepochs = 3\ntrain_limit = 12000\n"
+             "[optimizer]\nlr = 0.1\n"
+             "[worker]\nlog_every = 20\ntimeout_ms = 500\nretries = 8\ndelay_ms = 8\n"
+             "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 1\n"
+             "heartbeat_ms = 200\ndead_after_ms = 1500\n",
+             path);
+    return h_write(name, text);
+}
+
+static void start_cluster(cluster_t *k, const char *job)
+{
+    k->job = job;
+    for (int s = 0; s < 2; s++) {
+        k->srv[s] = h_server(job, s, k->ep[s]);
+        ck_assert_int_gt(k->srv[s], 0);
+    }
+    snprintf(k->shards, sizeof k->shards, "servers.shards=%s,%s", k->ep[0], k->ep[1]);
+}
+
+static pid_t start_worker(const cluster_t *k, int rank, const char *tag)
+{
+    char r[8];
+    snprintf(r, sizeof r, "%d", rank);
+    const char *argv[] = {"--config", k->job, "--rank", r, "--set", k->shards, NULL};
+    return h_spawn("dcps-worker", tag, argv);
+}
+
+/* Shard s again, on the endpoint it had. */
+static pid_t restart_shard(cluster_t *k, int s, const char *tag)
+{
+    char idx[8];
+    snprintf(idx, sizeof idx, "%d", s);
+    const char *argv[] = {"--config", k->job, "--shard", idx, "--set", k->shards,
+                          "--endpoint-file", h_path(tag, "endpoint"), NULL};
+    k->srv[s] = h_spawn("dcps-server", tag, argv);
+    ck_assert_msg(wait_for_text(h_path(tag, "endpoint"), k->ep[s]), "shard %d did not come back: %s",
+                  s, h_slurp(h_path(tag, "err")));
+    return k->srv[s];
+}
+
+static void expect_exit_0(pid_t pid, const char *tag)
+{
+    int st = h_wait(pid, 300000);
+    ck_assert_msg(st == 0, "%s exited with %d: %s", tag, st, h_slurp(h_path(tag, "err")));
+}
+
+static int checkpoints_of(const char *dir, int shard)
+{
+    char path[512], prefix[32];
+    snprintf(path, sizeof path, "%s/%s", h_dir(), dir);
+    snprintf(prefix, sizeof prefix, "shard-%d-", shard);
+    DIR *d = opendir(path);
+    int n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0 && strstr(e->d_name, ".ckpt");
+    closedir(d);
+    return n;
+}
+
+/* Waits until the worker's log shows step `at` or later. */
+static void wait_for_step(const char *tag, long at)
+{
+    for (int i = 0; i < 1200; i++) {
+        const char *out = h_slurp(h_path(tag, "out"));
+        for (const char *p = strstr(out, "step="); p; p = strstr(p + 1, "step="))
+            if (atol(p + 5) >= at)
+                return;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    ck_abort_msg("%s never reached step %ld: %s", tag, at, h_slurp(h_path(tag, "err")));
+}
+
+/* The test accuracy of the same job, undisturbed, in h_dir()/ref. */
+static double undisturbed_accuracy(void)
+{
+    cluster_t k;
+    start_cluster(&k, fault_job("ref.ini", "ref"));
+    pid_t w0 = start_worker(&k, 0, "ref0"), w1 = start_worker(&k, 1, "ref1");
+    expect_exit_0(w0, "ref0");
+    expect_exit_0(w1, "ref1");
+    double acc = h_final(h_slurp(h_path("ref0", "out")), "test_acc");
+    ck_assert_msg(acc > 0.75, "the undisturbed job reached only %.4f", acc);
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+    return acc;
+}
+
+static void expect_close_to(const char *tag, double ref)
+{
+    double acc = h_final(h_slurp(h_path(tag, "out")), "test_acc");
+    ck_assert_msg(fabs(acc - ref) <= 0.01, "%s: test accuracy %.4f, undisturbed %.4f", tag, acc,
+                  ref);
+}
+
+START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
+{
+    double ref = undisturbed_accuracy();
+    cluster_t k;
+    start_cluster(&k, fault_job("kill.ini", "kill"));
+    pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
+    wait_for_step("w0", 150);
+    while (checkpoints_of("kill", 1) == 0)
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    kill(k.srv[1], SIGKILL);
+    ck_assert_int_eq(h_wait(k.srv[1], 10000), 128 + SIGKILL);
+    nanosleep(&(struct timespec){0, 300000000}, NULL);
+    restart_shard(&k, 1, "server1b");
+    expect_exit_0(w0, "w0");
+    expect_exit_0(w1, "w1");
+
+    const char *log = h_slurp(h_path("server1b", "err"));
+    ck_assert_msg(strstr(log, "restored"), "the restarted shard said: %s", log);
+    /* The workers felt it: requests to shard 1 were sent again. */
+    ck_assert_double_gt(h_final(h_slurp(h_path("w0", "out")), "retries") +
+                            h_final(h_slurp(h_path("w1", "out")), "retries"),
+                        0);
+    expect_close_to("w0", ref);
+    expect_close_to("w1", ref);
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+}
+END_TEST
+
+START_TEST(a_worker_killed_and_restarted_resumes_where_it_was)
+{
+    double ref = undisturbed_accuracy();
+    cluster_t k;
+    start_cluster(&k, fault_job("kill.ini", "kill"));
+    pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
+    wait_for_step("w1", 200);
+    kill(w1, SIGKILL);
+    ck_assert_int_eq(h_wait(w1, 10000), 128 + SIGKILL);
+    w1 = start_worker(&k, 1, "w1b");
+    expect_exit_0(w0, "w0");
+    expect_exit_0(w1, "w1b");
+
+    /* It resumed after step 200 instead of starting over. */
+    const char *err = h_slurp(h_path("w1b", "err"));
+    const char *at = strstr(err, "resuming at step ");
+    ck_assert_msg(at && atol(at + 17) > 200, "the restarted worker said: %s", err);
+    ck_assert_double_eq(h_final(h_slurp(h_path("w1b", "out")), "steps"),
+                        h_final(h_slurp(h_path("ref1", "out")), "steps"));
+    expect_close_to("w0", ref);
+    expect_close_to("w1b", ref);
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("operate");
@@ -193,6 +369,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sighup_changes_the_learning_rate_and_refuses_fixed_keys);
     tcase_add_test(tc, under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads);
+    tcase_add_test(tc, a_shard_killed_and_restarted_loses_nothing_that_matters);
+    tcase_add_test(tc, a_worker_killed_and_restarted_resumes_where_it_was);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }
