@@ -89,7 +89,8 @@ typedef struct dcps_config {
 
     /* [server] */
     char checkpoint_dir[DCPS_PATH_MAX];
-    int checkpoint_every;
+    int checkpoint_every; /* seconds; 0: only on SIGTERM */
+    int checkpoint_keep;
     int metrics_port;
     int heartbeat_ms;
     int dead_after_ms;
