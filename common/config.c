@@ -133,11 +133,16 @@ static const struct key keys[] = {
     INT("worker", "retries", retries, "5", 0, 1000, "retries of a request before giving up"),
     INT("worker", "delay_ms", delay_ms, "0", 0, 600000,
         "sleep after each step (experiments: a slow worker)"),
-    STR("server", "checkpoint_dir", checkpoint_dir, "", "checkpoint directory; empty: none"),
+    STR("server", "checkpoint_dir", checkpoint_dir, "",
+        "directory of the shards' checkpoints, created if missing; empty: none"),
     {ROW("server", "checkpoint_every", T_INT, checkpoint_every, "60",
-         "seconds between checkpoints; 0: no periodic ones"),
+         "seconds between checkpoints; 0: only the one on SIGTERM"),
      .lo = 0, .hi = 86400, .live = true},
-    INT("server", "metrics_port", metrics_port, "0", 0, 65535, "Prometheus /metrics on this TCP port (all interfaces); 0: none"),
+    {ROW("server", "checkpoint_keep", T_INT, checkpoint_keep, "3",
+         "checkpoints of a shard kept in checkpoint_dir; older ones are removed"),
+     .lo = 1, .hi = 1000, .live = true},
+    INT("server", "metrics_port", metrics_port, "0", 0, 65535,
+        "Prometheus /metrics on this TCP port (all interfaces); 0: none"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
         "silence after which a worker counts as dead; > heartbeat_ms"),
@@ -815,7 +820,6 @@ int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err,
         bool set;
         const char *key;
     } later[] = {
-        {cfg->checkpoint_dir[0] != '\0', "[server] checkpoint_dir: only empty (no checkpoints)"},
         {cfg->curve, "[security] curve: only false (CURVE)"},
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)

@@ -89,7 +89,8 @@ typedef struct dcps_config {
 
     /* [server] */
     char checkpoint_dir[DCPS_PATH_MAX];
-    int checkpoint_every;
+    int checkpoint_every; /* seconds; 0: only on SIGTERM */
+    int checkpoint_keep;
     int metrics_port;
     int heartbeat_ms;
     int dead_after_ms;
@@ -128,7 +129,8 @@ void dcps_config_write(const dcps_config_t *cfg, FILE *out);
 
 /* SIGHUP: takes a reloaded job file `next` into the running one. Only keys
  * marked as reloadable in the reference (dcps_config_dump: [optimizer] lr,
- * [job] log_level, [server] checkpoint_every) may differ: then they are copied
+ * [job] log_level, [server] checkpoint_every and checkpoint_keep) may differ:
+ * then they are copied
  * into *running, `changes` lists them ("[optimizer] lr 0.05 -> 0.02; ...",
  * empty if nothing changed) and it returns 0. If any other key differs it
  * returns DCPS_E_CONFIG, err lists every such key with both values, and

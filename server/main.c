@@ -6,10 +6,21 @@
  * it on a libuv loop until SIGTERM or SIGINT, after which it logs a summary and
  * exits 0. Under systemd it sends READY=1 once bound. A bad job file or option
  * stops it before it binds anything, with exit status 2; a [server] metrics_port
- * that cannot be bound (in use, say) with exit status 1, before the ZeroMQ bind. */
+ * that cannot be bound (in use, say) with exit status 1, before the ZeroMQ bind.
+ *
+ * With [server] checkpoint_dir (server/checkpoint.h): a directory it cannot
+ * create or write stops it before it binds, with status 1; once bound, before
+ * READY=1, it restores the newest usable checkpoint of its shard, and stops
+ * with status 1 if the directory holds checkpoints of the shard but none is
+ * usable (starting fresh would prune them later). It writes a checkpoint every
+ * checkpoint_every seconds if the version moved, and a last one on SIGTERM or
+ * SIGINT before it stops; if that last one fails it exits 1.
+ *
+ * SIGHUP reads the job file again (reload below). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +33,7 @@
 #include "common/log.h"
 #include "common/notify.h"
 #include "config.h"
+#include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/router.h"
 #include "server/shard.h"
@@ -141,12 +153,16 @@ typedef struct {
     uv_loop_t loop;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t alive;      /* systemd: WATCHDOG=1 and STATUS= (started only under it) */
+    uv_timer_t checkpoint; /* every [server] checkpoint_every seconds */
     dcps_router_t router;
     const options_t *opt;  /* for a reload: the same file and overrides */
     dcps_config_t *cfg;    /* the running configuration, shared with router and shard */
     int stopping;
     dcps_metrics_t *metrics; /* NULL: [server] metrics_port = 0 */
     uv_timer_t metrics_tick;
+    bool saved;             /* a checkpoint holds saved_version (written or restored) */
+    uint64_t saved_version;
+    int final_rc;           /* of the checkpoint written on SIGTERM */
 } server_t;
 
 static void log_memory(const dcps_shard_t *s, const char *when)
@@ -249,6 +265,7 @@ static void stop_serving(server_t *s)
     uv_close((uv_handle_t *)&s->sigint, on_closed);
     uv_close((uv_handle_t *)&s->sighup, on_closed);
     uv_close((uv_handle_t *)&s->alive, on_closed);
+    uv_close((uv_handle_t *)&s->checkpoint, on_closed);
     metrics_stop(s);
     dcps_router_close(&s->router, on_closed);
 }
@@ -279,6 +296,8 @@ static void start_alive(server_t *s)
         DCPS_INFO("systemd watchdog: %.1f s; WATCHDOG=1 every %" PRIu64 " ms", wd / 1e6, every);
 }
 
+static void schedule_checkpoints(server_t *srv);
+
 /* SIGHUP: reads the job file again. Reloadable keys take effect and are
  * logged; if any other key changed, or the file does not load, nothing
  * changes (dcps_config_reload). */
@@ -302,11 +321,95 @@ static void reload(server_t *s)
     } else {
         dcps_log_set_level(dcps_log_level_parse(s->cfg->log_level));
         dcps_shard_set_lr(s->router.shard, s->cfg->lr);
+        schedule_checkpoints(s);
         DCPS_NOTICE("reload: %s", changes);
     }
     free(next);
 }
 
+/* Writes a checkpoint of the shard now and logs it at `level` with the time it
+ * took ("periodic", "final"), or the failure as an error. Returns 0 or the
+ * code of dcps_checkpoint_save. Blocks the loop while it writes. */
+static int checkpoint_now(server_t *srv, int level, const char *what)
+{
+    const dcps_config_t *cfg = srv->router.cfg;
+    const dcps_shard_t *s = srv->router.shard;
+    char path[DCPS_PATH_MAX + 128], err[2 * DCPS_PATH_MAX + 256];
+    uint64_t t0 = uv_hrtime();
+    int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, s, &srv->router.cons,
+                                  cfg->checkpoint_keep, path, sizeof path, err, sizeof err);
+    if (rc != 0) {
+        DCPS_ERR("%s checkpoint of version %" PRIu64 " failed: %s", what, s->version, err);
+        return rc;
+    }
+    srv->saved = true;
+    srv->saved_version = s->version;
+    dcps_log(level, "%s checkpoint %s (version %" PRIu64 ") written in %.1f ms", what, path,
+             s->version, (double)(uv_hrtime() - t0) / 1e6);
+    return 0;
+}
+
+/* The periodic checkpoint: only of initialised parameters whose version moved
+ * since the last one (a sync round still open is not a reason on its own). */
+static void on_checkpoint_timer(uv_timer_t *t)
+{
+    server_t *srv = t->data;
+    const dcps_shard_t *s = srv->router.shard;
+    if (!s->initialized || (srv->saved && s->version == srv->saved_version))
+        return;
+    checkpoint_now(srv, DCPS_LOG_INFO, "periodic");
+}
+
+/* (Re)starts the periodic checkpoints from the job's [server] checkpoint_dir
+ * and checkpoint_every, or stops them when either is unset (0 or empty): call
+ * again after the job changes. */
+static void schedule_checkpoints(server_t *srv)
+{
+    const dcps_config_t *cfg = srv->router.cfg;
+    uv_timer_stop(&srv->checkpoint);
+    if (*cfg->checkpoint_dir && cfg->checkpoint_every > 0) {
+        uint64_t ms = (uint64_t)cfg->checkpoint_every * 1000;
+        uv_timer_start(&srv->checkpoint, on_checkpoint_timer, ms, ms);
+    }
+}
+
+/* Restores the newest usable checkpoint in [server] checkpoint_dir into the
+ * shard and the router's consistency model; a restored job that had started
+ * starts again as at INIT (workers not heard yet are expected from now).
+ * Returns 0 (restored, or nothing to restore) or -1 (logged: do not serve). */
+static int restore(server_t *srv)
+{
+    const dcps_config_t *cfg = srv->router.cfg;
+    dcps_shard_t *s = srv->router.shard;
+    char path[DCPS_PATH_MAX + 256], err[2 * DCPS_PATH_MAX + 512];
+    uint64_t t0 = uv_hrtime();
+    int rc = dcps_checkpoint_restore(cfg->checkpoint_dir, cfg, s, &srv->router.cons, path,
+                                     sizeof path, err, sizeof err);
+    if (rc == DCPS_E_DATA) {
+        DCPS_ERR("%s; not starting: move them out of %s to start fresh", err, cfg->checkpoint_dir);
+        return -1;
+    }
+    if (rc < 0) {
+        DCPS_ERR("cannot restore a checkpoint: %s", err);
+        return -1;
+    }
+    if (rc == 0) {
+        DCPS_NOTICE("no checkpoint in %s: starting fresh", cfg->checkpoint_dir);
+        return 0;
+    }
+    DCPS_NOTICE("restored %s (version %" PRIu64 ", %s) in %.1f ms", path, s->version,
+                s->initialized ? "initialised" : "not initialised yet",
+                (double)(uv_hrtime() - t0) / 1e6);
+    srv->saved = true;
+    srv->saved_version = s->version;
+    uv_update_time(&srv->loop); /* the restore may have taken a while */
+    if (s->initialized)
+        dcps_consistency_start(&srv->router.cons, (double)uv_now(&srv->loop));
+    return 0;
+}
+
+/* SIGTERM and SIGINT: stop serving, write the last checkpoint (while the
+ * consistency model still exists: closing the router frees it), close. */
 static void on_signal(uv_signal_t *h, int signum)
 {
     server_t *s = h->data;
@@ -320,6 +423,12 @@ static void on_signal(uv_signal_t *h, int signum)
     }
     DCPS_NOTICE("%s received, stopping", strsignal(signum));
     dcps_notify("STOPPING=1");
+    if (*s->router.cfg->checkpoint_dir) {
+        if (s->router.shard->initialized)
+            s->final_rc = checkpoint_now(s, DCPS_LOG_NOTICE, "final");
+        else
+            DCPS_NOTICE("no final checkpoint: the parameters were never initialised");
+    }
     stop_serving(s);
 }
 
@@ -366,6 +475,11 @@ int main(int argc, char **argv)
         DCPS_ERR("cannot allocate shard %d: %s", opt.shard, dcps_strerror(rc));
         goto fail_shard;
     }
+    if (*cfg->checkpoint_dir &&
+        dcps_checkpoint_prepare(cfg->checkpoint_dir, err, sizeof err) != 0) {
+        DCPS_ERR("%s ([server] checkpoint_dir); not starting", err);
+        goto fail_socket;
+    }
     ctx = zmq_ctx_new();
     sock = ctx ? zmq_socket(ctx, ZMQ_ROUTER) : NULL;
     if (!sock) {
@@ -401,11 +515,18 @@ int main(int argc, char **argv)
     uv_signal_init(&srv.loop, &srv.sigterm);
     uv_signal_init(&srv.loop, &srv.sigint);
     uv_signal_init(&srv.loop, &srv.sighup);
-    srv.sigterm.data = srv.sigint.data = srv.sighup.data = &srv;
+    uv_timer_init(&srv.loop, &srv.checkpoint);
+    srv.sigterm.data = srv.sigint.data = srv.sighup.data = srv.checkpoint.data = &srv;
+    start_alive(&srv);
+    if (*cfg->checkpoint_dir && restore(&srv) != 0) {
+        stop_serving(&srv);
+        uv_run(&srv.loop, UV_RUN_DEFAULT);
+        goto fail_loop;
+    }
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
     uv_signal_start(&srv.sighup, on_signal, SIGHUP);
-    start_alive(&srv);
+    schedule_checkpoints(&srv);
     /* Written once the signals are handled: whoever waits for this file may stop
      * the server at once. */
     if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {
@@ -432,7 +553,7 @@ int main(int argc, char **argv)
                 " bad messages, %" PRIu64 " bytes in, %" PRIu64 " bytes out",
                 shard->version, shard->pushes, shard->duplicates, shard->dropped, shard->pulls,
                 shard->deltas, dcps_router_error_count(&srv.router), srv.router.bytes_in, srv.router.bytes_out);
-    status = 0;
+    status = srv.final_rc != 0; /* 1: the last checkpoint is missing */
 fail_loop:
     uv_loop_close(&srv.loop);
 fail_socket:

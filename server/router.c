@@ -500,6 +500,13 @@ static void on_message(dcps_bridge_t *b)
         /* Any good message is a sign of life; HELLO decides for itself. */
         if (m.type != DCPS_MSG_HELLO)
             heard(r, m.rank);
+        /* A shard restored from a checkpoint does not know who joined: a
+         * worker that goes on talking said HELLO to its previous process. */
+        if (r->shard->restored && m.type != DCPS_MSG_HELLO && m.type != DCPS_MSG_BYE &&
+            !r->cons.m[m.rank].joined) {
+            DCPS_NOTICE("worker %u rejoins: it said HELLO before this shard restarted", m.rank);
+            dcps_consistency_join(&r->cons, m.rank);
+        }
         rc = handlers[m.type](r, &id, &m, why, sizeof why);
     }
     if (rc != 0)

@@ -19,9 +19,15 @@
  * added to the mirror. The mirror moves at most once per
  * version, so a tag names one content: any other pull gets the mirror dense.
  * In async and ssp mode worker m's mirror is its DC-ASGD backup w_bak(m); in
- * sync mode all workers share one, and the delta of a round is computed once. It is single-owner (the
- * server's loop thread) and takes no locks. It checks nothing that comes from the network: the router validates
- * every message (proto/codec.h) before it reaches these functions. */
+ * sync mode all workers share one, and the delta of a round is computed once.
+ *
+ * A shard restored from a checkpoint (server/checkpoint.h) repeats versions it
+ * had before the stop, with other contents, so no tag a worker held before then
+ * is trusted: dcps_shard_restored makes each worker's next pull dense.
+ *
+ * It is single-owner (the server's loop thread) and takes no locks. It checks
+ * nothing that comes from the network: the router validates every message
+ * (proto/codec.h) before it reaches these functions. */
 #ifndef DCPS_SHARD_H
 #define DCPS_SHARD_H
 
@@ -67,7 +73,9 @@ typedef struct dcps_shard {
     float momentum;
     dcps_dcasgd_t dc;
     bool initialized;    /* set by the first INIT */
-    bool restored;       /* the state came from a checkpoint (server/checkpoint.h) */
+    bool restored;       /* state came from a checkpoint (dcps_shard_restored) */
+    bool *dense_next;    /* per rank (pull = delta): its held tag predates a restore, so
+                            its next pull is answered dense */
     uint64_t version;    /* incremented by every applied update */
     int workers;
     uint64_t *last_seq;  /* per rank: the highest push seq applied */
@@ -89,6 +97,12 @@ void dcps_shard_destroy(dcps_shard_t **s);
  * DC-ASGD backup to them. Returns 1 if it set them, 0 if the shard was already
  * initialised (nothing changed). */
 int dcps_shard_init(dcps_shard_t *s, const float *w);
+
+/* Marks the state as restored from a checkpoint: every mirror's tag becomes
+ * UINT64_MAX (a version no reply names), the kept delta is dropped, and each
+ * worker's next pull is answered dense whatever version it says it holds, since
+ * a restored shard repeats versions with other contents. */
+void dcps_shard_restored(dcps_shard_t *s);
 
 /* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
  * rank start at 1 and increase: a seq at or below the last applied one (0 at

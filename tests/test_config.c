@@ -108,6 +108,7 @@ START_TEST(defaults_are_the_documented_values)
     ck_assert_int_eq(cfg.retries, 5);
     ck_assert_str_eq(cfg.checkpoint_dir, "");
     ck_assert_int_eq(cfg.checkpoint_every, 60);
+    ck_assert_int_eq(cfg.checkpoint_keep, 3);
     ck_assert_int_eq(cfg.metrics_port, 0);
     ck_assert_int_eq(cfg.heartbeat_ms, 1000);
     ck_assert_int_eq(cfg.dead_after_ms, 10000);
@@ -299,6 +300,8 @@ START_TEST(integer_below_its_range_is_refused)
     expect_file_error("[job]\nworkers = 0\n", ":2: [job] workers: value 0 is outside [1, 1024]");
     expect_file_error("[worker]\ntimeout_ms = 9\n",
                       ":2: [worker] timeout_ms: value 9 is outside [10, 3600000]");
+    expect_file_error("[server]\ncheckpoint_keep = 0\n",
+                      ":2: [server] checkpoint_keep: value 0 is outside [1, 1000]");
 }
 END_TEST
 
@@ -308,6 +311,8 @@ START_TEST(integer_above_its_range_is_refused)
                       ":2: [job] workers: value 1025 is outside [1, 1024]");
     expect_file_error("[server]\nmetrics_port = 65536\n",
                       ":2: [server] metrics_port: value 65536 is outside [0, 65535]");
+    expect_file_error("[server]\ncheckpoint_keep = 1001\n",
+                      ":2: [server] checkpoint_keep: value 1001 is outside [1, 1000]");
 }
 END_TEST
 
@@ -564,7 +569,6 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
         const char *set, *msg;
     } cases[] = {
         {"security.curve=true", "job.ini: [security] curve: only false (CURVE) is implemented in this version"},
-        {"server.checkpoint_dir=/tmp", "job.ini: [server] checkpoint_dir: only empty (no checkpoints) is implemented in this version"},
     };
     char e[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -574,6 +578,8 @@ START_TEST(settings_not_implemented_yet_are_refused_not_replaced)
         ck_assert_str_eq(e, cases[i].msg);
     }
     dcps_config_defaults(&cfg);
+    ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
+    snprintf(cfg.checkpoint_dir, sizeof cfg.checkpoint_dir, "/var/lib/dcps"); /* checkpoints run */
     ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
     cfg.opt_kind = DCPS_OPT_DCASGD; /* every update rule runs */
     ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", e, sizeof e), 0);
@@ -840,8 +846,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 51);
-    ck_assert_int_eq(docs, 51);
+    ck_assert_int_eq(keys, 52);
+    ck_assert_int_eq(docs, 52);
     free(text);
 }
 END_TEST

@@ -1,0 +1,730 @@
+/* dcps — a shard's checkpoints; see checkpoint.h. */
+#include "server/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+/* The file is the host's memory of each field: only little-endian hosts write
+ * the format's byte order. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "dcps checkpoints are little-endian; this host is not"
+#endif
+
+#define MAGIC "DCPSCKPT"
+#define HEADER_SIZE 128
+#define HEADER_CRC_AT 124 /* the header's own CRC covers the bytes before it */
+#define TRAILER_SIZE 4
+#define FLAG_INITIALIZED 1u
+#define FLAG_ADAPTIVE 2u
+#define COUNTERS 5 /* pushes, duplicates, pulls, dropped, deltas */
+#define STALENESS_WORDS (3 + DCPS_STALENESS_BUCKETS)
+#define CONS_WORDS 3 /* round, contributions, max_ahead */
+
+/* The header as fields; encoded at fixed offsets by put_header. */
+typedef struct {
+    uint32_t format, header_size;
+    uint64_t job_id, n_params, lo, hi;
+    uint32_t index, workers, kind, mode, pull, flags;
+    uint64_t version, seq, created, floats, payload_len;
+} header_t;
+
+/* A checkpoint file of the shard in the directory, by its name. */
+typedef struct {
+    uint64_t seq, version;
+    char *name;
+} entry_t;
+
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* --- CRC-32C, slicing by 8 ------------------------------------------------------ */
+
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1; /* the reflected polynomial */
+        crc_table[0][i] = c;
+    }
+    /* crc_table[t][b]: byte b followed by t zero bytes. */
+    for (int i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+}
+
+uint32_t dcps_checkpoint_crc32c(uint32_t crc, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    pthread_once(&crc_once, crc_init);
+    crc = ~crc;
+    for (; n && ((uintptr_t)p & 7); n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^
+              crc_table[5][(w >> 16) & 0xff] ^ crc_table[4][(w >> 24) & 0xff] ^
+              crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
+              crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+    }
+    for (; n; n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* --- encoding ------------------------------------------------------------------- */
+
+static void put32(uint8_t *b, size_t at, uint32_t v)
+{
+    memcpy(b + at, &v, 4);
+}
+
+static void put64(uint8_t *b, size_t at, uint64_t v)
+{
+    memcpy(b + at, &v, 8);
+}
+
+static uint32_t get32(const uint8_t *b, size_t at)
+{
+    uint32_t v;
+    memcpy(&v, b + at, 4);
+    return v;
+}
+
+static uint64_t get64(const uint8_t *b, size_t at)
+{
+    uint64_t v;
+    memcpy(&v, b + at, 8);
+    return v;
+}
+
+/* The header's layout, in byte offsets; get_header reads the same ones. */
+static void put_header(uint8_t *b, const header_t *h)
+{
+    memset(b, 0, HEADER_SIZE);
+    memcpy(b, MAGIC, 8);
+    put32(b, 8, h->format);
+    put32(b, 12, h->header_size);
+    put64(b, 16, h->job_id);
+    put64(b, 24, h->n_params);
+    put64(b, 32, h->lo);
+    put64(b, 40, h->hi);
+    put32(b, 48, h->index);
+    put32(b, 52, h->workers);
+    put32(b, 56, h->kind);
+    put32(b, 60, h->mode);
+    put32(b, 64, h->pull);
+    put32(b, 68, h->flags);
+    put64(b, 72, h->version);
+    put64(b, 80, h->seq);
+    put64(b, 88, h->created);
+    put64(b, 96, h->floats);
+    put64(b, 104, h->payload_len);
+    put32(b, HEADER_CRC_AT, dcps_checkpoint_crc32c(0, b, HEADER_CRC_AT));
+}
+
+static void get_header(const uint8_t *b, header_t *h)
+{
+    *h = (header_t){
+        .format = get32(b, 8),
+        .header_size = get32(b, 12),
+        .job_id = get64(b, 16),
+        .n_params = get64(b, 24),
+        .lo = get64(b, 32),
+        .hi = get64(b, 40),
+        .index = get32(b, 48),
+        .workers = get32(b, 52),
+        .kind = get32(b, 56),
+        .mode = get32(b, 60),
+        .pull = get32(b, 64),
+        .flags = get32(b, 68),
+        .version = get64(b, 72),
+        .seq = get64(b, 80),
+        .created = get64(b, 88),
+        .floats = get64(b, 96),
+        .payload_len = get64(b, 104),
+    };
+}
+
+/* Bytes of the payload after the floats, in 8-byte words: last_seq (P), the
+ * counters, the staleness histogram, the consistency model's round,
+ * contributions and max_ahead, and each rank's clock and contributed flag (2P). */
+static size_t tail_size(int workers)
+{
+    return ((size_t)workers + COUNTERS + STALENESS_WORDS + CONS_WORDS + 2 * (size_t)workers) * 8;
+}
+
+static size_t payload_size(const dcps_shard_t *s)
+{
+    return s->floats * sizeof(float) + tail_size(s->workers);
+}
+
+/* The header this shard and job would write (seq and created are the caller's). */
+static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t *s, int mode)
+{
+    *h = (header_t){
+        .format = DCPS_CHECKPOINT_FORMAT,
+        .header_size = HEADER_SIZE,
+        .job_id = cfg->job_id,
+        .n_params = cfg->n_params,
+        .lo = s->range.lo,
+        .hi = s->range.hi,
+        .index = (uint32_t)s->index,
+        .workers = (uint32_t)s->workers,
+        .kind = (uint32_t)s->kind,
+        .mode = (uint32_t)mode,
+        .pull = (uint32_t)cfg->pull,
+        .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->dc.adaptive ? FLAG_ADAPTIVE : 0),
+        .version = s->version,
+        .floats = s->floats,
+        .payload_len = payload_size(s),
+    };
+}
+
+static void put_tail(uint8_t *b, const dcps_shard_t *s, const dcps_consistency_t *c)
+{
+    size_t at = 0;
+    for (int r = 0; r < s->workers; r++, at += 8)
+        put64(b, at, s->last_seq[r]);
+    const uint64_t counters[COUNTERS] = {s->pushes, s->duplicates, s->pulls, s->dropped, s->deltas};
+    for (int i = 0; i < COUNTERS; i++, at += 8)
+        put64(b, at, counters[i]);
+    const dcps_staleness_t *st = &s->staleness;
+    put64(b, at, st->count), put64(b, at + 8, st->sum), put64(b, at + 16, st->max);
+    at += 24;
+    for (int i = 0; i < DCPS_STALENESS_BUCKETS; i++, at += 8)
+        put64(b, at, st->hist[i]);
+    put64(b, at, c->round), put64(b, at + 8, (uint64_t)c->contributions);
+    put64(b, at + 16, c->max_ahead);
+    at += 24;
+    for (int r = 0; r < c->workers; r++, at += 16) {
+        put64(b, at, c->m[r].clock);
+        put64(b, at + 8, c->m[r].contributed);
+    }
+}
+
+static void get_tail(const uint8_t *b, dcps_shard_t *s, dcps_consistency_t *c)
+{
+    size_t at = 0;
+    for (int r = 0; r < s->workers; r++, at += 8)
+        s->last_seq[r] = get64(b, at);
+    uint64_t *counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped, &s->deltas};
+    for (int i = 0; i < COUNTERS; i++, at += 8)
+        *counters[i] = get64(b, at);
+    dcps_staleness_t *st = &s->staleness;
+    st->count = get64(b, at), st->sum = get64(b, at + 8), st->max = get64(b, at + 16);
+    at += 24;
+    for (int i = 0; i < DCPS_STALENESS_BUCKETS; i++, at += 8)
+        st->hist[i] = get64(b, at);
+    c->round = get64(b, at);
+    c->contributions = (int)get64(b, at + 8);
+    c->max_ahead = get64(b, at + 16);
+    at += 24;
+    for (int r = 0; r < c->workers; r++, at += 16) {
+        c->m[r].clock = get64(b, at);
+        c->m[r].contributed = get64(b, at + 8) != 0;
+    }
+}
+
+/* --- the directory -------------------------------------------------------------- */
+
+/* Parses a decimal number that starts at *p (at least one digit) and moves *p
+ * past it. */
+static bool number(const char **p, uint64_t *v)
+{
+    char *end;
+    if (**p < '0' || **p > '9')
+        return false;
+    errno = 0;
+    *v = strtoull(*p, &end, 10);
+    if (errno)
+        return false;
+    *p = end;
+    return true;
+}
+
+/* Whether name is "shard-<index>-<seq>-v<version>.ckpt" of this shard. */
+static bool parse_name(const char *name, int index, uint64_t *seq, uint64_t *version)
+{
+    uint64_t i;
+    const char *p = name;
+    if (strncmp(p, "shard-", 6) != 0)
+        return false;
+    p += 6;
+    if (!number(&p, &i) || i != (uint64_t)index || *p++ != '-' || !number(&p, seq))
+        return false;
+    if (strncmp(p, "-v", 2) != 0)
+        return false;
+    p += 2;
+    return number(&p, version) && strcmp(p, ".ckpt") == 0;
+}
+
+/* Whether name is a temporary file of this shard ("shard-<index>-….ckpt.tmp"). */
+static bool is_temp(const char *name, int index)
+{
+    char prefix[32];
+    size_t n = strlen(name), t = strlen(".ckpt.tmp");
+    int len = snprintf(prefix, sizeof prefix, "shard-%d-", index);
+    return strncmp(name, prefix, (size_t)len) == 0 && n > t &&
+           strcmp(name + n - t, ".ckpt.tmp") == 0;
+}
+
+static void free_entries(entry_t *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(e[i].name);
+    free(e);
+}
+
+/* Newest first: by seq, then version. */
+static int newest_first(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? 1 : -1;
+    return x->version < y->version ? 1 : x->version > y->version ? -1 : 0;
+}
+
+/* The checkpoints of shard `index` in dir, newest first, into *out (*n of
+ * them; free with free_entries). With temps, also removes temporary files a
+ * crash left. Returns 0, DCPS_E_IO or DCPS_E_NOMEM. */
+static int list(const char *dir, int index, bool temps, entry_t **out, size_t *n, char *err,
+                size_t errlen)
+{
+    entry_t *e = NULL;
+    size_t count = 0, cap = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    *out = NULL;
+    *n = 0;
+    if (!d)
+        return say(err, errlen, DCPS_E_IO, "cannot read checkpoint directory %s: %s", dir,
+                   strerror(errno));
+    while ((de = readdir(d)) != NULL) {
+        uint64_t seq, version;
+        if (temps && is_temp(de->d_name, index)) {
+            if (unlinkat(dirfd(d), de->d_name, 0) != 0)
+                DCPS_WARN("cannot remove %s/%s: %s", dir, de->d_name, strerror(errno));
+            continue;
+        }
+        if (!parse_name(de->d_name, index, &seq, &version))
+            continue;
+        if (count == cap) {
+            size_t c = cap ? 2 * cap : 16;
+            entry_t *grown = realloc(e, c * sizeof *e);
+            if (!grown)
+                goto nomem;
+            e = grown;
+            cap = c;
+        }
+        e[count] = (entry_t){seq, version, strdup(de->d_name)};
+        if (!e[count].name)
+            goto nomem;
+        count++;
+    }
+    closedir(d);
+    if (count)
+        qsort(e, count, sizeof *e, newest_first);
+    *out = e;
+    *n = count;
+    return 0;
+
+nomem:
+    closedir(d);
+    free_entries(e, count);
+    return say(err, errlen, DCPS_E_NOMEM, "listing %s: out of memory", dir);
+}
+
+static int join(char *buf, size_t len, const char *dir, const char *name, const char *suffix)
+{
+    size_t n = (size_t)snprintf(buf, len, "%s/%s%s", dir, name, suffix);
+    return n < len ? 0 : -1;
+}
+
+int dcps_checkpoint_prepare(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    char probe[DCPS_PATH_MAX + 64];
+    if (!dir || !*dir)
+        return say(err, errlen, DCPS_E_INVAL, "no checkpoint directory given");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return say(err, errlen, DCPS_E_IO, "cannot create checkpoint directory %s: %s", dir,
+                   strerror(errno));
+    if (stat(dir, &st) != 0)
+        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not a directory", dir);
+    snprintf(probe, sizeof probe, "%s/.dcps-probe-%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not writable: %s", dir,
+                   strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+/* --- writing -------------------------------------------------------------------- */
+
+/* Writes n bytes and adds them to *crc. Returns 0 or -1 (errno set). */
+static int write_all(int fd, const void *data, size_t n, uint32_t *crc)
+{
+    const uint8_t *p = data;
+    *crc = dcps_checkpoint_crc32c(*crc, data, n);
+    while (n > 0) {
+        ssize_t w = write(fd, p, n < (1u << 30) ? n : (1u << 30));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* Removes all but the newest `keep` of the n checkpoints in e (newest first). */
+static void prune(const char *dir, const entry_t *e, size_t n, size_t keep)
+{
+    for (size_t i = keep; i < n; i++) {
+        char path[DCPS_PATH_MAX + 256];
+        if (join(path, sizeof path, dir, e[i].name, "") != 0)
+            continue;
+        if (unlink(path) != 0)
+            DCPS_WARN("cannot remove old checkpoint %s: %s", path, strerror(errno));
+        else
+            DCPS_DEBUG("removed old checkpoint %s", path);
+    }
+}
+
+int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
+                         const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
+                         char *err, size_t errlen)
+{
+    char name[96], final[DCPS_PATH_MAX + 128], tmp[DCPS_PATH_MAX + 128];
+    uint8_t head[HEADER_SIZE], *tail = NULL;
+    uint32_t crc = 0;
+    entry_t *e;
+    size_t n;
+    header_t h;
+    int rc, fd;
+
+    if (cons->workers != s->workers)
+        return say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
+                   cons->workers, s->workers);
+    if ((rc = list(dir, s->index, true, &e, &n, err, errlen)) != 0)
+        return rc;
+    header_of(&h, cfg, s, cons->mode);
+    h.seq = n ? e[0].seq + 1 : 1;
+    h.created = (uint64_t)time(NULL);
+    snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", s->index, h.seq,
+             h.version);
+    if (join(final, sizeof final, dir, name, "") != 0 ||
+        join(tmp, sizeof tmp, dir, name, ".tmp") != 0) {
+        rc = say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
+        goto fail;
+    }
+    if (!(tail = malloc(tail_size(s->workers)))) {
+        rc = say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
+        goto fail;
+    }
+    put_header(head, &h);
+    put_tail(tail, s, cons);
+
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
+        rc = say(err, errlen, DCPS_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    const char *what = "write";
+    if (write_all(fd, head, sizeof head, &crc) != 0 ||
+        write_all(fd, s->w, s->floats * sizeof *s->w, &crc) != 0 ||
+        write_all(fd, tail, tail_size(s->workers), &crc) != 0 ||
+        write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
+        rc = say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
+        close(fd);
+        goto fail_tmp;
+    }
+    if (close(fd) != 0) {
+        rc = say(err, errlen, DCPS_E_IO, "cannot close %s: %s", tmp, strerror(errno));
+        goto fail_tmp;
+    }
+    if (rename(tmp, final) != 0) {
+        rc = say(err, errlen, DCPS_E_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        goto fail_tmp;
+    }
+    if (path)
+        snprintf(path, pathlen, "%s", final);
+    if (fsync_dir(dir) != 0) {
+        /* The file is complete and in place; only its name may not survive a
+         * power loss. */
+        rc = say(err, errlen, DCPS_E_IO, "%s written, but fsync of directory %s failed: %s", final,
+                 dir, strerror(errno));
+        goto fail;
+    }
+    /* The new one is newer than all listed: keep it and the keep - 1 newest. */
+    prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 0);
+    free(tail);
+    free_entries(e, n);
+    return 0;
+
+fail_tmp:
+    unlink(tmp);
+fail:
+    free(tail);
+    free_entries(e, n);
+    return rc;
+}
+
+/* --- reading -------------------------------------------------------------------- */
+
+/* Reads up to n bytes; returns how many (less at the end of the file), or -1. */
+static ssize_t read_all(int fd, void *data, size_t n)
+{
+    uint8_t *p = data;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got < (1u << 30) ? n - got : (1u << 30));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* Why header h (checksum good) does not fit what this shard would write, in
+ * why; false if it fits. */
+static bool foreign(const header_t *h, const header_t *want, char *why, size_t n)
+{
+    if (h->job_id != want->job_id)
+        snprintf(why, n, "job id %" PRIu64 ", this job is %" PRIu64, h->job_id, want->job_id);
+    else if (h->index != want->index)
+        snprintf(why, n, "shard %u, this is shard %u", h->index, want->index);
+    else if (h->n_params != want->n_params || h->lo != want->lo || h->hi != want->hi)
+        snprintf(why, n,
+                 "range [%" PRIu64 ", %" PRIu64 ") of %" PRIu64 " parameters, this shard serves "
+                 "[%" PRIu64 ", %" PRIu64 ") of %" PRIu64,
+                 h->lo, h->hi, h->n_params, want->lo, want->hi, want->n_params);
+    else if (h->workers != want->workers)
+        snprintf(why, n, "%u workers, this job has %u", h->workers, want->workers);
+    else if (h->kind != want->kind)
+        snprintf(why, n, "optimizer %s, this job uses %s", dcps_config_optimizer_name((int)h->kind),
+                 dcps_config_optimizer_name((int)want->kind));
+    else if (h->mode != want->mode)
+        snprintf(why, n, "mode %s, this job runs %s", dcps_config_mode_name((int)h->mode),
+                 dcps_config_mode_name((int)want->mode));
+    else if (h->pull != want->pull)
+        snprintf(why, n, "pull %s, this job uses %s", dcps_config_pull_name((int)h->pull),
+                 dcps_config_pull_name((int)want->pull));
+    else if ((h->flags ^ want->flags) & FLAG_ADAPTIVE)
+        snprintf(why, n, "dc_adaptive %s, this job has %s",
+                 h->flags & FLAG_ADAPTIVE ? "true" : "false",
+                 want->flags & FLAG_ADAPTIVE ? "true" : "false");
+    else if (h->floats != want->floats || h->payload_len != want->payload_len)
+        snprintf(why, n,
+                 "state of %" PRIu64 " floats in %" PRIu64 " bytes, this shard has %" PRIu64
+                 " in %" PRIu64,
+                 h->floats, h->payload_len, want->floats, want->payload_len);
+    else
+        return false;
+    return true;
+}
+
+/* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with
+ * the reason in why (s's floats are then zero again, the rest unchanged); or
+ * DCPS_E_NOMEM. */
+static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcps_consistency_t *c,
+                char *why, size_t n)
+{
+    uint8_t head[HEADER_SIZE], *tail = NULL;
+    header_t h, want;
+    struct stat st;
+    uint32_t crc, stored;
+    int rc = 1;
+    bool touched = false;
+
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, n, "cannot open: %s", strerror(errno));
+        return 1;
+    }
+    ssize_t got = fstat(fd, &st) == 0 ? read_all(fd, head, sizeof head) : -1;
+    if (got < 0) {
+        snprintf(why, n, "cannot read: %s", strerror(errno));
+        goto out;
+    }
+    if (memcmp(head, MAGIC, got < 8 ? (size_t)got : 8) != 0) {
+        snprintf(why, n, "not a dcps checkpoint (bad magic)");
+        goto out;
+    }
+    if (got < HEADER_SIZE) {
+        snprintf(why, n, "truncated: %zd of at least %d bytes (no complete header)", got,
+                 HEADER_SIZE);
+        goto out;
+    }
+    get_header(head, &h);
+    if (h.format != DCPS_CHECKPOINT_FORMAT || h.header_size != HEADER_SIZE) {
+        snprintf(why, n, "format %u with a header of %u bytes, this dcps reads format %d (%d)",
+                 h.format, h.header_size, DCPS_CHECKPOINT_FORMAT, HEADER_SIZE);
+        goto out;
+    }
+    crc = dcps_checkpoint_crc32c(0, head, HEADER_CRC_AT);
+    if ((stored = get32(head, HEADER_CRC_AT)) != crc) {
+        snprintf(why, n, "header checksum mismatch (stored %08x, computed %08x)", stored, crc);
+        goto out;
+    }
+    header_of(&want, cfg, s, c->mode);
+    if (foreign(&h, &want, why, n))
+        goto out;
+    uint64_t size = HEADER_SIZE + h.payload_len + TRAILER_SIZE;
+    if ((uint64_t)st.st_size != size) {
+        snprintf(why, n,
+                 (uint64_t)st.st_size < size ? "truncated: %lld of %" PRIu64 " bytes"
+                                             : "%lld bytes, %" PRIu64 " expected",
+                 (long long)st.st_size, size);
+        goto out;
+    }
+    size_t tsize = tail_size(s->workers), fbytes = s->floats * sizeof *s->w;
+    if (!(tail = malloc(tsize))) {
+        rc = DCPS_E_NOMEM;
+        goto out;
+    }
+    /* The floats go straight into the shard (no second copy of a large shard);
+     * they are zeroed again if the checksum fails. */
+    touched = true;
+    crc = dcps_checkpoint_crc32c(0, head, sizeof head);
+    got = read_all(fd, s->w, fbytes);
+    if (got == (ssize_t)fbytes) {
+        crc = dcps_checkpoint_crc32c(crc, s->w, fbytes);
+        got = read_all(fd, tail, tsize);
+        if (got == (ssize_t)tsize) {
+            crc = dcps_checkpoint_crc32c(crc, tail, tsize);
+            got = read_all(fd, &stored, sizeof stored);
+            got = got == (ssize_t)sizeof stored ? 0 : got < 0 ? -1 : -2;
+        } else {
+            got = got < 0 ? -1 : -2;
+        }
+    } else {
+        got = got < 0 ? -1 : -2;
+    }
+    if (got == -1) {
+        snprintf(why, n, "cannot read: %s", strerror(errno));
+        goto out;
+    }
+    if (got == -2) {
+        snprintf(why, n, "truncated while reading (the file changed?)");
+        goto out;
+    }
+    if (stored != crc) {
+        snprintf(why, n, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
+        goto out;
+    }
+    get_tail(tail, s, c);
+    s->version = h.version;
+    s->initialized = (h.flags & FLAG_INITIALIZED) != 0;
+    touched = false;
+    rc = 0;
+out:
+    if (touched)
+        memset(s->w, 0, s->floats * sizeof *s->w);
+    free(tail);
+    close(fd);
+    return rc;
+}
+
+int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                            dcps_consistency_t *cons, char *path, size_t pathlen, char *err,
+                            size_t errlen)
+{
+    char file[DCPS_PATH_MAX + 256], why[384], newest[384] = "";
+    entry_t *e;
+    size_t n;
+    int rc;
+
+    if (s->initialized || s->version != 0)
+        return say(err, errlen, DCPS_E_STATE,
+                   "shard %d already holds parameters (version %" PRIu64 "); restore only into a "
+                   "new one",
+                   s->index, s->version);
+    if (cons->workers != s->workers)
+        return say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
+                   cons->workers, s->workers);
+    if ((rc = list(dir, s->index, false, &e, &n, err, errlen)) != 0)
+        return rc;
+    rc = say(err, errlen, 0, "no checkpoint of shard %d in %s", s->index, dir);
+    for (size_t i = 0; i < n; i++) {
+        if (join(file, sizeof file, dir, e[i].name, "") != 0) {
+            snprintf(file, sizeof file, "%s", e[i].name);
+            snprintf(why, sizeof why, "path too long");
+        } else {
+            int r = load(file, cfg, s, cons, why, sizeof why);
+            if (r == 0) {
+                dcps_shard_restored(s);
+                if (path)
+                    snprintf(path, pathlen, "%s", file);
+                rc = say(err, errlen, 1, "restored %s", file);
+                break;
+            }
+            if (r == DCPS_E_NOMEM) {
+                rc = say(err, errlen, r, "%s: out of memory", file);
+                break;
+            }
+        }
+        DCPS_WARN("checkpoint %s refused: %s", file, why);
+        if (i == 0)
+            snprintf(newest, sizeof newest, "%s", why);
+        if (i + 1 == n)
+            rc = say(err, errlen, DCPS_E_DATA,
+                     "none of the %zu checkpoints of shard %d in %s is usable; the newest, %s: %s",
+                     n, s->index, dir, e[0].name, newest);
+    }
+    free_entries(e, n);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* dcps — a shard's checkpoints.
+ *
+ * This module owns the checkpoint files of a shard in `[server] checkpoint_dir`:
+ * their format, writing one atomically, choosing the one to restore and
+ * refusing the ones that do not fit, and pruning old ones. It does not decide
+ * when to write (server/main.c: every checkpoint_every seconds and on SIGTERM),
+ * and it knows the shard's and the consistency model's state only as the
+ * fields their headers declare.
+ *
+ * A file is named shard-<index>-<seq>-v<version>.ckpt (seq zero padded to 10
+ * digits, version to 12): seq is one more than the highest seq of any
+ * checkpoint of that shard in the directory, so the newest is the highest seq
+ * even after a restore from an older one repeats versions. It holds, all
+ * integers little-endian (the format is the host's memory, and dcps builds only
+ * on little-endian hosts):
+ *
+ *   header, 128 bytes: "DCPSCKPT", format 1, header size, job id, n_params,
+ *       range lo and hi, shard index, workers, optimizer kind, mode, pull,
+ *       flags (initialised, dc_adaptive), version, seq, creation time (Unix
+ *       seconds), floats, payload length, and a CRC-32C of the header before it;
+ *   payload: the shard's one float allocation (w, optimizer state, DC-ASGD
+ *       backups or delta mirrors, sync sum, sync mirror, diff; shard.c's
+ *       layout), last_seq of every rank, the push and pull counters, the
+ *       staleness histogram, then the consistency model's round, contributions,
+ *       max_ahead and every rank's clock and contributed flag;
+ *   trailer: a CRC-32C (Castagnoli) of header and payload.
+ *
+ * What is not in a file: membership and liveness (joined, left, dead, done,
+ * last heard), waiting pulls and barriers, the delta mirrors' tags (no worker's
+ * tag is trusted after a restore: see dcps_shard_restored) and the router's
+ * byte counts.
+ *
+ * Functions return 0 (restore: 0 or 1) or a negative DCPS_E_… code with a
+ * sentence in err that names the file or directory and what is wrong. They
+ * block on the file system: the daemon calls them on its loop thread, which
+ * serves nothing meanwhile. */
+#ifndef DCPS_CHECKPOINT_H
+#define DCPS_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "server/consistency.h"
+#include "server/shard.h"
+
+#define DCPS_CHECKPOINT_FORMAT 1
+
+/* Creates dir if it is missing (its parent must exist), and checks that it is
+ * a directory this process can create files in, by creating and removing a
+ * probe file. Returns 0, or DCPS_E_IO with the reason. */
+int dcps_checkpoint_prepare(const char *dir, char *err, size_t errlen);
+
+/* Writes shard s and the consistency model cons (of the job cfg) as a new
+ * checkpoint in dir: a temporary file in dir, written, fsync'd and renamed, then
+ * dir fsync'd. Then removes all but the newest `keep` (at least 1) checkpoints
+ * of this shard, and temporary files a crash left. The new file's path goes to
+ * path (if not NULL). Returns 0; DCPS_E_IO if the checkpoint could not be
+ * written (nothing of it stays in dir, unless only the directory's fsync
+ * failed), DCPS_E_NOMEM, or DCPS_E_INVAL if a path is too long. Pruning
+ * failures are logged, not returned. s and cons are not changed. */
+int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
+                         const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
+                         char *err, size_t errlen);
+
+/* Restores the newest usable checkpoint of shard s->index in dir into s, as
+ * dcps_shard_new left it (never initialised), and into cons (initialised for
+ * cfg's workers): the state, version and counters of s, then
+ * dcps_shard_restored(s); cons's round, contributions, max_ahead and every
+ * rank's clock and contributed flag. Checkpoints are tried newest first; each
+ * refused one (not a checkpoint, other format, truncated, checksum mismatch,
+ * other job id, shard, parameter count or range, workers, optimizer, mode, pull
+ * or dc_adaptive) is logged with a warning naming the file and the reason, and
+ * the next older one is tried.
+ * Returns 1 with the file's path in path (if not NULL); 0 if dir holds no
+ * checkpoint of this shard (s and cons unchanged); DCPS_E_DATA if it holds some
+ * and none is usable (err names the newest and why; s and cons are as before);
+ * DCPS_E_IO if dir cannot be read, DCPS_E_NOMEM, or DCPS_E_STATE if s was
+ * initialised already. */
+int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                            dcps_consistency_t *cons, char *path, size_t pathlen, char *err,
+                            size_t errlen);
+
+/* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use it) of n bytes, chained:
+ * crc32c(crc32c(0, a), b) is the CRC of a followed by b. */
+uint32_t dcps_checkpoint_crc32c(uint32_t crc, const void *data, size_t n);
+
+#endif

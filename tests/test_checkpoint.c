@@ -1,0 +1,792 @@
+/* dcps — shard checkpoints (server/checkpoint.h): the CRC, a save and restore
+ * that give the same state bit for bit, the choice of the newest usable file,
+ * refusals (flipped byte, truncation, another job, shard, size or rule),
+ * pruning, no temporary file left, dense pulls after a restore, the checks of
+ * the directory; then through the daemon: a restart serves the parameters it
+ * had, and a checkpoint_dir that is a file or holds only unusable checkpoints
+ * stops it. */
+#include <check.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "server/checkpoint.h"
+#include "server/consistency.h"
+#include "server/shard.h"
+#include "tests/check_run.h"
+#include "tests/harness.h"
+#include "worker/dcps.h"
+
+#define MAXN 512
+
+static char err[2048];
+static char *logbuf;
+static size_t loglen;
+static FILE *logstream;
+
+/* Removes what a test left in h_dir() (the directory stays: without fork,
+ * every test shares it). */
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag;
+    return ftw->level > 0 ? remove(path) : 0;
+}
+
+static void setup(void)
+{
+    logstream = open_memstream(&logbuf, &loglen);
+    ck_assert_ptr_nonnull(logstream);
+    dcps_log_set_stream(logstream);
+}
+
+static void teardown(void)
+{
+    h_cleanup();
+    dcps_log_set_stream(NULL);
+    fclose(logstream);
+    free(logbuf);
+    nftw(h_dir(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* What was logged so far. */
+static const char *logged(void)
+{
+    fflush(logstream);
+    return logbuf;
+}
+
+/* A checkpoint directory of this test, created. */
+static const char *ckdir(void)
+{
+    static char d[512];
+    snprintf(d, sizeof d, "%s/ckpt", h_dir());
+    mkdir(d, 0755);
+    return d;
+}
+
+/* --- a shard and its consistency model, as the daemon holds them ----------------- */
+
+typedef struct {
+    dcps_config_t cfg;
+    dcps_shard_t *s;
+    dcps_consistency_t cons;
+} box_t;
+
+/* Shard 0 of a job of 220 parameters (layers 10,20) on 2 shards, 3 workers,
+ * DC-ASGD-a with delta pulls in async mode, unless the overrides in extra
+ * (applied last) say otherwise. Parameters are not initialised. */
+static void box_new(box_t *b, const char *const *extra, size_t n_extra)
+{
+    const char *ov[24] = {"job.name=ckpt",
+                          "model.layers=10,20",
+                          "servers.shards=tcp://127.0.0.1:1,tcp://127.0.0.1:2",
+                          "job.workers=3",
+                          "optimizer.kind=dcasgd",
+                          "optimizer.dc_adaptive=true",
+                          "compression.pull=delta",
+                          "compression.density=0.1",
+                          "optimizer.lr=0.1"};
+    size_t n = 9;
+    for (size_t i = 0; i < n_extra; i++)
+        ov[n++] = extra[i];
+    int rc = dcps_config_load(&b->cfg, NULL, ov, n, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    b->s = dcps_shard_new(&b->cfg, 0, &rc);
+    ck_assert_msg(b->s != NULL, "%s", dcps_strerror(rc));
+    ck_assert_uint_le(b->s->n, MAXN);
+    ck_assert_int_eq(dcps_consistency_init(&b->cons, b->cfg.mode, b->cfg.staleness, b->cfg.workers,
+                                           b->cfg.dead_after_ms, 0),
+                     0);
+}
+
+static void box_free(box_t *b)
+{
+    dcps_shard_destroy(&b->s);
+    dcps_consistency_free(&b->cons);
+}
+
+static void box_init(box_t *b)
+{
+    float w0[MAXN];
+    for (size_t j = 0; j < b->s->n; j++)
+        w0[j] = (float)sin(0.7 * (double)j);
+    ck_assert_int_eq(dcps_shard_init(b->s, w0), 1);
+}
+
+/* Step i of a worker: a pull (every third a delta from the tag it holds), then
+ * a dense or sparse push, as the router applies them in the job's mode. */
+static void step(box_t *b, int i)
+{
+    dcps_shard_t *s = b->s;
+    uint32_t r = (uint32_t)i % (uint32_t)s->workers;
+    uint64_t seq = s->last_seq[r] + 1;
+    float g[MAXN], v[MAXN];
+    uint32_t idx[MAXN];
+    size_t k = 0;
+    dcps_pull_t p;
+    for (size_t j = 0; j < s->n; j++)
+        g[j] = 0.1f * (float)sin(0.37 * (double)j + i);
+    for (size_t j = (size_t)i % 3; j < s->n; j += 3, k++) {
+        idx[k] = (uint32_t)(s->range.lo + j);
+        v[k] = g[j];
+    }
+    bool holds = s->delta && i % 3 == 0;
+    dcps_shard_pull(s, r, holds, holds ? s->tag[s->mirror ? 0 : r] : 0, 0, false, &p);
+    if (b->cfg.mode == DCPS_MODE_SYNC) {
+        ck_assert_int_eq(dcps_consistency_check_push(&b->cons, r, b->cons.round), DCPS_PUSH_ACCEPT);
+        if (i % 2)
+            dcps_shard_accumulate_sparse(s, r, seq, idx, v, k);
+        else
+            dcps_shard_accumulate_dense(s, r, seq, g);
+        dcps_consistency_pushed(&b->cons, r, b->cons.round);
+        if (dcps_consistency_round_full(&b->cons)) {
+            dcps_shard_apply_round(s, b->cons.contributions);
+            dcps_consistency_close_round(&b->cons);
+        }
+    } else {
+        dcps_shard_note_staleness(s, s->version > 2 ? s->version - 2 : 0);
+        if (i % 2)
+            dcps_shard_apply_sparse(s, r, seq, idx, v, k);
+        else
+            dcps_shard_apply_dense(s, r, seq, g);
+        dcps_consistency_pushed(&b->cons, r, b->cons.m[r].clock);
+    }
+}
+
+static void train(box_t *b, int from, int steps)
+{
+    for (int i = from; i < from + steps; i++)
+        step(b, i);
+}
+
+/* Everything a checkpoint carries is equal, bit for bit. */
+static void assert_same(const box_t *a, const box_t *b)
+{
+    const dcps_shard_t *x = a->s, *y = b->s;
+    ck_assert_uint_eq(x->floats, y->floats);
+    ck_assert_int_eq(memcmp(x->w, y->w, x->floats * sizeof *x->w), 0);
+    ck_assert_int_eq(memcmp(x->last_seq, y->last_seq, (size_t)x->workers * 8), 0);
+    ck_assert_uint_eq(x->version, y->version);
+    ck_assert_int_eq(x->initialized, y->initialized);
+    ck_assert_uint_eq(x->pushes, y->pushes);
+    ck_assert_uint_eq(x->duplicates, y->duplicates);
+    ck_assert_uint_eq(x->pulls, y->pulls);
+    ck_assert_uint_eq(x->dropped, y->dropped);
+    ck_assert_uint_eq(x->deltas, y->deltas);
+    ck_assert_int_eq(memcmp(&x->staleness, &y->staleness, sizeof x->staleness), 0);
+    ck_assert_uint_eq(a->cons.round, b->cons.round);
+    ck_assert_int_eq(a->cons.contributions, b->cons.contributions);
+    ck_assert_uint_eq(a->cons.max_ahead, b->cons.max_ahead);
+    for (int r = 0; r < a->cons.workers; r++) {
+        ck_assert_uint_eq(a->cons.m[r].clock, b->cons.m[r].clock);
+        ck_assert_int_eq(a->cons.m[r].contributed, b->cons.m[r].contributed);
+    }
+}
+
+static void save(const box_t *b, int keep, char *path)
+{
+    int rc =
+        dcps_checkpoint_save(ckdir(), &b->cfg, b->s, &b->cons, keep, path, 1024, err, sizeof err);
+    ck_assert_msg(rc == 0, "save: %s", err);
+}
+
+/* Restores into a fresh box (same job and overrides); returns the code. */
+static int restore(box_t *fresh, const char *const *extra, size_t n_extra, char *path)
+{
+    box_new(fresh, extra, n_extra);
+    return dcps_checkpoint_restore(ckdir(), &fresh->cfg, fresh->s, &fresh->cons, path, 1024, err,
+                                   sizeof err);
+}
+
+/* Names in the checkpoint directory that end with suffix. */
+static int count(const char *suffix)
+{
+    DIR *d = opendir(ckdir());
+    struct dirent *de;
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL) {
+        size_t a = strlen(de->d_name), b = strlen(suffix);
+        n += a >= b && strcmp(de->d_name + a - b, suffix) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, at, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_ne(c, EOF);
+    ck_assert_int_eq(fseek(f, at, SEEK_SET), 0);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* --- the unit ---------------------------------------------------------------------- */
+
+START_TEST(crc32c_is_castagnolis_and_chains)
+{
+    const char *check = "123456789";
+    ck_assert_uint_eq(dcps_checkpoint_crc32c(0, check, 9), 0xE3069283u);
+    ck_assert_uint_eq(dcps_checkpoint_crc32c(0, "", 0), 0);
+    uint8_t buf[1000];
+    for (int i = 0; i < 1000; i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    uint32_t whole = dcps_checkpoint_crc32c(0, buf, sizeof buf);
+    for (size_t cut = 0; cut <= 17; cut++) /* every alignment of the 8-byte loop */
+        ck_assert_uint_eq(dcps_checkpoint_crc32c(dcps_checkpoint_crc32c(0, buf, cut), buf + cut,
+                                                 sizeof buf - cut),
+                          whole);
+}
+END_TEST
+
+START_TEST(save_and_restore_give_the_same_state_bit_for_bit)
+{
+    box_t a, b;
+    char saved[1024], got[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 40);
+    ck_assert_ptr_nonnull(a.s->bak);   /* DC-ASGD backups */
+    ck_assert_ptr_nonnull(a.s->state); /* DC-ASGD-a's mean square */
+    ck_assert_uint_gt(a.s->staleness.count, 0);
+    save(&a, 3, saved);
+    ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
+    ck_assert_str_eq(got, saved);
+    ck_assert(b.s->restored);
+    assert_same(&a, &b);
+    /* Both go on alike: rank 1 pushes against its restored backup. */
+    float g[MAXN];
+    for (size_t j = 0; j < a.s->n; j++)
+        g[j] = 0.01f * (float)j;
+    dcps_shard_apply_dense(a.s, 1, a.s->last_seq[1] + 1, g);
+    dcps_shard_apply_dense(b.s, 1, b.s->last_seq[1] + 1, g);
+    ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(open_sync_round_survives_a_restore)
+{
+    const char *ov[] = {"job.mode=sync", "optimizer.kind=momentum"};
+    box_t a, b;
+    char saved[1024];
+    box_new(&a, ov, 2);
+    box_init(&a);
+    train(&a, 0, 3 * 4 + 2); /* four rounds, and two of three pushes of the fifth */
+    ck_assert_uint_eq(a.cons.round, 4);
+    ck_assert_int_eq(a.cons.contributions, 2);
+    save(&a, 3, saved);
+    ck_assert_int_eq(restore(&b, ov, 2, NULL), 1);
+    assert_same(&a, &b); /* the sum of the open round and its contributors too */
+    step(&a, 14);        /* the third push closes the round on both */
+    step(&b, 14);
+    ck_assert_uint_eq(b.cons.round, 5);
+    ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(restore_takes_the_newest_of_several)
+{
+    box_t a, b;
+    char p[3][1024], got[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    for (int i = 0; i < 3; i++) {
+        train(&a, 10 * i, 10);
+        save(&a, 10, p[i]);
+    }
+    ck_assert_int_eq(count(".ckpt"), 3);
+    ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
+    ck_assert_str_eq(got, p[2]);
+    ck_assert_uint_eq(b.s->version, 30);
+    assert_same(&a, &b);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(flipped_byte_is_refused_and_the_previous_one_is_used)
+{
+    box_t a, b, c;
+    char p1[1024], p2[1024], got[1024], want[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 5);
+    save(&a, 3, p1);
+    train(&a, 5, 5);
+    save(&a, 3, p2);
+    flip_byte(p2, 128 + 4 * 37); /* a parameter */
+    ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
+    ck_assert_str_eq(got, p1);
+    ck_assert_uint_eq(b.s->version, 5);
+    snprintf(want, sizeof want, "checkpoint %s refused: checksum mismatch", p2);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    /* A flipped byte in the header (the job id) is caught by the header's own CRC. */
+    flip_byte(p2, 128 + 4 * 37);
+    flip_byte(p2, 17);
+    ck_assert_int_eq(restore(&c, NULL, 0, got), 1);
+    ck_assert_str_eq(got, p1);
+    snprintf(want, sizeof want, "checkpoint %s refused: header checksum mismatch", p2);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    box_free(&a);
+    box_free(&b);
+    box_free(&c);
+}
+END_TEST
+
+START_TEST(truncated_checkpoint_is_refused)
+{
+    box_t a, b, c;
+    char p1[1024], p2[1024], got[1024], want[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    save(&a, 3, p1);
+    train(&a, 0, 5);
+    save(&a, 3, p2);
+    long size = file_size(p2);
+    ck_assert_int_eq(truncate(p2, size - 100), 0);
+    ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
+    ck_assert_str_eq(got, p1);
+    ck_assert_uint_eq(b.s->version, 0);
+    ck_assert(b.s->initialized);
+    snprintf(want, sizeof want, "checkpoint %s refused: truncated: %ld of %ld bytes", p2,
+             size - 100, size);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    /* Only unusable ones: an error that names the newest and why; s stays new. */
+    ck_assert_int_eq(truncate(p1, 60), 0);
+    ck_assert_int_eq(restore(&c, NULL, 0, got), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "none of the 2 checkpoints of shard 0 in "), "%s", err);
+    ck_assert_msg(strstr(err, "truncated: "), "%s", err);
+    ck_assert(!c.s->initialized);
+    ck_assert_uint_eq(c.s->version, 0);
+    box_free(&a);
+    box_free(&b);
+    box_free(&c);
+}
+END_TEST
+
+/* Restoring a's one checkpoint under the overrides `ov` is refused with why. */
+static void expect_refused(const char *ov, const char *why)
+{
+    box_t b;
+    char want[512];
+    ck_assert_int_eq(restore(&b, &ov, 1, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, why), "%s: got \"%s\", want \"%s\"", ov, err, why);
+    snprintf(want, sizeof want, "refused: %s", why);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    ck_assert(!b.s->initialized);
+    box_free(&b);
+}
+
+START_TEST(checkpoint_of_another_job_shard_size_or_rule_is_refused)
+{
+    box_t a;
+    char p[1024], why[256];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 6);
+    save(&a, 3, p);
+    uint64_t id = a.cfg.job_id;
+    snprintf(why, sizeof why, "job id %llu, this job is 9", (unsigned long long)id);
+    expect_refused("job.id=9", why);
+    expect_refused("model.layers=10,30",
+                   "range [0, 128) of 220 parameters, this shard serves [0, 192) of 330");
+    expect_refused("servers.shards=tcp://127.0.0.1:1",
+                   "range [0, 128) of 220 parameters, this shard serves [0, 220) of 220");
+    expect_refused("job.workers=4", "3 workers, this job has 4");
+    expect_refused("optimizer.kind=momentum", "optimizer dcasgd, this job uses momentum");
+    expect_refused("job.mode=ssp", "mode async, this job runs ssp");
+    expect_refused("compression.pull=dense", "pull delta, this job uses dense");
+    expect_refused("optimizer.dc_adaptive=false", "dc_adaptive true, this job has false");
+    /* Another shard's file under this shard's name. */
+    char other[1200];
+    snprintf(other, sizeof other, "%s/shard-1-0000000009-v000000000006.ckpt", ckdir());
+    box_t b;
+    box_new(&b, NULL, 0);
+    b.s->index = 1;
+    ck_assert_int_eq(rename(p, other), 0);
+    ck_assert_int_eq(
+        dcps_checkpoint_restore(ckdir(), &b.cfg, b.s, &b.cons, NULL, 0, err, sizeof err),
+        DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "shard 0, this is shard 1"), "%s", err);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(a_file_that_is_no_checkpoint_is_refused)
+{
+    box_t b;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/shard-0-0000000001-v000000000000.ckpt", ckdir());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("this is not a checkpoint, but it is long enough to hold a header of 128 bytes, so "
+          "only its magic tells that it is none. ............................................",
+          f);
+    fclose(f);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "not a dcps checkpoint (bad magic)"), "%s", err);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(empty_directory_means_starting_fresh)
+{
+    box_t b;
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 0);
+    ck_assert(!b.s->initialized);
+    ck_assert(!b.s->restored);
+    ck_assert_msg(strstr(err, "no checkpoint of shard 0 in "), "%s", err);
+    box_free(&b);
+}
+END_TEST
+
+START_TEST(restore_into_a_shard_that_has_parameters_is_refused)
+{
+    box_t a;
+    char p[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    save(&a, 3, p);
+    ck_assert_int_eq(
+        dcps_checkpoint_restore(ckdir(), &a.cfg, a.s, &a.cons, NULL, 0, err, sizeof err),
+        DCPS_E_STATE);
+    box_free(&a);
+}
+END_TEST
+
+START_TEST(pruning_keeps_exactly_keep_checkpoints)
+{
+    box_t a;
+    char p[6][1024], other[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    /* Another shard's checkpoint and an unrelated file are left alone. */
+    snprintf(other, sizeof other, "%s/shard-1-0000000001-v000000000000.ckpt", ckdir());
+    fclose(fopen(other, "w"));
+    snprintf(other, sizeof other, "%s/notes.txt", ckdir());
+    fclose(fopen(other, "w"));
+    for (int i = 0; i < 6; i++) {
+        train(&a, i, 1);
+        save(&a, 2, p[i]);
+        ck_assert_int_eq(count(".ckpt"), 1 + (i < 1 ? 1 : 2));
+    }
+    ck_assert_int_eq(access(p[5], F_OK), 0);
+    ck_assert_int_eq(access(p[4], F_OK), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_ne(access(p[i], F_OK), 0);
+    ck_assert_int_eq(access(other, F_OK), 0);
+    save(&a, 1, p[0]); /* keep = 1: only the new one */
+    ck_assert_int_eq(count(".ckpt"), 2);
+    ck_assert_int_eq(access(p[0], F_OK), 0);
+    box_free(&a);
+}
+END_TEST
+
+START_TEST(no_temporary_file_is_left_behind)
+{
+    box_t a;
+    char p[1024], stale[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    save(&a, 3, p);
+    ck_assert_int_eq(count(".tmp"), 0);
+    ck_assert_int_eq(count(".ckpt"), 1);
+    /* One a crash left while writing is removed by the next save. */
+    snprintf(stale, sizeof stale, "%s/shard-0-0000000007-v000000000003.ckpt.tmp", ckdir());
+    fclose(fopen(stale, "w"));
+    save(&a, 3, p);
+    ck_assert_int_eq(count(".tmp"), 0);
+    ck_assert_int_eq(count(".ckpt"), 2);
+    /* Names sort by their sequence number, which the name carries. */
+    ck_assert_ptr_nonnull(strstr(p, "/shard-0-0000000002-v000000000000.ckpt"));
+    box_free(&a);
+}
+END_TEST
+
+START_TEST(after_a_restore_every_worker_is_answered_dense_once)
+{
+    for (int sync = 0; sync < 2; sync++) {
+        const char *ov[] = {sync ? "job.mode=sync" : "job.mode=async"};
+        box_t a, b;
+        char p[1024];
+        dcps_pull_t q;
+        box_new(&a, ov, 1);
+        box_init(&a);
+        train(&a, 0, 9);
+        save(&a, 3, p);
+        ck_assert_int_eq(restore(&b, ov, 1, NULL), 1);
+        dcps_shard_t *s = b.s;
+        int mirrors = s->mirror ? 1 : s->workers;
+        for (int mi = 0; mi < mirrors; mi++)
+            ck_assert_uint_eq(s->tag[mi], UINT64_MAX);
+        ck_assert_int_eq(s->delta_of, -1);
+        /* Every worker says it holds the current version, as it may from before
+         * the stop (with other contents): each gets w dense, once. */
+        for (uint32_t r = 0; r < 3; r++) {
+            dcps_shard_pull(s, r, true, s->version, 0, false, &q);
+            ck_assert_msg(q.dense, "%s: rank %u answered with a delta", ov[0], r);
+            ck_assert_uint_eq(q.k, s->n);
+            ck_assert_int_eq(memcmp(q.values, s->w, s->n * sizeof(float)), 0);
+        }
+        /* From then on tags are trusted again. */
+        dcps_shard_pull(s, 1, true, s->version, 0, false, &q);
+        ck_assert(!q.dense);
+        /* The same pull without the restore would have been a delta as well: the
+         * test above is not vacuous. */
+        dcps_shard_pull(a.s, 1, true, a.s->tag[a.s->mirror ? 0 : 1], 0, false, &q);
+        ck_assert(!q.dense);
+        box_free(&a);
+        box_free(&b);
+    }
+}
+END_TEST
+
+START_TEST(prepare_creates_checks_and_refuses_the_directory)
+{
+    char d[1024], f[1100];
+    snprintf(d, sizeof d, "%s/new", h_dir());
+    ck_assert_int_eq(dcps_checkpoint_prepare(d, err, sizeof err), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(d, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(dcps_checkpoint_prepare(d, err, sizeof err), 0); /* again: fine */
+
+    snprintf(f, sizeof f, "%s/missing/deeper", h_dir());
+    ck_assert_int_eq(dcps_checkpoint_prepare(f, err, sizeof err), DCPS_E_IO);
+    ck_assert_msg(strstr(err, "cannot create checkpoint directory ") && strstr(err, f), "%s", err);
+
+    snprintf(f, sizeof f, "%s/a-file", h_dir());
+    fclose(fopen(f, "w"));
+    ck_assert_int_eq(dcps_checkpoint_prepare(f, err, sizeof err), DCPS_E_IO);
+    ck_assert_msg(strstr(err, f) && strstr(err, "is not a directory"), "%s", err);
+
+    ck_assert_int_eq(chmod(d, 0500), 0);
+    int rc = dcps_checkpoint_prepare(d, err, sizeof err);
+    chmod(d, 0755);
+    if (geteuid() != 0) { /* root writes anywhere */
+        ck_assert_int_eq(rc, DCPS_E_IO);
+        ck_assert_msg(strstr(err, d) && strstr(err, "is not writable: Permission denied"), "%s",
+                      err);
+    }
+    snprintf(f, sizeof f, "%s/.dcps-probe-%ld", d, (long)getpid());
+    ck_assert_int_ne(access(f, F_OK), 0); /* the probe is gone */
+}
+END_TEST
+
+/* --- through the daemon --------------------------------------------------------- */
+
+static const char *server_job(const char *dir)
+{
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "[job]\nname = ckpt-itest\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:*\n"
+             "[model]\nlayers = 20,10\n"
+             "[optimizer]\nkind = dcasgd\nlr = 0.1\n"
+             "[worker]\ntimeout_ms = 5000\n"
+             "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 1\nheartbeat_ms = 100\n"
+             "dead_after_ms = 2000\n",
+             dir);
+    return h_write("job.ini", text);
+}
+
+static dcps_client_t *connect_to(const char *job, const char *endpoint)
+{
+    char set[300], e[512];
+    int rc;
+    snprintf(set, sizeof set, "servers.shards=%s", endpoint);
+    const char *ov[] = {set};
+    dcps_client_t *c = dcps_client_open(job, 0, ov, 1, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    return c;
+}
+
+/* The newest checkpoint file's path in dir ("" if none). */
+static const char *newest(const char *dir)
+{
+    static char best[1024];
+    char name[256] = "";
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL)
+        if (strstr(de->d_name, ".ckpt") && strcmp(de->d_name, name) > 0)
+            snprintf(name, sizeof name, "%s", de->d_name);
+    closedir(d);
+    snprintf(best, sizeof best, "%s/%s", dir, name);
+    return *name ? best : "";
+}
+
+START_TEST(restarted_server_serves_exactly_the_parameters_it_had)
+{
+    char ep[256], ep2[256], job[512];
+    const char *dir = ckdir();
+    snprintf(job, sizeof job, "%s", server_job(dir)); /* h_path's buffers rotate */
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *c = connect_to(job, ep);
+    size_t n = dcps_client_num_params(c);
+    ck_assert_uint_eq(n, 210);
+    float w[210], g[210], before[210], after[210];
+    for (size_t j = 0; j < n; j++)
+        w[j] = (float)cos(0.3 * (double)j);
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    for (int step = 0; step < 6; step++) {
+        ck_assert_int_eq(dcps_client_pull(c, w), 0);
+        for (size_t j = 0; j < n; j++)
+            g[j] = w[j] * 0.5f + 0.01f * (float)step; /* DC-ASGD's correction acts too */
+        ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    }
+    ck_assert_int_eq(dcps_client_pull(c, before), 0);
+    /* A periodic checkpoint within checkpoint_every = 1 s. */
+    for (int i = 0; i < 40 && !strstr(h_slurp(h_path("server0", "err")), "periodic checkpoint");
+         i++)
+        nanosleep(&(struct timespec){0, 100000000L}, NULL);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "no checkpoint in "), "%s", log);
+    ck_assert_msg(strstr(log, "periodic checkpoint "), "%s", log);
+    ck_assert_msg(strstr(log, "final checkpoint "), "%s", log);
+    char file[1024];
+    snprintf(file, sizeof file, "%s", newest(dir));
+    ck_assert_msg(*file && strstr(log, file), "newest %s; log: %s", file, log);
+
+    srv = h_server(job, 0, ep2);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    c = connect_to(job, ep2);
+    ck_assert_int_eq(dcps_client_initialized(c), 1);
+    ck_assert_int_eq(dcps_client_pull(c, after), 0);
+    ck_assert_int_eq(memcmp(before, after, sizeof before), 0);
+    dcps_client_close(&c);
+    log = h_slurp(h_path("server0", "err"));
+    char want[1200];
+    snprintf(want, sizeof want, "restored %s (version 6, initialised)", file);
+    ck_assert_msg(strstr(log, want), "want \"%s\" in %s", want, log);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+}
+END_TEST
+
+START_TEST(failed_final_checkpoint_makes_the_exit_status_1)
+{
+    char ep[256], job[512], moved[600];
+    const char *dir = ckdir();
+    snprintf(job, sizeof job, "%s", server_job(dir));
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *c = connect_to(job, ep);
+    float w[210] = {0};
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    dcps_client_close(&c);
+    /* The directory goes away and a file takes its name: nothing can be written. */
+    snprintf(moved, sizeof moved, "%s.moved", dir);
+    ck_assert_int_eq(rename(dir, moved), 0);
+    fclose(fopen(dir, "w"));
+    ck_assert_int_eq(h_stop(srv, 10000), 1);
+    const char *log = h_slurp(h_path("server0", "err"));
+    char want[1200];
+    snprintf(want, sizeof want,
+             "final checkpoint of version 0 failed: cannot read checkpoint directory %s: Not a "
+             "directory",
+             dir);
+    ck_assert_msg(strstr(log, want), "want \"%s\" in %s", want, log);
+    ck_assert_msg(strstr(log, "stopped: version 0"), "%s", log);
+}
+END_TEST
+
+static void expect_no_start(const char *dir, const char *const *whys, int n_whys)
+{
+    const char *job = server_job(dir);
+    const char *argv[] = {
+        "--config", job, "--shard", "0", "--endpoint-file", h_path("bad", "endpoint"), NULL};
+    pid_t p = h_spawn("dcps-server", "bad", argv);
+    ck_assert_int_gt(p, 0);
+    int st = h_wait(p, 10000);
+    const char *log = h_slurp(h_path("bad", "err"));
+    ck_assert_msg(st == 1, "exit %d: %s", st, log);
+    for (int i = 0; i < n_whys; i++)
+        ck_assert_msg(strstr(log, whys[i]), "want \"%s\" in %s", whys[i], log);
+    ck_assert_int_ne(access(h_path("bad", "endpoint"), F_OK), 0);
+}
+
+START_TEST(server_with_a_checkpoint_dir_that_is_a_file_does_not_start)
+{
+    const char *f = h_write("not-a-dir", "x\n");
+    char why[1024];
+    snprintf(why, sizeof why, "checkpoint directory %s is not a directory", f);
+    const char *whys[] = {why, "not starting"};
+    expect_no_start(f, whys, 2);
+}
+END_TEST
+
+START_TEST(server_with_only_unusable_checkpoints_does_not_start)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/shard-0-0000000001-v000000000000.ckpt", ckdir());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("DCPSCKPT and then nothing", f);
+    fclose(f);
+    const char *whys[] = {"refused: truncated: 25 of at least 128 bytes",
+                          "none of the 1 checkpoints of shard 0", "move them out of"};
+    expect_no_start(ckdir(), whys, 3);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("files");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, crc32c_is_castagnolis_and_chains);
+    tcase_add_test(tc, save_and_restore_give_the_same_state_bit_for_bit);
+    tcase_add_test(tc, open_sync_round_survives_a_restore);
+    tcase_add_test(tc, restore_takes_the_newest_of_several);
+    tcase_add_test(tc, flipped_byte_is_refused_and_the_previous_one_is_used);
+    tcase_add_test(tc, truncated_checkpoint_is_refused);
+    tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
+    tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);
+    tcase_add_test(tc, empty_directory_means_starting_fresh);
+    tcase_add_test(tc, restore_into_a_shard_that_has_parameters_is_refused);
+    tcase_add_test(tc, pruning_keeps_exactly_keep_checkpoints);
+    tcase_add_test(tc, no_temporary_file_is_left_behind);
+    tcase_add_test(tc, after_a_restore_every_worker_is_answered_dense_once);
+    tcase_add_test(tc, prepare_creates_checks_and_refuses_the_directory);
+    suite_add_tcase(s, tc);
+    TCase *daemon = tcase_create("daemon");
+    tcase_add_checked_fixture(daemon, setup, teardown);
+    tcase_set_timeout(daemon, 60);
+    tcase_add_test(daemon, restarted_server_serves_exactly_the_parameters_it_had);
+    tcase_add_test(daemon, failed_final_checkpoint_makes_the_exit_status_1);
+    tcase_add_test(daemon, server_with_a_checkpoint_dir_that_is_a_file_does_not_start);
+    tcase_add_test(daemon, server_with_only_unusable_checkpoints_does_not_start);
+    suite_add_tcase(s, daemon);
+    return dcps_test_run(s);
+}
