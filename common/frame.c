@@ -3,12 +3,31 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common/error.h"
 
+/* ZeroMQ receives small messages into one shared buffer, so their data may
+ * start at any address; payloads are read as uint32 and float arrays. Moves
+ * the data of part p to its own allocation (aligned as malloc aligns) if it is
+ * not 8-byte aligned. Returns 0 or -1 (out of memory, errno set). */
+static int align_part(zmq_msg_t *p)
+{
+    size_t len = zmq_msg_size(p);
+    if (len == 0 || (uintptr_t)zmq_msg_data(p) % 8 == 0)
+        return 0;
+    zmq_msg_t copy;
+    if (zmq_msg_init_size(&copy, len) != 0)
+        return -1;
+    memcpy(zmq_msg_data(&copy), zmq_msg_data(p), len);
+    return zmq_msg_move(p, &copy); /* releases p's old data */
+}
+
 int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
 {
+    bool nomem = false;
     f->n = 0;
     f->extra = 0;
     for (;;) {
@@ -25,11 +44,18 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
             return DCPS_E_ZMQ;
         }
         int more = zmq_msg_more(p);
+        if (p != &scratch && align_part(p) != 0)
+            nomem = true; /* the rest is still received: never leave a socket mid-message */
         if (p == &scratch) {
             zmq_msg_close(p);
             f->extra++;
         } else {
             f->n++;
+        }
+        if (!more && nomem) {
+            dcps_frames_close(f);
+            errno = ENOMEM;
+            return DCPS_E_ZMQ;
         }
         if (!more)
             return f->n;

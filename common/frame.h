@@ -4,7 +4,8 @@
  * the header (proto/codec.h) and sends payload frames either copied or zero-copy
  * with the caller's free callback. Receiving takes the whole multipart message,
  * also when it has more parts than any dcps message may have (the surplus is
- * received and counted, so the socket is never left mid-message). */
+ * received and counted, so the socket is never left mid-message); every part's
+ * data it hands over is 8-byte aligned (copied where ZeroMQ's is not). */
 #ifndef DCPS_FRAME_H
 #define DCPS_FRAME_H
 

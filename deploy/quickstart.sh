@@ -13,7 +13,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 build=$here/build
-run=$here/run
 
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
@@ -85,52 +84,13 @@ do_check() {
     say "all tests passed"
 }
 
-pids=()
-stop_all() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    pids=()
-}
-
+# The demo is deploy/launch-local.sh on the example job: it starts the 2 shards
+# (127.0.0.1:17001 and :17002), waits for their endpoints, runs the 2 workers with
+# their progress on the terminal, prints their final: lines and stops the shards;
+# on Ctrl-C it stops everything it started. Logs, endpoints and metrics go to run/.
 do_demo() {
-    local job=deploy/jobs/local.ini s r status=0
-    mkdir -p "$run"
-    rm -f "$run"/*.endpoint
-    trap 'stop_all; exit 130' INT TERM
-    trap stop_all EXIT
-    # The job file's shards are 127.0.0.1:17001 and :17002.
-    for s in 0 1; do
-        "$build/dcps-server" --config "$job" --shard $s --endpoint-file "$run/shard$s.endpoint" \
-            2>"$run/shard$s.log" &
-        pids+=($!)
-    done
-    for s in 0 1; do
-        for _ in $(seq 100); do [ -s "$run/shard$s.endpoint" ] && break; sleep 0.05; done
-        if [ ! -s "$run/shard$s.endpoint" ]; then
-            echo "shard $s did not start:" >&2
-            cat "$run/shard$s.log" >&2
-            return 1
-        fi
-        say "shard $s serving at $(cat "$run/shard$s.endpoint") (log: run/shard$s.log)"
-    done
-    say "2 workers training the Fashion-MNIST MLP (progress every 200 steps)"
-    local wp=()
-    for r in 0 1; do
-        # Not `worker | tee`: $! must be the worker's pid, so that stop_all reaches it.
-        OPENBLAS_NUM_THREADS=1 "$build/dcps-worker" --config "$job" --rank $r \
-            --metrics "$run/worker$r.csv" 2>"$run/worker$r.log" > >(tee "$run/worker$r.out") &
-        wp+=($!)
-        pids+=($!)
-    done
-    for r in 0 1; do wait "${wp[$r]}" || status=1; done
-    stop_all
-    say "final lines"
-    for r in 0 1; do
-        grep '^final:' "$run/worker$r.out" || { echo "worker $r failed:"; cat "$run/worker$r.log"; status=1; }
-    done
-    say "metrics CSV: run/worker0.csv run/worker1.csv; server logs: run/shard0.log run/shard1.log"
-    return $status
+    say "2 shards and 2 workers train the Fashion-MNIST MLP (deploy/jobs/local.ini, progress every 200 steps)"
+    exec deploy/launch-local.sh deploy/jobs/local.ini -b "$build" -d run
 }
 
 case "${1:-}" in

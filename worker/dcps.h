@@ -9,9 +9,10 @@
  * (ZeroMQ reconnects by itself). A resent push carries the same sequence number,
  * so a shard applies it once.
  *
- * Errors are values: calls return 0 or a negative DCPS_E_… code (common/error.h)
- * and dcps_client_error() gives a sentence that names the shard and what went
- * wrong. The library never exits the process. A client is used by one thread.
+ * Errors are values: calls return 0 or a negative DCPS_E_… code (common/error.h,
+ * installed as <dcps/error.h> beside this header's <dcps/dcps.h>) and
+ * dcps_client_error() gives a sentence that names the shard and what went wrong.
+ * The library never exits the process. A client is used by one thread.
  *
  * Vectors are the whole model: n = dcps_client_num_params() float32 values in
  * the job's global index order; the client splits and joins them by shard.
@@ -61,7 +62,8 @@ typedef struct {
 dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *const *overrides,
                                 size_t n_overrides, int *err, char *errbuf, size_t errlen);
 
-/* The same from a loaded job (common/config.h); cfg is copied. */
+/* The same from a loaded job (common/config.h); cfg is copied. config.h is not
+ * installed: programs built against the installed library use dcps_client_open. */
 dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err, char *errbuf,
                                size_t errlen);
 

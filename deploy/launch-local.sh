@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# launch-local.sh — run a whole dcps job on this host: its shards, then its workers.
+#
+#   launch-local.sh JOB.ini [-w N] [-s SECTION.KEY=VALUE]... [-b BINDIR] [-d RUNDIR] [-e] [-q]
+#
+#   -w N     run N workers (sets [job] workers = N for shards and workers alike);
+#            default: the job's [job] workers
+#   -s K=V   pass --set K=V to every shard and worker (repeatable)
+#   -b DIR   where dcps-server and dcps-worker are (default: $DCPS_BINDIR, else PATH)
+#   -d DIR   run directory for logs, endpoint files and metrics (default: ./run)
+#   -e       ephemeral ports: the shards bind tcp://127.0.0.1:* instead of the job's
+#            endpoints, so that several jobs (or test runs) can share the host
+#   -q       quiet: do not echo the workers' progress, only their final lines
+#
+# It starts one dcps-server per entry of the job's [servers] shards, waits until each
+# has written its endpoint file (--endpoint-file), starts the workers (ranks 0 to N-1)
+# with those endpoints, waits for them, prints each worker's final: line, then stops
+# the shards with SIGTERM. In RUNDIR: shardS.log, shardS.endpoint, workerR.out (stdout),
+# workerR.log (stderr), workerR.csv (metrics).
+#
+# Exit status: 0 if every worker printed its final: line and every shard stopped with
+# status 0; 1 otherwise (the failing logs are named); 2 for a bad command line; 130 or
+# 143 after SIGINT (Ctrl-C) or SIGTERM. Whatever way it ends, it stops every process it
+# started and waits for them: no daemon is left behind.
+set -uo pipefail
+
+usage() {
+    sed -n '4,13s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
+    exit 2
+}
+
+say() {
+    if [ -t 1 ]; then printf '\033[1m==> %s\033[0m\n' "$*"; else printf '==> %s\n' "$*"; fi
+}
+
+# ini_get FILE SECTION KEY: the key's value, continuation lines joined, inline
+# comments (" ;...") and surrounding blanks removed; nothing if it is not set.
+# Enough for [job] workers and [servers] shards; dcps-server checks the file itself.
+ini_get() {
+    awk -v want_sec="$2" -v want_key="$3" '
+        function flush() { if (found) { print val; found = 0; done = 1 } }
+        done { exit }
+        /^[ \t]*[;#]/ { next }
+        /^[ \t]*\[/ { flush(); sec = $0; gsub(/[][ \t]/, "", sec); cont = 0; next }
+        cont && /^[ \t]+[^ \t]/ { v = $0; sub(/[ \t]+;.*/, "", v); val = val v; next }
+        { cont = 0; flush() }
+        sec == want_sec && index($0, "=") {
+            k = substr($0, 1, index($0, "=") - 1); gsub(/[ \t]/, "", k)
+            if (k != want_key) next
+            v = substr($0, index($0, "=") + 1); sub(/[ \t]+;.*/, "", v)
+            val = v; found = 1; cont = 1
+        }
+        END { flush() }' "$1" | tr -d ' \t'
+}
+
+job=
+workers=
+bindir=${DCPS_BINDIR:-}
+run=run
+ephemeral=0
+quiet=0
+sets=()
+[ $# -ge 1 ] || usage
+case "$1" in -h | --help) usage ;; -*) ;; *) job=$1; shift ;; esac
+while getopts ':w:s:b:d:eqh' opt; do
+    case $opt in
+    w) workers=$OPTARG ;;
+    s) sets+=(--set "$OPTARG") ;;
+    b) bindir=$OPTARG ;;
+    d) run=$OPTARG ;;
+    e) ephemeral=1 ;;
+    q) quiet=1 ;;
+    *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+# The job file comes first, or after the options.
+[ -z "$job" ] && [ $# -eq 1 ] && { job=$1; shift; }
+[ -n "$job" ] && [ $# -eq 0 ] || usage
+[ -r "$job" ] || { echo "launch-local.sh: cannot read $job" >&2; exit 2; }
+if [ -z "$bindir" ]; then
+    server=$(command -v dcps-server) || { echo "launch-local.sh: dcps-server is not in PATH; use -b DIR" >&2; exit 2; }
+    bindir=$(dirname "$server")
+fi
+for p in dcps-server dcps-worker; do
+    [ -x "$bindir/$p" ] || { echo "launch-local.sh: no $bindir/$p" >&2; exit 2; }
+done
+
+# The shard and worker counts: the job's, or the last -s that sets them.
+shards=$(ini_get "$job" servers shards)
+job_workers=$(ini_get "$job" job workers)
+for a in "${sets[@]}"; do
+    case $a in
+    servers.shards=*) shards=${a#servers.shards=} ;;
+    job.workers=*) job_workers=${a#job.workers=} ;;
+    esac
+done
+nshards=$(printf '%s' "${shards:-tcp://127.0.0.1:17001,tcp://127.0.0.1:17002}" | tr ',' '\n' | grep -c .)
+if [ -n "$workers" ]; then
+    case $workers in '' | *[!0-9]* | 0) echo "launch-local.sh: -w: \"$workers\" is not a worker count" >&2; exit 2 ;; esac
+    sets+=(--set "job.workers=$workers")
+else
+    workers=${job_workers:-2}
+fi
+server_sets=()
+if [ $ephemeral -eq 1 ]; then
+    eps=$(for ((s = 0; s < nshards; s++)); do printf 'tcp://127.0.0.1:*\n'; done | paste -sd, -)
+    server_sets=(--set "servers.shards=$eps")
+fi
+
+mkdir -p "$run" || exit 2
+rm -f "$run"/shard*.endpoint "$run"/worker*.out
+
+# Every process started and not yet waited for (shards, workers and tees alike):
+# only these are ever signalled, so a recycled pid is never hit.
+declare -A live=()
+reap() {  # reap PID: waits for it; returns its exit status
+    local rc=0
+    wait "$1" || rc=$?
+    unset "live[$1]"
+    return $rc
+}
+stop_all() {
+    local p
+    for p in "${!live[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${!live[@]}"; do reap "$p"; done
+}
+trap 'stop_all' EXIT
+trap 'echo "launch-local.sh: interrupted, stopping everything" >&2; stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+
+spids=()
+for ((s = 0; s < nshards; s++)); do
+    "$bindir/dcps-server" --config "$job" --shard "$s" --endpoint-file "$run/shard$s.endpoint" \
+        "${sets[@]}" "${server_sets[@]}" 2>"$run/shard$s.log" &
+    spids+=($!)
+    live[$!]=1
+done
+endpoints=()
+for ((s = 0; s < nshards; s++)); do
+    for _ in $(seq 200); do
+        [ -s "$run/shard$s.endpoint" ] && break
+        kill -0 "${spids[$s]}" 2>/dev/null || break
+        sleep 0.05
+    done
+    if [ ! -s "$run/shard$s.endpoint" ]; then
+        echo "launch-local.sh: shard $s did not start ($run/shard$s.log):" >&2
+        cat "$run/shard$s.log" >&2
+        exit 1
+    fi
+    endpoints+=("$(cat "$run/shard$s.endpoint")")
+    say "shard $s serving at ${endpoints[$s]} (log: $run/shard$s.log)"
+done
+bound=$(printf '%s\n' "${endpoints[@]}" | paste -sd, -)
+
+say "$workers worker(s) training; output in $run/worker<rank>.out"
+# One BLAS thread per worker: several workers on one host would fight over the cores.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+wpids=()
+for ((r = 0; r < workers; r++)); do
+    # stdout goes through tee on its own descriptor, not `worker | tee`: $! must be
+    # the worker's pid, and the tee is waited for before the output is read.
+    if [ $quiet -eq 0 ]; then
+        exec {out}> >(tee "$run/worker$r.out")
+        live[$!]=1
+    else
+        exec {out}>"$run/worker$r.out"
+    fi
+    "$bindir/dcps-worker" --config "$job" --rank "$r" --metrics "$run/worker$r.csv" \
+        "${sets[@]}" --set "servers.shards=$bound" >&$out 2>"$run/worker$r.log" &
+    wpids+=($!)
+    live[$!]=1
+    exec {out}>&-
+done
+
+status=0
+wstatus=()
+for ((r = 0; r < workers; r++)); do
+    rc=0
+    reap "${wpids[$r]}" || rc=$?
+    wstatus+=($rc)
+done
+# The shards: SIGTERM, and each must exit 0 (a crashed shard is a failure too).
+for ((s = 0; s < nshards; s++)); do
+    kill -TERM "${spids[$s]}" 2>/dev/null
+    if ! reap "${spids[$s]}"; then
+        echo "launch-local.sh: shard $s failed; see $run/shard$s.log" >&2
+        status=1
+    fi
+done
+stop_all  # the tees, which end once the workers have
+
+say "final lines"
+for ((r = 0; r < workers; r++)); do
+    if [ "${wstatus[$r]}" -eq 0 ] && grep '^final:' "$run/worker$r.out"; then
+        continue
+    fi
+    echo "launch-local.sh: worker $r failed (exit status ${wstatus[$r]}); $run/worker$r.log:" >&2
+    tail -n 20 "$run/worker$r.log" >&2
+    status=1
+done
+say "metrics: $run/worker<rank>.csv; logs: $run/shard<s>.log, $run/worker<rank>.log"
+exit $status
