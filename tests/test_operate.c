@@ -328,10 +328,10 @@ START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
 
     const char *log = h_slurp(h_path("server1b", "err"));
     ck_assert_msg(strstr(log, "restored"), "the restarted shard said: %s", log);
-    /* The workers felt it: requests to shard 1 were sent again. */
-    ck_assert_double_gt(h_final(h_slurp(h_path("w0", "out")), "retries") +
-                            h_final(h_slurp(h_path("w1", "out")), "retries"),
-                        0);
+    /* Both workers went on with the new process (a request lost with the old
+     * one is sent again; one sent while it was down waits in ZeroMQ's queue). */
+    ck_assert_msg(strstr(log, "worker 0 rejoins") && strstr(log, "worker 1 rejoins"),
+                  "the restarted shard said: %s", log);
     expect_close_to("w0", ref);
     expect_close_to("w1", ref);
     for (int s = 0; s < 2; s++)
