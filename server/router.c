@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -44,17 +43,10 @@ static double now_ms(const dcps_router_t *r)
     return (double)uv_now(r->loop);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Records one update that took ns nanoseconds since `since` (see dcps_latency_t). */
 static void timed(dcps_latency_t *l, uint64_t since)
 {
-    uint64_t ns = mono_ns() - since;
+    uint64_t ns = uv_hrtime() - since;
     int b = 0;
     while (b < DCPS_LATENCY_BUCKETS - 1 && ns > (1000ull << b))
         b++;
@@ -158,7 +150,7 @@ static void barrier_check(dcps_router_t *r)
 static void progress(dcps_router_t *r)
 {
     if (dcps_consistency_round_full(&r->cons)) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = uv_hrtime();
         dcps_shard_apply_round(r->shard, r->cons.contributions);
         timed(&r->apply_round, t0);
         dcps_consistency_close_round(&r->cons);
@@ -345,7 +337,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         break;
     }
     dcps_shard_note_staleness(s, based_on);
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = uv_hrtime();
     if (r->cfg->mode == DCPS_MODE_SYNC) {
         if (idx)
             dcps_shard_accumulate_sparse(s, m->rank, m->seq, idx, v, k);
