@@ -58,6 +58,15 @@ summaries() {
     done
 }
 
+# Prints the whole log of each test that failed in build tree $1.
+failing_logs() {
+    grep -lE '^:test-result: (FAIL|ERROR)' "$1"/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' |
+        while read -r f; do
+            say "failing log: ${f#"$1"/}"
+            cat "$f"
+        done
+}
+
 do_check() {
     local status=0
     say "make check"
@@ -65,8 +74,7 @@ do_check() {
     say "Check summaries"
     summaries "$build"
     if [ $status -ne 0 ]; then
-        say "failing logs"
-        grep -lE '^(FAIL|ERROR)' "$build"/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' | xargs -r cat
+        failing_logs "$build"
         return $status
     fi
     say "make distcheck (CPU-only variant: --without-cuda)"
@@ -77,7 +85,10 @@ do_check() {
     grep -hE '^(PASS|FAIL|SKIP|ERROR|# )' "$build/distcheck.log" | sed 's/^/distcheck: /' || true
     if [ $status -ne 0 ]; then
         tail -n 60 "$build/distcheck.log"
-        [ -n "$dist" ] && summaries "$dist"
+        if [ -n "$dist" ]; then
+            summaries "$dist"
+            failing_logs "$dist"
+        fi
         return $status
     fi
     grep -E 'archives ready for distribution|^dcps-.*tar' "$build/distcheck.log" | head -2 || true
