@@ -133,6 +133,9 @@ static const struct key keys[] = {
     INT("worker", "retries", retries, "5", 0, 1000, "retries of a request before giving up"),
     INT("worker", "delay_ms", delay_ms, "0", 0, 600000,
         "sleep after each step (experiments: a slow worker)"),
+    INT("worker", "compute_ms", compute_ms, "0", 0, 600000,
+        "emulated compute: each step sleeps N ms and pushes a seeded synthetic gradient of "
+        "the model's size instead of the MLP's (no evaluation); 0: off"),
     STR("server", "checkpoint_dir", checkpoint_dir, "",
         "directory of the shards' checkpoints, created if missing; empty: none"),
     {ROW("server", "checkpoint_every", T_INT, checkpoint_every, "60",

@@ -86,6 +86,7 @@ typedef struct dcps_config {
     int timeout_ms;
     int retries;
     int delay_ms;
+    int compute_ms; /* 0: the MLP computes the gradients */
 
     /* [server] */
     char checkpoint_dir[DCPS_PATH_MAX];

@@ -12,6 +12,7 @@
 
 #include "kernels/gpu.h"
 #include "tests/harness.h"
+#include "worker/trainer.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
 
@@ -201,6 +202,82 @@ START_TEST(worker_asked_for_a_gpu_without_one_exits_clearly)
 }
 END_TEST
 
+/* The synthetic gradients: a seeded pool per rank with the documented
+ * distribution, and windows into it that move from step to step. */
+START_TEST(synthetic_gradients_are_seeded_per_rank_and_move_each_step)
+{
+    enum { LEN = 1 << 20 };
+    float *a = malloc(LEN * sizeof *a), *b = malloc(LEN * sizeof *b), *c = malloc(LEN * sizeof *c);
+    ck_assert(a && b && c);
+    dcps_trainer_synthetic_pool(42, 0, a, LEN);
+    dcps_trainer_synthetic_pool(42, 0, b, LEN);
+    dcps_trainer_synthetic_pool(42, 1, c, LEN);
+    ck_assert_mem_eq(a, b, LEN * sizeof *a);
+    size_t same = 0;
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < LEN; i++) {
+        same += a[i] == c[i];
+        sum += a[i];
+        sq += (double)a[i] * a[i];
+    }
+    ck_assert_uint_lt(same, 16); /* another rank draws other values */
+    double mean = sum / LEN, sd = sqrt(sq / LEN - mean * mean);
+    ck_assert_msg(fabs(mean) < 1e-4 && fabs(sd - DCPS_SYNTH_STD) < 1e-4, "mean %g sd %g", mean,
+                  sd);
+
+    size_t distinct = 0, prev = SIZE_MAX;
+    for (long step = 1; step <= 100; step++) {
+        size_t off = dcps_trainer_synthetic_offset(42, 0, step);
+        ck_assert_uint_le(off, DCPS_SYNTH_SLACK);
+        ck_assert_uint_eq(off, dcps_trainer_synthetic_offset(42, 0, step));
+        distinct += off != prev;
+        prev = off;
+    }
+    ck_assert_uint_ge(distinct, 95);
+    ck_assert_uint_ne(dcps_trainer_synthetic_offset(42, 0, 7), dcps_trainer_synthetic_offset(42, 1, 7));
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
+/* --compute-ms (and [worker] compute_ms): each step sleeps and pushes a
+ * gradient of the model's size; no model runs, so nothing is evaluated. */
+START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
+{
+    char ep0[256], ep1[256], shards[600];
+    const char *j = job("job.ini", "");
+    pid_t s0 = h_server(j, 0, ep0), s1 = h_server(j, 1, ep1);
+    ck_assert_int_gt(s0, 0);
+    ck_assert_int_gt(s1, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
+    const char *a0[] = {"--config", j, "--rank", "0", "--set", shards, "--set",
+                        "data.train_limit=1200", "--compute-ms", "20", NULL};
+    const char *a1[] = {"--config", j, "--rank", "1", "--set", shards, "--set",
+                        "data.train_limit=1200", "--set", "worker.compute_ms=20", NULL};
+    pid_t w[2] = {h_spawn("dcps-worker", "emu0", a0), h_spawn("dcps-worker", "emu1", a1)};
+    for (int r = 0; r < 2; r++) {
+        const char *tag = r ? "emu1" : "emu0";
+        int st = h_wait(w[r], 120000);
+        ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, h_slurp(h_path(tag, "err")));
+        const char *out = h_slurp(h_path(tag, "out"));
+        double steps = h_final(out, "steps");
+        ck_assert_double_eq(steps, 2 * 19); /* 600 examples a worker, batch 32, 2 epochs */
+        ck_assert_double_eq(h_final(out, "compute_ms"), 20);
+        ck_assert_msg(isnan(h_final(out, "test_acc")), "%s", out);
+        ck_assert_double_ge(h_final(out, "elapsed_s"), steps * 0.020);
+        ck_assert_double_ge(h_final(out, "bytes_pushed"), steps * 50890 * 4);
+        ck_assert_ptr_nonnull(strstr(h_slurp(h_path(tag, "err")), "emulates its computation"));
+    }
+    ck_assert_int_eq(h_stop(s0, 5000), 0);
+    ck_assert_int_eq(h_stop(s1, 5000), 0);
+
+    const char *bad[] = {"--config", j, "--rank", "0", "--compute-ms", "5ms", NULL};
+    ck_assert_int_eq(h_wait(h_spawn("dcps-worker", "emubad", bad), 20000), 2);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("emubad", "err")), "--compute-ms: \"5ms\""));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("integration");
@@ -212,6 +289,8 @@ int main(void)
     tcase_add_test(tc, bad_job_file_stops_both_programs_before_binding);
     tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
     tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
+    tcase_add_test(tc, synthetic_gradients_are_seeded_per_rank_and_move_each_step);
+    tcase_add_test(tc, emulated_compute_sleeps_and_pushes_model_sized_gradients);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -26,6 +26,8 @@ static void usage(FILE *out)
             "  -r, --rank R             this worker's rank, 0 to [job] workers - 1\n"
             "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
             "      --metrics FILE       write per-step metrics as CSV (overrides [worker] metrics)\n"
+            "      --compute-ms MS      emulate the computation: sleep MS ms a step and push a\n"
+            "                           seeded synthetic gradient (= --set worker.compute_ms=MS)\n"
             "      --dump-config        print every key with default, range and doc\n"
             "  -V, --version            print the version\n"
             "  -h, --help               this text\n");
@@ -33,15 +35,17 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_SET = 256, OPT_METRICS, OPT_DUMP };
+    enum { OPT_SET = 256, OPT_METRICS, OPT_DUMP, OPT_COMPUTE_MS };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},  {"rank", required_argument, NULL, 'r'},
         {"set", required_argument, NULL, OPT_SET}, {"metrics", required_argument, NULL, OPT_METRICS},
         {"dump-config", no_argument, NULL, OPT_DUMP}, {"version", no_argument, NULL, 'V'},
+        {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *metrics = NULL;
     const char *overrides[MAX_OVERRIDES];
+    char compute_ms[64]; /* --compute-ms as an override, checked with the others */
     size_t n_overrides = 0;
     long rank = -1;
     char *end, err[1024], ident[32];
@@ -62,11 +66,26 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_SET:
+        case OPT_COMPUTE_MS:
             if (n_overrides == MAX_OVERRIDES) {
                 fprintf(stderr, "dcps-worker: more than %d --set options\n", MAX_OVERRIDES);
                 return 2;
             }
-            overrides[n_overrides++] = optarg;
+            if (c == OPT_COMPUTE_MS) {
+                errno = 0;
+                long ms = strtol(optarg, &end, 10);
+                if (errno || *end || end == optarg || ms < 0 || ms > 600000) {
+                    fprintf(stderr,
+                            "dcps-worker: --compute-ms: \"%s\" is not a number of "
+                            "milliseconds from 0 to 600000\n",
+                            optarg);
+                    return 2;
+                }
+                snprintf(compute_ms, sizeof compute_ms, "worker.compute_ms=%ld", ms);
+                overrides[n_overrides++] = compute_ms;
+            } else {
+                overrides[n_overrides++] = optarg;
+            }
             break;
         case OPT_METRICS:
             metrics = optarg;

@@ -59,6 +59,7 @@ typedef struct {
     float *grads[2];                 /* CPU path: grad's two buffers (the same one unless
                                         the pipeline runs) */
     dcps_compress_t *comp;
+    float *pool;                     /* emulated compute: the synthetic gradients */
     bool pipe;                       /* the CD-SGD pipeline runs */
     float local_lr;
     comm_t comm;
@@ -191,6 +192,10 @@ static int pull(trainer_t *t, const char *what, bool exact)
 /* The test loss and accuracy at the parameters last pulled. */
 static int evaluate(trainer_t *t, float *loss, float *acc)
 {
+    if (t->pool) { /* emulated compute: no model to evaluate */
+        *loss = *acc = NAN;
+        return 0;
+    }
     int rc = t->gpu ? dcps_mlp_gpu_evaluate(t->gmlp, t->d_params, &t->test, loss, acc)
                     : dcps_mlp_evaluate(t->mlp, t->pulled, &t->test, loss, acc);
     if (rc == 0)
@@ -343,6 +348,14 @@ static int cpu_step(trainer_t *t, long step, int epoch, uint32_t at, int b, floa
                     int *correct)
 {
     int rc;
+    if (t->pool) {
+        int ms = t->cfg->compute_ms;
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+        t->grad = t->pool + dcps_trainer_synthetic_offset(t->cfg->seed, t->rank, step);
+        *loss = NAN;
+        *correct = 0;
+        return communicate(t, step, epoch);
+    }
     t->grad = t->grads[step & 1];
     gather(t, at, b, t->xb, t->yb);
     if ((rc = dcps_mlp_forward_backward(t->mlp, t->params, t->xb, t->yb, b, t->grad, loss,
@@ -520,6 +533,17 @@ static int setup_cpu(trainer_t *t)
         t->grads[1] = t->params + 2 * t->n;
         t->pulled = t->params + 3 * t->n;
     }
+    if (cfg->compute_ms > 0) {
+        t->pool = malloc((t->n + DCPS_SYNTH_SLACK) * sizeof(float));
+        if (!t->pool) {
+            snprintf(t->err, t->errlen, "out of memory (synthetic gradients)");
+            return DCPS_E_NOMEM;
+        }
+        dcps_trainer_synthetic_pool(cfg->seed, t->rank, t->pool, t->n + DCPS_SYNTH_SLACK);
+        DCPS_INFO("rank %d emulates its computation: %d ms a step, synthetic gradients of "
+                  "%zu parameters", t->rank, cfg->compute_ms, t->n);
+        return 0;
+    }
     t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
     if (!t->mlp)
         return fail(t, rc, "model");
@@ -538,7 +562,8 @@ static int setup(trainer_t *t, const char *metrics_path)
                  "built --without-cuda); use device = auto or cpu");
         return DCPS_E_NOGPU;
     }
-    t->gpu = cfg->device != DCPS_DEVICE_CPU && gpus > 0;
+    /* Emulated compute runs no model, so there is nothing for a GPU to do. */
+    t->gpu = cfg->device != DCPS_DEVICE_CPU && gpus > 0 && cfg->compute_ms == 0;
 
     if ((rc = dcps_dataset_load(cfg->train_images, cfg->train_labels, (uint32_t)cfg->train_limit,
                                 &t->train, t->err, t->errlen)) != 0 ||
@@ -637,6 +662,7 @@ static void teardown(trainer_t *t)
     if (t->csv)
         fclose(t->csv);
     free(t->order);
+    free(t->pool);
     free(t->yb);
     free(t->xb);
     if (!t->gpu) /* on the GPU path params is a slice of pinned */
@@ -716,7 +742,7 @@ static int train(trainer_t *t, FILE *out)
                 stats(t, &st);
                 double tn = now_s();
                 double wl = win_loss / (double)cfg->log_every;
-                double wa = (double)win_correct / (double)win_samples;
+                double wa = t->pool ? NAN : (double)win_correct / (double)win_samples;
                 fprintf(out,
                         "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
                         "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
@@ -759,7 +785,7 @@ static int train(trainer_t *t, FILE *out)
             "elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64
             " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s compression=%s "
             "pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
-            " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d\n",
+            " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d compute_ms=%d\n",
             t->rank, test_acc, test_loss, train_loss, step, cfg->epochs,
             elapsed, (double)samples / elapsed, st.bytes_pushed, st.bytes_pulled,
             (double)(st.bytes_pushed + st.bytes_pulled) / (double)(ran ? ran : 1),
@@ -768,9 +794,24 @@ static int train(trainer_t *t, FILE *out)
             dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
             cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density, t->pipe ? "true" : "false",
             staleness_mean(&st), st.staleness_max, st.dropped, st.retries,
-            t->gpu ? "gpu" : "cpu", cfg->workers);
+            t->gpu ? "gpu" : "cpu", cfg->workers, cfg->compute_ms);
     fflush(out);
     return 0;
+}
+
+void dcps_trainer_synthetic_pool(uint64_t seed, int rank, float *pool, size_t len)
+{
+    dcps_rng_t r;
+    dcps_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1)));
+    for (size_t i = 0; i < len; i++)
+        pool[i] = DCPS_SYNTH_STD * dcps_rng_normal(&r);
+}
+
+size_t dcps_trainer_synthetic_offset(uint64_t seed, int rank, long step)
+{
+    dcps_rng_t r;
+    dcps_rng_seed(&r, seed ^ ((uint64_t)rank << 40) ^ (uint64_t)step);
+    return (size_t)dcps_rng_below(&r, DCPS_SYNTH_SLACK + 1);
 }
 
 int dcps_trainer_run(const dcps_config_t *cfg, int rank, const char *metrics_path, FILE *out,

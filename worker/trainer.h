@@ -25,6 +25,18 @@
 uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
                             uint32_t *order);
 
+/* Emulated compute ([worker] compute_ms > 0): each step sleeps compute_ms and
+ * its gradient is the window pool[off, off + n) of a pool of n +
+ * DCPS_SYNTH_SLACK values drawn once per rank from N(0, DCPS_SYNTH_STD²),
+ * seeded by the job's seed and the rank, where off =
+ * dcps_trainer_synthetic_offset(seed, rank, step) is in [0, DCPS_SYNTH_SLACK].
+ * A window costs nothing to draw, so the workers spend their CPU on what a
+ * GPU worker would spend it on: compressing and communicating. */
+#define DCPS_SYNTH_SLACK 1048576
+#define DCPS_SYNTH_STD 0.01f
+void dcps_trainer_synthetic_pool(uint64_t seed, int rank, float *pool, size_t len);
+size_t dcps_trainer_synthetic_offset(uint64_t seed, int rank, long step);
+
 /* Runs the whole job for `rank`. Returns 0, or a negative code with a sentence in
  * err. metrics_path may be NULL or "" (no CSV). */
 int dcps_trainer_run(const dcps_config_t *cfg, int rank, const char *metrics_path, FILE *out,
