@@ -38,6 +38,8 @@
 #include "common/rng.h"
 #include "worker/dcps.h"
 
+#include <zmq.h>
+
 #define MAX_SIZES 16
 #define MAX_SHARDS 2
 #define MAX_WORKERS 4
@@ -387,21 +389,102 @@ static double memcpy_time(copybuf_t *cb, size_t bytes)
     return bench_median(t, 11);
 }
 
+/* The transport's floor: the same two round trips as a push and a pull of
+ * worker 0 (up bytes out and 4 back, then 4 out and down bytes back) through
+ * bare ZeroMQ over tcp://127.0.0.1, DEALER to a ROUTER that receives the
+ * message and answers from a buffer it never copies, and the client drops the
+ * reply unread. No header, no checksum, no update, no copy into the caller's
+ * array: what is left is what ZeroMQ and the kernel cost. The ROUTER runs in
+ * a thread of this process with a context of its own, ended by shutting that
+ * context down. */
+typedef struct {
+    void *ctx;
+    void *sock;
+    const char *reply;
+    size_t down;
+} echo_t;
+
+static void *echo_main(void *arg)
+{
+    echo_t *e = arg;
+    for (;;) {
+        zmq_msg_t id, m, out;
+        zmq_msg_init(&id);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&id, e->sock, 0) < 0 || zmq_msg_recv(&m, e->sock, 0) < 0)
+            break;
+        size_t len = zmq_msg_size(&m);
+        zmq_msg_close(&m);
+        zmq_msg_init_data(&out, (void *)e->reply, len == 4 ? e->down : 4, NULL, NULL);
+        zmq_msg_send(&id, e->sock, ZMQ_SNDMORE);
+        zmq_msg_send(&out, e->sock, 0);
+    }
+    return NULL;
+}
+
+/* The median seconds of one push-sized then pull-sized round trip (up > 4),
+ * over about target_s seconds; -1 if ZeroMQ fails. */
+static double zmq_floor_time(size_t up, size_t down, double target_s)
+{
+    char ep[64];
+    size_t len = sizeof ep;
+    double t[MAX_ITERS], rt = -1;
+    int n = 0;
+    char *buf = calloc(up > down ? up : down, 1);
+    echo_t e = {.ctx = zmq_ctx_new(), .reply = buf, .down = down};
+    void *ctx = zmq_ctx_new(), *c = NULL;
+    pthread_t th;
+    if (!buf || !e.ctx || !ctx || !(e.sock = zmq_socket(e.ctx, ZMQ_ROUTER)) ||
+        zmq_bind(e.sock, "tcp://127.0.0.1:*") != 0 ||
+        zmq_getsockopt(e.sock, ZMQ_LAST_ENDPOINT, ep, &len) != 0 ||
+        pthread_create(&th, NULL, echo_main, &e) != 0)
+        goto out;
+    if (!(c = zmq_socket(ctx, ZMQ_DEALER)) || zmq_connect(c, ep) != 0)
+        goto stop;
+    double until = bench_now() + target_s;
+    for (int i = -WARMUP; i < MAX_ITERS && (i < MIN_ITERS || bench_now() < until); i++) {
+        zmq_msg_t m;
+        double t0 = bench_now();
+        if (zmq_send(c, buf, up, 0) < 0 || zmq_msg_init(&m) != 0 || zmq_msg_recv(&m, c, 0) < 0 ||
+            zmq_msg_close(&m) != 0 || zmq_send(c, buf, 4, 0) < 0 || zmq_msg_init(&m) != 0 ||
+            zmq_msg_recv(&m, c, 0) < 0 || zmq_msg_close(&m) != 0)
+            goto stop;
+        if (i >= 0)
+            t[n++] = bench_now() - t0;
+    }
+    rt = bench_median(t, n);
+stop:
+    zmq_ctx_shutdown(e.ctx); /* the ROUTER's blocking receive returns ETERM */
+    pthread_join(th, NULL);
+out:
+    if (c)
+        zmq_close(c);
+    if (e.sock)
+        zmq_close(e.sock);
+    if (e.ctx)
+        zmq_ctx_term(e.ctx);
+    if (ctx)
+        zmq_ctx_term(ctx);
+    free(buf);
+    return rt;
+}
+
 typedef struct {
     const char *kind;
     int shards, workers, iters;
     uint64_t n;
     double density, bytes_per_op;
     double push_med, push_p99, pull_med, pull_p99, trip_med; /* seconds */
-    double gbps, memcpy_s;
+    double gbps, memcpy_s, zmq_s;
 } result_t;
 
 static void print_row(const result_t *o)
 {
-    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d\n", o->kind, o->shards,
-           o->workers, (unsigned long long)o->n, o->density, o->bytes_per_op, o->push_med * 1e3,
-           o->push_p99 * 1e3, o->pull_med * 1e3, o->pull_p99 * 1e3, o->gbps, o->memcpy_s * 1e3,
-           (o->push_med + o->pull_med) / o->memcpy_s, o->iters);
+    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f\n", o->kind,
+           o->shards, o->workers, (unsigned long long)o->n, o->density, o->bytes_per_op,
+           o->push_med * 1e3, o->push_p99 * 1e3, o->pull_med * 1e3, o->pull_p99 * 1e3, o->gbps,
+           o->memcpy_s * 1e3, (o->push_med + o->pull_med) / o->memcpy_s, o->iters,
+           o->zmq_s * 1e3, (o->push_med + o->pull_med) / o->zmq_s);
     fflush(stdout);
 }
 
@@ -483,6 +566,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
     int rc = 0;
 
     out->memcpy_s = memcpy_time(cb, payload);
+    out->zmq_s = zmq_floor_time(r->idx ? 8 * r->k : 4 * n, 4 * n, target_s / 4);
     for (int i = 0; i < r->workers; i++) {
         worker_t *w = &r->w[i];
         *w = (worker_t){.row = r, .rank = i};
@@ -493,7 +577,11 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
         else
             w->pull_t = w->push_t + MAX_ITERS, w->trip_t = w->pull_t + MAX_ITERS;
     }
-    if (rc != 0 || out->memcpy_s < 0)
+    if (out->zmq_s < 0) {
+        fprintf(stderr, "bench/pushpull: the bare ZeroMQ baseline failed: %s\n",
+                zmq_strerror(zmq_errno()));
+        rc = -1;
+    } else if (rc != 0 || out->memcpy_s < 0)
         fprintf(stderr, "bench/pushpull: out of memory for n = %llu\n", (unsigned long long)n);
     else if ((rc = run_workers(r, target_s)) == 0)
         summarise(r, payload, out);
@@ -717,7 +805,7 @@ int main(int argc, char **argv)
         printf(" %d,%d=%llu", j.a, j.b, (unsigned long long)j.n);
     }
     printf("\nkind,shards,workers,n,density,bytes_per_op,push_median_ms,push_p99_ms,"
-           "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters\n");
+           "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters,zmq_ms,ratio_zmq\n");
     fflush(stdout);
 
     rc = 0;
@@ -729,9 +817,9 @@ int main(int argc, char **argv)
         const result_t *h = &b->headline;
         printf("# headline: 4 MiB each way (n = %d floats), 1 shard, 1 worker: push then pull "
                "%.3f ms median per round trip (push %.3f + pull %.3f ms), memcpy of the 8 MiB "
-               "%.3f ms\n",
+               "%.3f ms, bare ZeroMQ round trips of the same sizes %.3f ms\n",
                HEADLINE_N, h->trip_med * 1e3, h->push_med * 1e3, h->pull_med * 1e3,
-               h->memcpy_s * 1e3);
+               h->memcpy_s * 1e3, h->zmq_s * 1e3);
     }
     free(b->copy.src);
     free(b->copy.dst);
