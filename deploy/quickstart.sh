@@ -16,7 +16,8 @@ build=$here/build
 
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
-    libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist)
+    libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
+    procps)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
