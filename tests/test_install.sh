@@ -109,12 +109,15 @@ version=$($PKG_CONFIG --modversion dcps 2>/dev/null)
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 
 # Man pages: no groff warning, and dcps.conf(5) documents every key under its section.
+# -Wbreak: the pages hold the installation paths, which cannot be broken; under a
+# long prefix (distcheck's, in a deep build tree) groff warns that it cannot break
+# or adjust those lines. Every other warning still fails the test.
 if command -v groff >/dev/null; then
     for page in man8/dcps-server.8 man1/dcps-worker.1 man5/dcps.conf.5; do
-        if groff -man -Tutf8 -ww -z "$stage$mandir/$page" 2>"$tmp/groff.err" && [ ! -s "$tmp/groff.err" ]; then
-            pass "groff -man -ww: $page"
+        if groff -man -Tutf8 -ww -Wbreak -z "$stage$mandir/$page" 2>"$tmp/groff.err" && [ ! -s "$tmp/groff.err" ]; then
+            pass "groff -man -ww -Wbreak: $page"
         else
-            fail "groff -man -ww: $page: $(cat "$tmp/groff.err")"
+            fail "groff -man -ww -Wbreak: $page: $(cat "$tmp/groff.err")"
         fi
     done
 else
