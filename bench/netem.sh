@@ -1,0 +1,508 @@
+#!/bin/bash
+# bench/netem.sh — the end-to-end experiment on emulated networks.
+#
+# Every shard and every worker runs in a network namespace of its own, joined
+# by a veth pair to a Linux bridge in a "switch" namespace. Both ends of every
+# veth are rate limited by tbf: the node's end is its upload, the bridge port
+# its download, each RATE. The programs run through `ip netns exec`, the shards
+# listen on their namespace's address, and all traffic stays between these
+# namespaces. All of them share this machine's cores (2 here): only the network
+# is emulated, not separate computers. Two shards, P workers for P in P_LIST,
+# async DC-ASGD-a (lr 0.1, lambda0 2), batch 64, and these schemes:
+#   dense          push dense, pull dense
+#   topk01         top-k push with error feedback, density 0.01; dense pull
+#   topk001        the same at density 0.001
+#   topk01_delta   top-k push at 0.01; delta pull at the same density
+#   topk001_delta  top-k push at 0.001; delta pull at the same density
+# Experiments (-x):
+#   accuracy  the Fashion-MNIST MLP 784-256-128-10, really trained, EPOCHS
+#             epochs of the 60,000 examples, at each rate of -R. Time to 0.85 =
+#             the elapsed time of rank 0's first metrics row with test accuracy
+#             >= 0.85; test accuracy is evaluated once per epoch, so the time
+#             has epoch granularity.
+#   scaling   emulated workers (dcps-worker --compute-ms MS: each step sleeps MS
+#             ms and pushes a seeded synthetic gradient of the model's size,
+#             nothing is evaluated), a 25M-parameter model (784-8192-2304-10;
+#             -m 100M: 784-16384-5376-10), at each rate of -r, STEPS steps per
+#             worker with a delta pull and DENSE_STEPS with a dense pull (which
+#             moves the whole model every step: 0.8 s of a 1 Gbit/s link at 25M).
+#             A cell is skipped when its estimated memory is over half of what
+#             the machine has available.
+# Throughput, per run: samples_per_s = the sum over workers of the `final:`
+# line's samples_per_s (each worker's samples over its own training time: from
+# after its setup, i.e. data loading, model and connection, to after the final
+# barrier and a final dense pull); steady_samples_per_s = the sum over workers
+# of their rate between their first and last in-loop metrics rows (without the
+# start and the final pull). Scaling efficiency = thr(P) / (P thr(1)) for the
+# same experiment, rate and scheme, for both. bytes_per_step = rank 0's bytes
+# pushed and pulled (headers included) per step between its first and last
+# in-loop metrics rows.
+# Writes under OUT: runs.csv (one row per run; # lines give the machine and what
+# was emulated), rank 0's metrics CSV (TAG.csv) and the shard logs of every run,
+# and gnuplot PNGs: accuracy_RATE.png (test accuracy against time, a panel per
+# P), scaling_RATE.png (efficiency against P), bytes_per_step.png.
+#
+# usage: bench/netem.sh [-o OUT] [-P "1 2 4 8"] [-r "1gbit 10gbit"] [-R "1gbit"]
+#            [-d DELAY_MS] [-k "SCHEMES"] [-x "accuracy scaling"] [-e EPOCHS]
+#            [-s STEPS] [-S DENSE_STEPS] [-c COMPUTE_MS] [-m 25M|100M]
+#            [--prefix P] [--smoke] [--cleanup] [--plot]
+#   defaults: OUT bench/results/$(date +%F)/netem, EPOCHS 5, STEPS 60,
+#      DENSE_STEPS 8, COMPUTE_MS 50, model 25M, no delay.
+#   -d adds DELAY_MS of delay on every node's upload (netem; the round trip
+#      between two nodes gains 2 DELAY_MS); needs the sch_netem qdisc.
+#   --smoke: P 1 2, dense and topk001_delta, 1gbit, small models and few steps:
+#      checks the machinery in under a minute.
+#   --cleanup: removes the namespaces a killed run left (names starting with
+#      the prefix, default dcpsnet-) and exits.
+#   --plot: runs nothing; draws the PNGs again from OUT's runs.csv and metrics
+#      CSVs (give the options of the run that made them).
+# Needs root and iproute2 (ip, tc); programs from $BUILD (default build/).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$root/build}
+P_LIST="1 2 4 8" RATES="1gbit 10gbit" ACC_RATES="1gbit" DELAY=0
+SCHEMES="dense topk01 topk001 topk01_delta topk001_delta"
+EXPERIMENTS="accuracy scaling" EPOCHS=5 STEPS=60 DENSE_STEPS=8 COMPUTE_MS=50 MODEL=25M
+OUT=$root/bench/results/$(date +%F)/netem
+PFX=dcpsnet- SMOKE=0 CLEANUP=0 PLOT_ONLY=0
+usage() { sed -n '/^# usage:/,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case $1 in -[oPrRdkxesScm] | --prefix) [ $# -ge 2 ] || usage ;; esac
+    case $1 in
+    -o) OUT=$2; shift ;;
+    -P) P_LIST=$2; shift ;;
+    -r) RATES=$2; shift ;;
+    -R) ACC_RATES=$2; shift ;;
+    -d) DELAY=$2; shift ;;
+    -k) SCHEMES=$2; shift ;;
+    -x) EXPERIMENTS=$2; shift ;;
+    -e) EPOCHS=$2; shift ;;
+    -s) STEPS=$2; shift ;;
+    -S) DENSE_STEPS=$2; shift ;;
+    -c) COMPUTE_MS=$2; shift ;;
+    -m) MODEL=$2; shift ;;
+    --prefix) PFX=$2; shift ;;
+    --smoke) SMOKE=1 ;;
+    --cleanup) CLEANUP=1 ;;
+    --plot) PLOT_ONLY=1 ;;
+    *) usage ;;
+    esac
+    shift
+done
+die() { echo "netem.sh: $*" >&2; exit 2; }
+
+# Interface names are at most 15 characters: prefix + "w127b".
+[[ $PFX =~ ^[a-z][a-z0-9-]{0,9}$ ]] || die "--prefix: 1 to 10 of a-z, 0-9 and -, a letter first"
+[[ $DELAY =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d: a delay in milliseconds"
+[ $PLOT_ONLY = 1 ] || [ "$(id -u)" = 0 ] || die "must run as root: it creates network namespaces, veth pairs and tc qdiscs"
+for c in ip tc; do command -v $c >/dev/null || die "needs iproute2 ($c)"; done
+
+mine() { ip netns list | awk '{print $1}' | grep "^$PFX" || true; }
+# Stops the programs this script started and removes its namespaces (their
+# veths, bridge and qdiscs go with them).
+teardown() {
+    local pid ns
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    PIDS=()
+    for ns in $(mine); do ip netns del "$ns" 2>/dev/null || true; done
+}
+if [ $CLEANUP = 1 ]; then
+    for ns in $(mine); do ip netns del "$ns" && echo "removed namespace $ns"; done
+    exit 0
+fi
+[ $PLOT_ONLY = 1 ] || [ -z "$(mine)" ] || die "namespaces named $PFX* exist (another run, or one that was killed):" \
+    "$(mine | tr '\n' ' ')— run $0 --cleanup${PFX:+ --prefix $PFX} to remove them"
+
+if [ $SMOKE = 1 ]; then
+    P_LIST="1 2" RATES=1gbit ACC_RATES=1gbit SCHEMES="dense topk001_delta"
+    EPOCHS=2 STEPS=20 DENSE_STEPS=20 COMPUTE_MS=5
+fi
+case $MODEL in
+25M) SCALE_LAYERS=784,8192,2304,10 ;;
+100M) SCALE_LAYERS=784,16384,5376,10 ;;
+*) die "-m: 25M or 100M" ;;
+esac
+ACC_LAYERS=784,256,128,10 ACC_LIMIT=0
+if [ $SMOKE = 1 ]; then ACC_LAYERS=784,128,10 ACC_LIMIT=12800 SCALE_LAYERS=784,512,10; fi
+for p in dcps-server dcps-worker; do
+    [ -x "$BUILD/$p" ] || die "no $BUILD/$p (build first, or set BUILD)"
+done
+. "$root/bench/lib.sh"
+
+declare -A scheme=(
+    [dense]="compression.push=dense compression.pull=dense"
+    [topk01]="compression.push=topk compression.density=0.01 compression.pull=dense"
+    [topk001]="compression.push=topk compression.density=0.001 compression.pull=dense"
+    [topk01_delta]="compression.push=topk compression.density=0.01 compression.pull=delta"
+    [topk001_delta]="compression.push=topk compression.density=0.001 compression.pull=delta"
+)
+for k in $SCHEMES; do [ -n "${scheme[$k]:-}" ] || die "-k: no scheme $k"; done
+for x in $EXPERIMENTS; do [[ $x == accuracy || $x == scaling ]] || die "-x: accuracy or scaling"; done
+maxp=0
+for p in $P_LIST; do
+    [[ $p =~ ^[1-9][0-9]*$ && $p -le 100 ]] || die "-P: worker counts from 1 to 100"
+    [ "$p" -gt "$maxp" ] && maxp=$p
+done
+SHARDS=2
+ASYNC="job.mode=async optimizer.kind=dcasgd optimizer.dc_adaptive=true optimizer.dc_lambda=2"
+# Long enough for a dense push of 100M floats that 8 workers share a link with.
+PATIENCE="worker.timeout_ms=600000 worker.retries=0 server.dead_after_ms=120000"
+params() { echo "$1" | awk -F, '{ n = 0; for (i = 2; i <= NF; i++) n += $(i - 1) * $i + $i; print n }'; }
+
+# tbf needs a bucket of at least one timer tick of traffic to reach its rate; a
+# millisecond's worth (64 KB at least) gave 0.95 Gbit/s of TCP payload at 1gbit
+# and 9.5 at 10gbit between two of these namespaces on this machine.
+rate_bits() {
+    echo "$1" | awk '{ v = $0 + 0; u = tolower($0); sub(/^[0-9.]+/, "", u)
+        m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : -1
+        if (m < 0 || v <= 0) exit 1; printf "%.0f\n", v * m }'
+}
+for r in $RATES $ACC_RATES; do rate_bits "$r" >/dev/null || die "rate $r: a number and kbit, mbit or gbit"; done
+
+# --- the network ---------------------------------------------------------------
+addr() { # node -> its IPv4 address on the bridge's subnet
+    case $1 in s*) echo "10.211.0.$((${1#s} + 1))" ;; w*) echo "10.211.0.$((${1#w} + 101))" ;; esac
+}
+
+net_up() { # the switch namespace exists already
+    local n
+    ip -n "${PFX}sw" link set lo up
+    ip -n "${PFX}sw" link add br0 type bridge
+    ip -n "${PFX}sw" link set br0 up
+    for s in $(seq 0 $((SHARDS - 1))); do NODES+=("s$s"); done
+    for w in $(seq 0 $((maxp - 1))); do NODES+=("w$w"); done
+    for n in "${NODES[@]}"; do
+        ip netns add "$PFX$n"
+        ip link add "$PFX$n" netns "$PFX$n" type veth peer name "$PFX${n}b" netns "${PFX}sw"
+        ip -n "$PFX$n" link set lo up
+        ip -n "$PFX$n" addr add "$(addr "$n")/24" dev "$PFX$n"
+        ip -n "$PFX$n" link set "$PFX$n" up
+        ip -n "${PFX}sw" link set "$PFX${n}b" master br0
+        ip -n "${PFX}sw" link set "$PFX${n}b" up
+    done
+}
+
+# Every link at RATE both ways, with DELAY on each node's upload.
+shape() {
+    local rate=$1 burst n
+    burst=$(($(rate_bits "$rate") / 8000))
+    [ $burst -lt 65536 ] && burst=65536
+    for n in "${NODES[@]}"; do
+        tc -n "$PFX$n" qdisc del dev "$PFX$n" root 2>/dev/null || true
+        if [ "$DELAY" != 0 ]; then
+            tc -n "$PFX$n" qdisc add dev "$PFX$n" root handle 1: netem delay "${DELAY}ms" limit 100000
+            tc -n "$PFX$n" qdisc add dev "$PFX$n" parent 1:1 handle 10: tbf rate "$rate" burst "$burst" latency 20ms
+        else
+            tc -n "$PFX$n" qdisc add dev "$PFX$n" root tbf rate "$rate" burst "$burst" latency 20ms
+        fi
+        tc -n "${PFX}sw" qdisc replace dev "$PFX${n}b" root tbf rate "$rate" burst "$burst" latency 20ms
+    done
+}
+
+# Packets dropped so far by the qdiscs of every link (both ends).
+drops() {
+    local n
+    for n in "${NODES[@]}"; do
+        tc -n "$PFX$n" -s qdisc show dev "$PFX$n"
+        tc -n "${PFX}sw" -s qdisc show dev "$PFX${n}b"
+    done | awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); d += $(i + 1) } }
+        END { print d + 0 }'
+}
+
+# run TAG P JOB [section.key=value ...]: the job's shards and its first P
+# workers, each in its namespace. Keeps rank 0's metrics as OUT/TAG.csv, every
+# rank's as OUT/.TAG.mR.csv (removed by the caller), the shard logs as
+# OUT/TAG.shardS.log; sets FINALS to the workers' `final:` lines and WALL to
+# the seconds from the first worker's start to the last one's exit.
+run() {
+    local tag=$1 p=$2 job=$3 s r ep list="" failed=0 t0
+    shift 3
+    local sets=(--set "job.workers=$p") wpids=()
+    for s in $(seq 0 $((SHARDS - 1))); do list+="${list:+,}tcp://$(addr "s$s"):17000"; done
+    sets+=(--set "servers.shards=$list")
+    for kv in "$@"; do sets+=(--set "$kv"); done
+    for s in $(seq 0 $((SHARDS - 1))); do
+        ep=$OUT/.$tag.endpoint$s
+        rm -f "$ep"
+        ip netns exec "${PFX}s$s" "$BUILD/dcps-server" --config "$job" --shard "$s" "${sets[@]}" \
+            --endpoint-file "$ep" 2>"$OUT/$tag.shard$s.log" &
+        PIDS+=($!)
+        for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
+        [ -s "$ep" ] || { echo "netem.sh: shard $s of $tag did not start:" >&2; cat "$OUT/$tag.shard$s.log" >&2; failed=1; }
+        rm -f "$ep"
+    done
+    t0=$(date +%s.%N)
+    local c0 d0
+    c0=$(cpu_ticks)
+    d0=$(drops)
+    if [ $failed = 0 ]; then
+        for r in $(seq 0 $((p - 1))); do
+            ip netns exec "${PFX}w$r" "$BUILD/dcps-worker" --config "$job" --rank "$r" "${sets[@]}" \
+                --metrics "$OUT/.$tag.m$r.csv" >"$OUT/.w$r.out" 2>"$OUT/.w$r.err" &
+            wpids+=($!)
+            PIDS+=($!)
+        done
+        for r in "${!wpids[@]}"; do
+            wait "${wpids[$r]}" || { failed=1; echo "netem.sh: $tag rank $r failed:" >&2; tail -5 "$OUT/.w$r.err" >&2; }
+        done
+    fi
+    WALL=$(echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f", $2 - $1}')
+    CPU=$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = $4 - $2; if (t > 0) printf "%.2f", b / t }')
+    DROPS=$(($(drops) - d0))
+    teardown_programs
+    FINALS=$(cat "$OUT"/.w*.out 2>/dev/null | grep '^final:' || true)
+    [ -f "$OUT/.$tag.m0.csv" ] && cp "$OUT/.$tag.m0.csv" "$OUT/$tag.csv"
+    rm -f "$OUT"/.w*.out "$OUT"/.w*.err
+    return $failed
+}
+# Busy and total ticks of all CPUs so far (/proc/stat; idle and iowait count as idle).
+cpu_ticks() {
+    awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+}
+teardown_programs() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    PIDS=()
+}
+
+# The value of KEY in a `final:` line.
+val() { echo "$2" | grep -o " $1=[^ ]*" | head -1 | cut -d= -f2; }
+
+# Metrics CSV columns: elapsed_s,step,epoch,loss,train_acc,test_acc,
+# bytes_pushed,bytes_pulled,bytes_dense,staleness_mean; in-loop rows every
+# log_every steps, a row per epoch end, a last row after the final barrier.
+steady_rate() { # CSV BATCH: samples/s between the first and the last row but the final one
+    awk -F, -v b="$2" 'NR > 1 { n++; t[n] = $1; s[n] = $2 }
+        END { if (n >= 3 && t[n - 1] > t[1]) printf "%.1f\n", (s[n - 1] - s[1]) * b / (t[n - 1] - t[1]) }' "$1"
+}
+steady_bytes() { # CSV: bytes pushed and pulled per step over the same rows
+    awk -F, 'NR > 1 { n++; s[n] = $2; by[n] = $7 + $8 }
+        END { if (n >= 3 && s[n - 1] > s[1]) printf "%.0f\n", (by[n - 1] - by[1]) / (s[n - 1] - s[1]) }' "$1"
+}
+time_to() { # CSV ACC: elapsed time of the first row with test accuracy >= ACC
+    awk -F, -v a="$2" 'NR > 1 && $6 != "" && $6 != "nan" && $6 + 0 >= a { print $1; exit }' "$1"
+}
+
+# One row of runs.csv for the run just made.
+record() { # experiment rate P scheme params compute_ms tag
+    local x=$1 rate=$2 p=$3 k=$4 n=$5 cms=$6 tag=$7 f0 sum=0 steady=0 r line rr
+    f0=$(echo "$FINALS" | grep ' rank=0 ' || true)
+    while read -r line; do
+        sum=$(echo "$sum $(val samples_per_s "$line")" | awk '{print $1 + $2}')
+    done <<<"$FINALS"
+    for r in $(seq 0 $((p - 1))); do
+        rr=$(steady_rate "$OUT/.$tag.m$r.csv" 64)
+        if [ -z "$rr" ]; then steady=; break; fi
+        steady=$(echo "$steady $rr" | awk '{print $1 + $2}')
+    done
+    local bps
+    bps=$(steady_bytes "$OUT/$tag.csv")
+    echo "$x,$rate,$DELAY,$p,$k,$(val compression "$f0"),$(val pull "$f0"),$(val density "$f0"),$n,$cms,$(val steps "$f0"),$(val elapsed_s "$f0"),$WALL,$sum,,$steady,,${bps:-$(val bytes_per_step "$f0")},$(time_to "$OUT/$tag.csv" 0.85),$(val test_acc "$f0"),$CPU,$DROPS" >>"$OUT/.rows"
+    rm -f "$OUT"/."$tag".m*.csv
+    tail -1 "$OUT/.rows"
+}
+
+# --- the experiments -------------------------------------------------------------
+if [ $PLOT_ONLY = 0 ]; then
+    # Whatever exits from here on removes the namespaces named $PFX*: none of them
+    # are another run's.
+    NODES=() # namespace suffixes: s0 s1 ... w0 w1 ...
+    PIDS=()  # the programs running now, for the trap
+    trap 'teardown' EXIT
+    trap 'echo "netem.sh: interrupted" >&2; exit 130' INT TERM
+    ip netns add "${PFX}sw" || die "cannot create network namespaces (ip netns add ${PFX}sw)"
+    if [ "$DELAY" != 0 ] && ! err=$(tc -n "${PFX}sw" qdisc add dev lo root netem delay 1ms 2>&1); then
+        die "-d $DELAY needs the netem qdisc (sch_netem), which this kernel lacks ($err)"
+    fi
+
+    mkdir -p "$OUT"
+    rm -f "$OUT/.rows"
+    mem_avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    net_up
+    echo "netem.sh: ${#NODES[@]} namespaces ${PFX}s*, ${PFX}w* on the bridge in ${PFX}sw" >&2
+
+    if [[ " $EXPERIMENTS " == *" accuracy "* ]]; then
+        bench_job "$OUT/accuracy.ini" netem-accuracy "$maxp" $SHARDS "$EPOCHS" 0.1 "$ACC_LAYERS"
+        n=$(params "$ACC_LAYERS")
+        for rate in $ACC_RATES; do
+            shape "$rate"
+            for p in $P_LIST; do
+                for k in $SCHEMES; do
+                    tag=accuracy-$rate-$k-p$p
+                    # shellcheck disable=SC2086
+                    run "$tag" "$p" "$OUT/accuracy.ini" $ASYNC ${scheme[$k]} $PATIENCE \
+                        data.train_limit=$ACC_LIMIT || die "$tag failed"
+                    record accuracy "$rate" "$p" "$k" "$n" 0 "$tag"
+                done
+            done
+        done
+    fi
+
+    if [[ " $EXPERIMENTS " == *" scaling "* ]]; then
+        n=$(params "$SCALE_LAYERS")
+        bench_job "$OUT/scaling.ini" netem-scaling "$maxp" $SHARDS 1 0.1 "$SCALE_LAYERS"
+        # What a run holds, from this build's allocations: a worker about 5 copies of
+        # the model (parameters, gradient, synthetic pool, residual, message
+        # buffers), a shard of half the model about 4 plus 2 per worker (DC-ASGD's
+        # backup and the delta pull's mirror).
+        for rate in $RATES; do
+            shape "$rate"
+            for p in $P_LIST; do
+                need_kb=$((n * 4 * (5 * p + 4 + 2 * p) / 1024))
+                for k in $SCHEMES; do
+                    tag=scaling-$rate-$k-p$p
+                    if [ $need_kb -gt $((mem_avail_kb / 2)) ]; then
+                        echo "netem.sh: $tag skipped: needs about $((need_kb / 1048576)) GiB of memory," \
+                            "$((mem_avail_kb / 1048576)) GiB available" >&2
+                        continue
+                    fi
+                    s=$STEPS
+                    [[ ${scheme[$k]} == *pull=dense* ]] && s=$DENSE_STEPS
+                    # Each worker gets s steps: e epochs of train_limit / p / 64
+                    # steps within the 60,000 examples.
+                    e=$(((s * p * 64 + 59999) / 60000))
+                    per=$(((s + e - 1) / e))
+                    # shellcheck disable=SC2086
+                    run "$tag" "$p" "$OUT/scaling.ini" $ASYNC ${scheme[$k]} $PATIENCE \
+                        worker.compute_ms=$COMPUTE_MS data.epochs=$e data.train_limit=$((per * p * 64)) \
+                        worker.log_every=$(((per * e + 9) / 10)) || die "$tag failed"
+                    record scaling "$rate" "$p" "$k" "$n" "$COMPUTE_MS" "$tag"
+                done
+            done
+        done
+    fi
+    teardown
+
+    # runs.csv: efficiency = thr(P) / (P thr(1)) against the P = 1 run of the same
+    # experiment, rate and scheme (empty without one).
+    cpu=$(bench_machine)
+    {
+        echo "# machine: $cpu, kernel $(uname -r), no GPU (all programs on the CPU)"
+        echo "# emulated: $SHARDS shards and P workers, each in its own network namespace with a veth" \
+            "pair to one bridge; every link tbf-limited both ways (accuracy: $ACC_RATES; scaling:" \
+            "$RATES); added delay ${DELAY} ms per node upload; all namespaces share the same" \
+            "$(nproc) cores and memory. accuracy: Fashion-MNIST MLP $ACC_LAYERS ($(params "$ACC_LAYERS")" \
+            "parameters), $EPOCHS epochs, really trained. scaling: workers emulated by" \
+            "--compute-ms $COMPUTE_MS (sleep, then a synthetic gradient), model $SCALE_LAYERS" \
+            "($(params "$SCALE_LAYERS") parameters), $STEPS steps per worker with a delta pull, $DENSE_STEPS" \
+            "with a dense pull."
+        echo "# async DC-ASGD-a lr 0.1 lambda0 2, batch 64; samples_per_s: sum of the workers' final" \
+            "samples_per_s (start to final barrier and dense pull); steady: sum of their rates between" \
+            "first and last in-loop metrics rows; time_to_085 in seconds of rank 0, epoch granularity;" \
+            "cpu_busy: the fraction of all $(nproc) cores busy (whole machine, /proc/stat) during the run;" \
+            "drops: packets the links' qdiscs dropped during the run."
+        echo "experiment,rate,delay_ms,workers,scheme,push,pull,density,params,compute_ms,steps,elapsed_s,wall_s,samples_per_s,efficiency,steady_samples_per_s,steady_efficiency,bytes_per_step,time_to_085,test_acc,cpu_busy,drops"
+        awk -F, -v OFS=, '
+            { row[NR] = $0; if ($4 == 1) { one[$1 "," $2 "," $5] = $14; sone[$1 "," $2 "," $5] = $16 } }
+            END {
+                for (i = 1; i <= NR; i++) {
+                    $0 = row[i]; k = $1 "," $2 "," $5
+                    if (one[k] > 0) $15 = sprintf("%.3f", $14 / ($4 * one[k]))
+                    if ($16 != "" && sone[k] > 0) $17 = sprintf("%.3f", $16 / ($4 * sone[k]))
+                    print
+                }
+            }' "$OUT/.rows"
+    } >"$OUT/runs.csv"
+    rm -f "$OUT/.rows"
+    echo "netem.sh: wrote $OUT/runs.csv" >&2
+fi
+
+command -v gnuplot >/dev/null || { echo "netem.sh: no gnuplot, no plots" >&2; exit 0; }
+# --- the plots -------------------------------------------------------------------
+[ -s "$OUT/runs.csv" ] || die "no $OUT/runs.csv to plot"
+plot=$OUT/.plot
+mkdir -p "$plot"
+# One colour per scheme in every plot.
+declare -A colour=([dense]=black [topk01]='#1f77b4' [topk001]='#2ca02c' [topk01_delta]='#ff7f0e'
+    [topk001_delta]='#d62728')
+rows() { grep -v '^#' "$OUT/runs.csv" | tail -n +2; }
+np=$(echo "$P_LIST" | wc -w)
+[ "$DELAY" != 0 ] && delay_note=" + ${DELAY} ms per upload" || delay_note=""
+for rate in $ACC_RATES; do
+    [[ " $EXPERIMENTS " == *" accuracy "* ]] || break
+    {
+        echo "set datafile separator ','"
+        echo "set terminal pngcairo size 1100,$((np > 2 ? 800 : 420)) noenhanced"
+        echo "set output '$OUT/accuracy_$rate.png'"
+        echo "set multiplot layout $(((np + 1) / 2)),$((np > 1 ? 2 : 1)) title" \
+            "'Fashion-MNIST MLP $ACC_LAYERS, async DC-ASGD-a, $SHARDS shards, links at $rate$delay_note: test accuracy (once per epoch) against time'"
+        echo "set grid; set key bottom right; set yrange [0.6:0.92]"
+        echo "set xlabel 'seconds (rank 0)'; set ylabel 'test accuracy'"
+        for p in $P_LIST; do
+            plots=""
+            for k in $SCHEMES; do
+                f=$OUT/accuracy-$rate-$k-p$p.csv
+                [ -f "$f" ] && plots+="'$f' using 1:(\$6 > 0 ? \$6 : 1/0) with linespoints linecolor rgb '${colour[$k]}' title '$k', "
+            done
+            echo "set title 'P = $p'"
+            echo "plot ${plots}0.85 with lines dashtype 2 linecolor 'gray' title '0.85'"
+        done
+        echo "unset multiplot"
+    } | gnuplot
+done
+for rate in $RATES; do
+    [[ " $EXPERIMENTS " == *" scaling "* ]] || break
+    plots=""
+    for k in $SCHEMES; do
+        rows | awk -F, -v r="$rate" -v k="$k" '$1 == "scaling" && $2 == r && $5 == k && $15 != "" {
+            print $4, $15, ($17 == "" ? "?" : $17) }' >"$plot/scaling-$rate-$k"
+        [ -s "$plot/scaling-$rate-$k" ] || continue
+        plots+="'$plot/scaling-$rate-$k' using 1:2 with linespoints linecolor rgb '${colour[$k]}' pointtype 7 title '$k', "
+        plots+="'' using 1:3 with linespoints linecolor rgb '${colour[$k]}' dashtype 2 pointtype 6 title '$k (steady)', "
+    done
+    [ -n "$plots" ] || continue
+    gnuplot <<EOF
+set terminal pngcairo size 1000,520 noenhanced
+set output '$OUT/scaling_$rate.png'
+set title "emulated workers (--compute-ms $COMPUTE_MS, $(params "$SCALE_LAYERS") parameters), $SHARDS shards, links at $rate$delay_note\\nscaling efficiency; solid: whole run, dashed: steady state; all namespaces share $(nproc) cores"
+set xlabel 'workers P'
+set ylabel 'throughput(P) / (P throughput(1))'
+set logscale x 2
+set xtics (${P_LIST// /, })
+set xrange [0.8:$((maxp * 5 / 4 + 1))]
+set yrange [0:1.2<*]
+set grid
+set key outside right
+plot ${plots}1 with lines linecolor 'gray30' dashtype 3 linewidth 1.5 title 'ideal', 0.8 with lines linecolor 'gray50' dashtype 2 title '0.8'
+EOF
+done
+# Bytes per step of rank 0 at the largest P and the first rate, per scheme.
+cols=() titles=()
+for x in accuracy scaling; do
+    [[ " $EXPERIMENTS " == *" $x "* ]] || continue
+    r=$ACC_RATES layers=$ACC_LAYERS
+    [ $x = scaling ] && r=$RATES layers=$SCALE_LAYERS
+    cols+=("$x,${r%% *}")
+    titles+=("$x ($(params "$layers") parameters)")
+done
+for k in $SCHEMES; do
+    line=$k
+    for c in "${cols[@]}"; do
+        b=$(rows | awk -F, -v c="$c" -v k="$k" -v p="$maxp" '$1 "," $2 == c && $5 == k && $4 == p { print $18 }')
+        line+=" ${b:-?}"
+    done
+    echo "$line"
+done >"$plot/bytes"
+plots=""
+for i in "${!titles[@]}"; do
+    plots+="'$plot/bytes' using $((i + 2)):xtic(1) title '${titles[$i]}', "
+done
+gnuplot <<EOF
+set terminal pngcairo size 900,480 noenhanced
+set output '$OUT/bytes_per_step.png'
+set title "bytes pushed and pulled per step by rank 0 (P = $maxp), headers included"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y
+set yrange [1000:*]
+set ylabel 'bytes per step (log scale)'
+set grid ytics
+set key top right
+plot ${plots%, }
+EOF
+rm -rf "$plot"
+echo "netem.sh: plots in $OUT" >&2
