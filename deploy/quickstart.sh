@@ -17,7 +17,7 @@ build=$here/build
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
-    procps groff-base)
+    procps groff-base iproute2)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
