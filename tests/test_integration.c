@@ -253,8 +253,10 @@ START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
     snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
     const char *a0[] = {"--config", j, "--rank", "0", "--set", shards, "--set",
                         "data.train_limit=1200", "--compute-ms", "20", NULL};
+    /* Rank 1 also runs the pipeline, whose buffers differ in this mode. */
     const char *a1[] = {"--config", j, "--rank", "1", "--set", shards, "--set",
-                        "data.train_limit=1200", "--set", "worker.compute_ms=20", NULL};
+                        "data.train_limit=1200", "--set", "worker.compute_ms=20", "--set",
+                        "compression.pipeline=true", NULL};
     pid_t w[2] = {h_spawn("dcps-worker", "emu0", a0), h_spawn("dcps-worker", "emu1", a1)};
     for (int r = 0; r < 2; r++) {
         const char *tag = r ? "emu1" : "emu0";
@@ -267,6 +269,7 @@ START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
         ck_assert_msg(isnan(h_final(out, "test_acc")), "%s", out);
         ck_assert_double_ge(h_final(out, "elapsed_s"), steps * 0.020);
         ck_assert_double_ge(h_final(out, "bytes_pushed"), steps * 50890 * 4);
+        ck_assert_ptr_nonnull(strstr(out, r ? "pipeline=true" : "pipeline=false"));
         ck_assert_ptr_nonnull(strstr(h_slurp(h_path(tag, "err")), "emulates its computation"));
     }
     ck_assert_int_eq(h_stop(s0, 5000), 0);

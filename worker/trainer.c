@@ -515,25 +515,33 @@ static int setup_gpu(trainer_t *t)
 }
 
 /* The CPU path's buffers and model: params and a gradient, and with the
- * pipeline a second gradient and the pulled parameters. */
+ * pipeline a second gradient and the pulled parameters. Emulated compute needs
+ * no gradient buffers (its gradients are windows of the pool) and no model. */
 static int setup_cpu(trainer_t *t)
 {
     const dcps_config_t *cfg = t->cfg;
+    bool emulated = cfg->compute_ms > 0;
     int rc;
-    t->params = calloc((t->pipe ? 4 : 2) * t->n, sizeof(float));
+    /* params [gradient] [second gradient, pulled] */
+    t->params = calloc((t->pipe ? 2 : 1) * (emulated ? 1 : 2) * t->n, sizeof(float));
     t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
     t->yb = malloc((size_t)cfg->batch_size);
     if (!t->params || !t->xb || !t->yb) {
         snprintf(t->err, t->errlen, "out of memory");
         return DCPS_E_NOMEM;
     }
-    t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
     t->pulled = t->params;
-    if (t->pipe) {
-        t->grads[1] = t->params + 2 * t->n;
-        t->pulled = t->params + 3 * t->n;
+    if (emulated) {
+        if (t->pipe)
+            t->pulled = t->params + t->n;
+    } else {
+        t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
+        if (t->pipe) {
+            t->grads[1] = t->params + 2 * t->n;
+            t->pulled = t->params + 3 * t->n;
+        }
     }
-    if (cfg->compute_ms > 0) {
+    if (emulated) {
         t->pool = malloc((t->n + DCPS_SYNTH_SLACK) * sizeof(float));
         if (!t->pool) {
             snprintf(t->err, t->errlen, "out of memory (synthetic gradients)");
