@@ -344,14 +344,13 @@ if [ $PLOT_ONLY = 0 ]; then
     if [[ " $EXPERIMENTS " == *" scaling "* ]]; then
         n=$(params "$SCALE_LAYERS")
         bench_job "$OUT/scaling.ini" netem-scaling "$maxp" $SHARDS 1 0.1 "$SCALE_LAYERS"
-        # What a run holds, from this build's allocations: a worker about 5 copies of
-        # the model (parameters, gradient, synthetic pool, residual, message
-        # buffers), a shard of half the model about 4 plus 2 per worker (DC-ASGD's
+        # What a run holds, from this build's allocations: a worker about 4 copies of
+        # the model (parameters, synthetic pool, residual, message buffers), a shard of half the model about 4 plus 2 per worker (DC-ASGD's
         # backup and the delta pull's mirror).
         for rate in $RATES; do
             shape "$rate"
             for p in $P_LIST; do
-                need_kb=$((n * 4 * (5 * p + 4 + 2 * p) / 1024))
+                need_kb=$((n * 4 * (4 * p + 4 + 2 * p) / 1024))
                 for k in $SCHEMES; do
                     tag=scaling-$rate-$k-p$p
                     if [ $need_kb -gt $((mem_avail_kb / 2)) ]; then
