@@ -9,7 +9,8 @@
 #     OUT/TAG.csv and the shard logs as OUT/TAG.shardS.log, and sets
 #     BENCH_FINAL to rank 0's `final:` line. Fails (returns 1) if any
 #     process fails, with its stderr.
-# bench_val KEY   the value of KEY in BENCH_FINAL.
+# bench_val KEY [LINE]   the value of KEY in LINE (a `final:` line; default
+#                         BENCH_FINAL).
 # bench_machine   one line: CPU model and cores.
 
 : "${BUILD:?set BUILD to the build directory}"
@@ -85,5 +86,5 @@ bench_run() {
 }
 
 bench_val() {
-    echo "$BENCH_FINAL" | grep -o " $1=[^ ]*" | cut -d= -f2
+    echo "${2-$BENCH_FINAL}" | grep -o " $1=[^ ]*" | head -1 | cut -d= -f2
 }

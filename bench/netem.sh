@@ -268,9 +268,6 @@ teardown_programs() {
     PIDS=()
 }
 
-# The value of KEY in a `final:` line.
-val() { echo "$2" | grep -o " $1=[^ ]*" | head -1 | cut -d= -f2; }
-
 # Metrics CSV columns: elapsed_s,step,epoch,loss,train_acc,test_acc,
 # bytes_pushed,bytes_pulled,bytes_dense,staleness_mean; in-loop rows every
 # log_every steps, a row per epoch end, a last row after the final barrier.
@@ -291,7 +288,7 @@ record() { # experiment rate P scheme params compute_ms tag
     local x=$1 rate=$2 p=$3 k=$4 n=$5 cms=$6 tag=$7 f0 sum=0 steady=0 r line rr
     f0=$(echo "$FINALS" | grep ' rank=0 ' || true)
     while read -r line; do
-        sum=$(echo "$sum $(val samples_per_s "$line")" | awk '{print $1 + $2}')
+        sum=$(echo "$sum $(bench_val samples_per_s "$line")" | awk '{print $1 + $2}')
     done <<<"$FINALS"
     for r in $(seq 0 $((p - 1))); do
         rr=$(steady_rate "$OUT/.$tag.m$r.csv" 64)
@@ -300,7 +297,7 @@ record() { # experiment rate P scheme params compute_ms tag
     done
     local bps
     bps=$(steady_bytes "$OUT/$tag.csv")
-    echo "$x,$rate,$DELAY,$p,$k,$(val compression "$f0"),$(val pull "$f0"),$(val density "$f0"),$n,$cms,$(val steps "$f0"),$(val elapsed_s "$f0"),$WALL,$sum,,$steady,,${bps:-$(val bytes_per_step "$f0")},$(time_to "$OUT/$tag.csv" 0.85),$(val test_acc "$f0"),$CPU,$DROPS" >>"$OUT/.rows"
+    echo "$x,$rate,$DELAY,$p,$k,$(bench_val compression "$f0"),$(bench_val pull "$f0"),$(bench_val density "$f0"),$n,$cms,$(bench_val steps "$f0"),$(bench_val elapsed_s "$f0"),$WALL,$sum,,$steady,,${bps:-$(bench_val bytes_per_step "$f0")},$(time_to "$OUT/$tag.csv" 0.85),$(bench_val test_acc "$f0"),$CPU,$DROPS" >>"$OUT/.rows"
     rm -f "$OUT"/."$tag".m*.csv
     tail -1 "$OUT/.rows"
 }

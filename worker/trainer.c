@@ -534,14 +534,6 @@ static int setup_cpu(trainer_t *t)
     if (emulated) {
         if (t->pipe)
             t->pulled = t->params + t->n;
-    } else {
-        t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
-        if (t->pipe) {
-            t->grads[1] = t->params + 2 * t->n;
-            t->pulled = t->params + 3 * t->n;
-        }
-    }
-    if (emulated) {
         t->pool = malloc((t->n + DCPS_SYNTH_SLACK) * sizeof(float));
         if (!t->pool) {
             snprintf(t->err, t->errlen, "out of memory (synthetic gradients)");
@@ -551,6 +543,11 @@ static int setup_cpu(trainer_t *t)
         DCPS_INFO("rank %d emulates its computation: %d ms a step, synthetic gradients of "
                   "%zu parameters", t->rank, cfg->compute_ms, t->n);
         return 0;
+    }
+    t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
+    if (t->pipe) {
+        t->grads[1] = t->params + 2 * t->n;
+        t->pulled = t->params + 3 * t->n;
     }
     t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
     if (!t->mlp)
