@@ -115,12 +115,15 @@ void dcps_consistency_pushed(dcps_consistency_t *c, uint32_t rank, uint64_t step
 
 bool dcps_consistency_round_full(const dcps_consistency_t *c)
 {
-    if (c->mode != DCPS_MODE_SYNC || c->contributions == 0)
+    if (c->mode != DCPS_MODE_SYNC)
         return false;
-    for (uint32_t i = 0; i < (uint32_t)c->workers; i++)
+    bool any = false;
+    for (uint32_t i = 0; i < (uint32_t)c->workers; i++) {
         if (dcps_consistency_counted(c, i) && !c->m[i].contributed)
             return false;
-    return true;
+        any |= c->m[i].contributed;
+    }
+    return any;
 }
 
 void dcps_consistency_close_round(dcps_consistency_t *c)
@@ -152,6 +155,33 @@ bool dcps_consistency_may_start(dcps_consistency_t *c, uint32_t rank, uint64_t s
     default:
         return true;
     }
+}
+
+bool dcps_consistency_catch_up(dcps_consistency_t *c, uint32_t rank, uint64_t step, bool pull)
+{
+    dcps_member_t *m = &c->m[rank];
+    if (c->mode == DCPS_MODE_SSP) {
+        if (!pull || step <= m->clock)
+            return false;
+        m->clock = step;
+        return true;
+    }
+    if (c->mode != DCPS_MODE_SYNC || (pull && step == 0))
+        return false;
+    uint64_t open = pull ? step - 1 : step;
+    bool changed = false;
+    if (open > c->round) {
+        for (int i = 0; i < c->workers; i++)
+            c->m[i].contributed = false;
+        c->contributions = 0;
+        c->round = open;
+        changed = true;
+    }
+    if (pull && open == c->round && !m->contributed) {
+        m->contributed = true; /* counted, but nothing of it is in the round's sum */
+        changed = true;
+    }
+    return changed;
 }
 
 uint64_t dcps_consistency_next_step(const dcps_consistency_t *c, uint32_t rank)

@@ -90,13 +90,28 @@ enum dcps_push_verdict dcps_consistency_check_push(const dcps_consistency_t *c, 
 void dcps_consistency_pushed(dcps_consistency_t *c, uint32_t rank, uint64_t step);
 
 /* Sync: whether every counted worker has pushed for the open round (and at least
- * one did). Closing it opens the next one. */
+ * one did, or counts as having pushed: see dcps_consistency_catch_up). Closing
+ * it opens the next one; c->contributions says how many pushes it holds. */
 bool dcps_consistency_round_full(const dcps_consistency_t *c);
 void dcps_consistency_close_round(dcps_consistency_t *c);
 
 /* Whether rank may start step now (its pull can be answered). For ssp a granted
  * start updates max_ahead. */
 bool dcps_consistency_may_start(dcps_consistency_t *c, uint32_t rank, uint64_t step);
+
+/* After a restore from a checkpoint, what a request of rank shows of where the
+ * job is: the shard's previous process may have gone on past the checkpoint. A
+ * push for step `step` says rank computes that step; a pull for it (pull true)
+ * says rank pushed every step before it, to the previous process too.
+ *   sync   a push for a round after the open one opens that round, and so does a
+ *          pull for the step after it; the open round's pushes are discarded. A
+ *          rank that pulls for the step after the open round counts as having
+ *          pushed for it: its push went to the previous process and is lost.
+ *   ssp    a pull moves rank's clock up to step.
+ *   async  nothing changes.
+ * Returns whether anything changed (the caller then lets waiting pulls go on);
+ * the caller sees a new round in c->round and clears the round's sum. */
+bool dcps_consistency_catch_up(dcps_consistency_t *c, uint32_t rank, uint64_t step, bool pull);
 
 /* The step a (re)joining worker should compute next: sync the open round,
  * async and ssp its clock as known here (0 for a new worker). */

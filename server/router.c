@@ -150,9 +150,13 @@ static void barrier_check(dcps_router_t *r)
 static void progress(dcps_router_t *r)
 {
     if (dcps_consistency_round_full(&r->cons)) {
-        uint64_t t0 = uv_hrtime();
-        dcps_shard_apply_round(r->shard, r->cons.contributions);
-        timed(&r->apply_round, t0);
+        /* A round of ranks whose pushes were all lost with a restarted shard's
+         * previous process holds nothing to apply. */
+        if (r->cons.contributions > 0) {
+            uint64_t t0 = uv_hrtime();
+            dcps_shard_apply_round(r->shard, r->cons.contributions);
+            timed(&r->apply_round, t0);
+        }
         dcps_consistency_close_round(&r->cons);
     }
     serve_pulls(r);
@@ -272,6 +276,26 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     return 0;
 }
 
+/* A shard restored from a checkpoint learns from each rank's first requests, until
+ * it has pulled from this process, where the job went on without it (sync: the
+ * round; ssp: the clock). Returns whether waiting pulls may go on now. */
+static bool catch_up(dcps_router_t *r, uint32_t rank, uint64_t step, bool pull)
+{
+    if (!r->shard->restored || r->peers[rank].pulled)
+        return false;
+    uint64_t round = r->cons.round;
+    int pushes = r->cons.contributions;
+    if (!dcps_consistency_catch_up(&r->cons, rank, step, pull))
+        return false;
+    if (r->cons.round != round) {
+        DCPS_NOTICE("rank %u is in round %llu: round %llu of the checkpoint (%d pushes) is "
+                    "dropped, later ones were lost with the previous process",
+                    rank, (unsigned long long)r->cons.round, (unsigned long long)round, pushes);
+        dcps_shard_clear_round(r->shard);
+    }
+    return true;
+}
+
 static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
@@ -310,6 +334,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
         return 0;
     }
+    catch_up(r, m->rank, m->step, false);
     switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
     case DCPS_PUSH_STALE: {
         /* Its round closed without it (it was declared dead, or left): dropped,
@@ -366,14 +391,17 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         return rc;
     p->pull = (dcps_pull_req_t){m->seq, m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
                                 m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
+    bool moved = catch_up(r, m->rank, m->step, true);
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
         send_params(r, &p->wait, m->rank, &p->pull);
-        return 0;
+    } else {
+        /* Answered when the step may start; a retry (same seq) replaces this entry. */
+        p->pulling = true;
+        p->wait_seq = m->seq;
     }
-    /* Answered when the step may start; a retry (same seq) replaces this entry. */
-    p->pulling = true;
-    p->wait_seq = m->seq;
+    if (moved)
+        progress(r); /* a round may be full now, or another rank's step may start */
     return 0;
 }
 

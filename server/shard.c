@@ -267,8 +267,13 @@ void dcps_shard_apply_round(dcps_shard_t *s, int pushes)
     /* Every worker computed this round's gradient on the same parameters: w,
      * or with delta pulls the shared mirror. */
     apply_rule(s, s->mirror ? s->mirror : s->w, s->acc);
-    memset(s->acc, 0, s->n * sizeof *s->acc);
+    dcps_shard_clear_round(s);
     s->version++;
+}
+
+void dcps_shard_clear_round(dcps_shard_t *s)
+{
+    memset(s->acc, 0, s->n * sizeof *s->acc);
 }
 
 void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq)

@@ -128,6 +128,10 @@ void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
  * moves). */
 void dcps_shard_apply_round(dcps_shard_t *s, int pushes);
 
+/* Sync mode: empties the open round's sum without applying it (after a restore,
+ * when the workers are in a later round: dcps_consistency_catch_up). */
+void dcps_shard_clear_round(dcps_shard_t *s);
+
 /* Records seq of a push from rank that is not applied (sync: its round closed
  * without it), so that a retry of it is a duplicate. */
 void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq);

@@ -196,15 +196,18 @@ typedef struct {
     char shards[600]; /* servers.shards=ep0,ep1 */
 } cluster_t;
 
+static const char *const modes[] = {"async", "sync", "ssp"};
+
 /* A job of 4 epochs over 24000 examples (1500 steps a worker: accuracy near its
  * plateau, where two async runs differ by a few tenths of a point), slowed to
- * last several seconds, that writes checkpoints into h_dir()/<dir>. */
-static const char *fault_job(const char *name, const char *dir)
+ * last several seconds, in `mode` (ssp: 4 steps ahead at most), that writes
+ * checkpoints into h_dir()/<dir>. */
+static const char *fault_job(const char *name, const char *dir, const char *mode)
 {
     char text[2048], path[512];
     snprintf(path, sizeof path, "%s/%s", h_dir(), dir);
     snprintf(text, sizeof text,
-             "[job]\nname = faults\nworkers = 2\nmode = async\n"
+             "[job]\nname = faults\nworkers = 2\nmode = %s\nstaleness = 4\n"
              "[servers]\nshards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n"
              "[model]\nlayers = 784,64,10\n"
              "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
@@ -216,7 +219,7 @@ static const char *fault_job(const char *name, const char *dir)
              "[worker]\nlog_every = 20\ntimeout_ms = 500\nretries = 8\ndelay_ms = 4\n"
              "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 1\n"
              "heartbeat_ms = 200\ndead_after_ms = 1500\n",
-             path);
+             mode, path);
     return h_write(name, text);
 }
 
@@ -286,10 +289,10 @@ static void wait_for_step(const char *tag, long at)
 }
 
 /* The test accuracy of the same job, undisturbed, in h_dir()/ref. */
-static double undisturbed_accuracy(void)
+static double undisturbed_accuracy(const char *mode)
 {
     cluster_t k;
-    start_cluster(&k, fault_job("ref.ini", "ref"));
+    start_cluster(&k, fault_job("ref.ini", "ref", mode));
     pid_t w0 = start_worker(&k, 0, "ref0"), w1 = start_worker(&k, 1, "ref1");
     expect_exit_0(w0, "ref0");
     expect_exit_0(w1, "ref1");
@@ -307,19 +310,23 @@ static void expect_close_to(const char *tag, double ref)
                   ref);
 }
 
+/* In each consistency model (the loop's index in modes). */
 START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
 {
-    double ref = undisturbed_accuracy();
+    const char *mode = modes[_i];
+    double ref = undisturbed_accuracy(mode);
     cluster_t k;
-    start_cluster(&k, fault_job("kill.ini", "kill"));
+    start_cluster(&k, fault_job("kill.ini", "kill", mode));
     pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
     wait_for_step("w0", 150);
-    /* Killed just after a periodic checkpoint, so that few updates are lost:
-     * the test is about surviving, not about how much a second costs. */
+    /* Killed 100 ms after a periodic checkpoint, so that some updates are lost
+     * (in sync, rounds the workers went on to) but few: the test is about
+     * surviving, not about how much a second costs. */
     int before = count_of(h_slurp(h_path("server1", "err")), "periodic checkpoint");
     while (count_of(h_slurp(h_path("server1", "err")), "periodic checkpoint") == before)
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     ck_assert_int_ge(checkpoints_of("kill", 1), 1);
+    nanosleep(&(struct timespec){0, 100000000}, NULL);
     kill(k.srv[1], SIGKILL);
     ck_assert_int_eq(h_wait(k.srv[1], 10000), 128 + SIGKILL);
     nanosleep(&(struct timespec){0, 300000000}, NULL);
@@ -333,6 +340,10 @@ START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
      * one is sent again; one sent while it was down waits in ZeroMQ's queue). */
     ck_assert_msg(strstr(log, "worker 0 rejoins") && strstr(log, "worker 1 rejoins"),
                   "the restarted shard said: %s", log);
+    /* In sync the workers had gone on to later rounds, which it took up. */
+    if (strcmp(mode, "sync") == 0)
+        ck_assert_msg(strstr(log, " of the checkpoint ("),
+                      "the restarted shard said: %s", log);
     expect_close_to("w0", ref);
     expect_close_to("w1", ref);
     for (int s = 0; s < 2; s++)
@@ -342,9 +353,9 @@ END_TEST
 
 START_TEST(a_worker_killed_and_restarted_resumes_where_it_was)
 {
-    double ref = undisturbed_accuracy();
+    double ref = undisturbed_accuracy("async");
     cluster_t k;
-    start_cluster(&k, fault_job("kill.ini", "kill"));
+    start_cluster(&k, fault_job("kill.ini", "kill", "async"));
     pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
     wait_for_step("w1", 200);
     kill(w1, SIGKILL);
@@ -374,7 +385,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sighup_changes_the_learning_rate_and_refuses_fixed_keys);
     tcase_add_test(tc, under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads);
-    tcase_add_test(tc, a_shard_killed_and_restarted_loses_nothing_that_matters);
+    tcase_add_loop_test(tc, a_shard_killed_and_restarted_loses_nothing_that_matters, 0,
+                        (int)(sizeof modes / sizeof *modes));
     tcase_add_test(tc, a_worker_killed_and_restarted_resumes_where_it_was);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
