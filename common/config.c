@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/shardmap.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -33,7 +34,9 @@
 #define LIST_CHARS (DCPS_MAX_SHARDS * DCPS_ENDPOINT_MAX)
 #define LAYER_MAX 65536
 
-enum type { T_INT, T_U64, T_DOUBLE, T_BOOL, T_STRING, T_Z85, T_ENUM, T_LEVEL, T_SHARDS, T_LAYERS };
+enum type {
+    T_INT, T_U64, T_DOUBLE, T_BOOL, T_STRING, T_Z85, T_ENUM, T_LEVEL, T_SHARDS, T_LAYERS, T_IPV4
+};
 
 struct key {
     const char *section, *name;
@@ -145,7 +148,9 @@ static const struct key keys[] = {
          "checkpoints of a shard kept in checkpoint_dir; older ones are removed"),
      .lo = 1, .hi = 1000, .live = true},
     INT("server", "metrics_port", metrics_port, "0", 0, 65535,
-        "Prometheus /metrics on this TCP port (all interfaces); 0: none"),
+        "Prometheus /metrics on this TCP port of metrics_address; 0: none"),
+    OTHER("server", "metrics_address", T_IPV4, metrics_address, "127.0.0.1",
+          "IPv4 address the metrics port listens on; 0.0.0.0: every interface"),
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
         "silence after which a worker counts as dead; > heartbeat_ms"),
@@ -219,6 +224,7 @@ static void describe(const struct key *k, char *buf, size_t n)
         snprintf(buf, n, "1 to %d of tcp://, ipc://, inproc://", DCPS_MAX_SHARDS);
         break;
     case T_LAYERS: snprintf(buf, n, "2 to %d sizes in [1, %d]", DCPS_MAX_LAYERS, LAYER_MAX); break;
+    case T_IPV4: snprintf(buf, n, "a dotted IPv4 address"); break;
     }
 }
 
@@ -403,6 +409,12 @@ static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, cha
         if (v[strspn(v, z85_chars)])
             return say(why, n, "'%c' is not a Z85 character", v[strspn(v, z85_chars)]);
         return parse_string(k, v, field, why, n);
+    case T_IPV4: {
+        struct in_addr a;
+        if (inet_pton(AF_INET, v, &a) != 1)
+            return say(why, n, "\"%s\" is not a dotted IPv4 address such as 127.0.0.1", v);
+        return parse_string(k, v, field, why, n);
+    }
     case T_STRING: return parse_string(k, v, field, why, n);
     case T_SHARDS: return parse_shards(cfg, v, why, n);
     case T_LAYERS: return parse_layers(cfg, v, why, n);
@@ -706,6 +718,7 @@ static void write_value(const struct key *k, const dcps_config_t *cfg, FILE *out
     case T_ENUM: fprintf(out, " %s", name_of(k->names, *(const int *)field)); break;
     case T_STRING:
     case T_Z85:
+    case T_IPV4:
     case T_LEVEL: fprintf(out, "%s%s", *field ? " " : "", field); break;
     case T_SHARDS: write_shards(out, cfg); break;
     case T_LAYERS:

@@ -93,6 +93,7 @@ typedef struct dcps_config {
     int checkpoint_every; /* seconds; 0: only on SIGTERM */
     int checkpoint_keep;
     int metrics_port;
+    char metrics_address[16]; /* dotted IPv4 */
     int heartbeat_ms;
     int dead_after_ms;
 

@@ -187,8 +187,9 @@ static int metrics_open(const dcps_config_t *cfg, dcps_metrics_t **m)
 {
     char err[256];
     *m = NULL;
-    if (cfg->metrics_port && !(*m = dcps_metrics_new(cfg->metrics_port, err, sizeof err))) {
-        DCPS_ERR("%s ([server] metrics_port); not starting", err);
+    if (cfg->metrics_port &&
+        !(*m = dcps_metrics_new(cfg->metrics_address, cfg->metrics_port, err, sizeof err))) {
+        DCPS_ERR("%s ([server] metrics_address, metrics_port); not starting", err);
         return -1;
     }
     return 0;

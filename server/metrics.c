@@ -254,14 +254,17 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     DCPS_WARN("metrics: %s", line);
 }
 
-/* A listening socket on port of every IPv4 interface, or -1 with the reason. */
-static int listen_on(int port, char *err, size_t errlen)
+/* A listening socket on address:port (name: the two, for messages), or -1 with
+ * the reason. */
+static int listen_on(const char *address, int port, const char *name, char *err, size_t errlen)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_ANY)};
-    int one = 1, e;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int one = 1, e, fd = -1;
+    if (inet_pton(AF_INET, address, &a.sin_addr) != 1) {
+        snprintf(err, errlen, "metrics port %s: not a dotted IPv4 address", name);
+        return -1;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         goto fail;
     /* A restarted server need not wait for the old connections' TIME_WAIT; a
@@ -275,23 +278,25 @@ fail:
     e = errno;
     if (fd >= 0)
         close(fd);
-    snprintf(err, errlen, "metrics port %d: %s", port, strerror(e));
+    snprintf(err, errlen, "metrics port %s: %s", name, strerror(e));
     return -1;
 }
 
-dcps_metrics_t *dcps_metrics_new(int port, char *err, size_t errlen)
+dcps_metrics_t *dcps_metrics_new(const char *address, int port, char *err, size_t errlen)
 {
+    char name[64];
+    snprintf(name, sizeof name, "%s:%d", address, port);
     if (port < 1 || port > 65535) {
-        snprintf(err, errlen, "metrics port %d: not a TCP port (1 to 65535)", port);
+        snprintf(err, errlen, "metrics port %s: not a TCP port (1 to 65535)", name);
         return NULL;
     }
     dcps_metrics_t *m = calloc(1, sizeof *m);
     if (!m) {
-        snprintf(err, errlen, "metrics port %d: %s", port, dcps_strerror(DCPS_E_NOMEM));
+        snprintf(err, errlen, "metrics port %s: %s", name, dcps_strerror(DCPS_E_NOMEM));
         return NULL;
     }
     pthread_mutex_init(&m->lock, NULL);
-    int fd = listen_on(port, err, errlen);
+    int fd = listen_on(address, port, name, err, errlen);
     if (fd < 0)
         goto fail_listen;
     /* MHD takes the socket over and closes it in MHD_stop_daemon. */
@@ -301,8 +306,8 @@ dcps_metrics_t *dcps_metrics_new(int port, char *err, size_t errlen)
                                  MHD_OPTION_CONNECTION_LIMIT, MAX_CONNECTIONS,
                                  MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, MHD_OPTION_END);
     if (!m->daemon) {
-        snprintf(err, errlen, "metrics port %d: the HTTP server (libmicrohttpd) did not start",
-                 port);
+        snprintf(err, errlen, "metrics port %s: the HTTP server (libmicrohttpd) did not start",
+                 name);
         goto fail_daemon;
     }
     return m;

@@ -27,12 +27,13 @@
 
 typedef struct dcps_metrics dcps_metrics_t;
 
-/* Binds TCP port (1 to 65535) on every IPv4 interface itself, so that a busy
- * port is reported with its errno, and serves it from a new thread; until the
- * first publish /metrics is empty. Returns NULL with a sentence in err that
- * names the port ("metrics port 9100: Address already in use") if the port
- * cannot be bound or the HTTP server cannot start; nothing is left open then. */
-dcps_metrics_t *dcps_metrics_new(int port, char *err, size_t errlen);
+/* Binds TCP port (1 to 65535) of the dotted IPv4 address (0.0.0.0: every
+ * interface) itself, so that a busy port is reported with its errno, and serves
+ * it from a new thread; until the first publish /metrics is empty. Returns NULL
+ * with a sentence in err that names the port ("metrics port 127.0.0.1:9100:
+ * Address already in use") if the address is not one, the port cannot be bound
+ * or the HTTP server cannot start; nothing is left open then. */
+dcps_metrics_t *dcps_metrics_new(const char *address, int port, char *err, size_t errlen);
 
 /* Serves a copy of text[0, len) from now on. Call from one thread at a time.
  * Returns 0, or DCPS_E_NOMEM with the previous text still served. */

@@ -846,8 +846,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 53);
-    ck_assert_int_eq(docs, 53);
+    ck_assert_int_eq(keys, 54);
+    ck_assert_int_eq(docs, 54);
     free(text);
 }
 END_TEST

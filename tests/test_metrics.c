@@ -31,8 +31,9 @@ static void teardown(void)
     h_cleanup();
 }
 
-/* A job of one shard, with metrics on port; extra goes into [job]. */
-static const char *job(int port, int workers, const char *extra)
+/* A job of one shard, with metrics on port; extra goes into [job], server_extra
+ * into [server]. */
+static const char *job_with(int port, int workers, const char *extra, const char *server_extra)
 {
     char text[1024];
     snprintf(text, sizeof text,
@@ -40,9 +41,14 @@ static const char *job(int port, int workers, const char *extra)
              "[servers]\nshards = tcp://127.0.0.1:*\n"
              "[model]\nlayers = 20,10\n"
              "[worker]\ntimeout_ms = 5000\n"
-             "[server]\nmetrics_port = %d\n",
-             workers, extra, port);
+             "[server]\nmetrics_port = %d\n%s",
+             workers, extra, port, server_extra);
     return h_write("job.ini", text);
+}
+
+static const char *job(int port, int workers, const char *extra)
+{
+    return job_with(port, workers, extra, "");
 }
 
 /* A socket listening on every IPv4 interface at an ephemeral port. */
@@ -67,14 +73,14 @@ static int free_port(void)
     return port;
 }
 
-/* The whole answer to `method path` over HTTP/1.0 (the server closes the
- * connection after it), in a static buffer; "" if the connection failed. */
-static const char *http(int port, const char *method, const char *path)
+/* The whole answer to `method path` from address:port over HTTP/1.0 (the server
+ * closes the connection after it), in a static buffer; "" if the connection
+ * failed. */
+static const char *http_at(const char *address, int port, const char *method, const char *path)
 {
     static char buf[1 << 16];
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    ck_assert_int_eq(inet_pton(AF_INET, address, &a.sin_addr), 1);
     struct timeval tv = {5, 0};
     char req[256];
     size_t n = 0;
@@ -93,6 +99,11 @@ static const char *http(int port, const char *method, const char *path)
     buf[n] = '\0';
     close(fd);
     return buf;
+}
+
+static const char *http(int port, const char *method, const char *path)
+{
+    return http_at("127.0.0.1", port, method, path);
 }
 
 static int status_of(const char *response)
@@ -355,6 +366,36 @@ START_TEST(other_paths_get_404_other_methods_405_and_sigterm_frees_the_port)
 }
 END_TEST
 
+/* 127.0.0.1 unless the job says otherwise: another address of this host (here
+ * 127.0.0.2, also the loopback interface) is refused, and served with 0.0.0.0. */
+START_TEST(metrics_listen_on_loopback_unless_told_otherwise)
+{
+    char ep[256];
+    int port = free_port();
+    pid_t server = h_server(job(port, 1, ""), 0, ep);
+    ck_assert_int_gt(server, 0);
+    ck_assert_int_eq(status_of(http_at("127.0.0.1", port, "GET", "/metrics")), 200);
+    ck_assert_int_eq(status_of(http_at("127.0.0.2", port, "GET", "/metrics")), 0);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+
+    port = free_port();
+    server = h_server(job_with(port, 1, "", "metrics_address = 0.0.0.0\n"), 0, ep);
+    ck_assert_int_gt(server, 0);
+    ck_assert_int_eq(status_of(http_at("127.0.0.2", port, "GET", "/metrics")), 200);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+
+    /* A value that is no IPv4 address stops it before it binds, naming the key. */
+    const char *argv[] = {"--config", job_with(port, 1, "", "metrics_address = localhost\n"),
+                          "--shard", "0", NULL};
+    pid_t pid = h_spawn("dcps-server", "badaddr", argv);
+    ck_assert_int_eq(h_wait(pid, 10000), 2);
+    const char *log = h_slurp(h_path("badaddr", "err"));
+    ck_assert_msg(strstr(log, "[server] metrics_address: \"localhost\" is not a dotted IPv4 "
+                              "address"),
+                  "%s", log);
+}
+END_TEST
+
 /* A port some other program listens on: exit status 1, a message naming the
  * port and the reason, and no ZeroMQ endpoint (the endpoint file is written
  * right after the bind). */
@@ -369,7 +410,7 @@ START_TEST(taken_metrics_port_stops_the_server_before_it_binds)
     int st = h_wait(pid, 10000);
     const char *log = h_slurp(h_path("taken", "err"));
     ck_assert_msg(st == 1, "exit status %d: %s", st, log);
-    snprintf(want, sizeof want, "metrics port %d: Address already in use", port);
+    snprintf(want, sizeof want, "metrics port 127.0.0.1:%d: Address already in use", port);
     ck_assert_msg(strstr(log, want) != NULL, "%s", log);
     ck_assert_ptr_null(strstr(log, "serves parameters"));
     ck_assert_int_ne(access(epf, F_OK), 0);
@@ -387,6 +428,7 @@ int main(void)
     tcase_add_test(tc, sync_rounds_are_timed_apart_from_the_pushes);
     tcase_add_test(tc, other_paths_get_404_other_methods_405_and_sigterm_frees_the_port);
     tcase_add_test(tc, taken_metrics_port_stops_the_server_before_it_binds);
+    tcase_add_test(tc, metrics_listen_on_loopback_unless_told_otherwise);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }
