@@ -185,6 +185,34 @@ START_TEST(worker_gives_up_on_an_unreachable_shard_with_a_clear_error)
 }
 END_TEST
 
+/* A data file that is missing, a directory or not IDX: exit status 1 and a line
+ * naming the file and what is wrong with it, before any shard is contacted (none
+ * runs here: a worker that tried would say so instead). */
+START_TEST(worker_with_a_bad_data_file_exits_naming_it)
+{
+    char garbage[512], set[600];
+    snprintf(garbage, sizeof garbage, "%s", h_write("garbage.gz", "garbage\n"));
+    const struct {
+        const char *key, *file, *expect;
+    } cases[] = {
+        {"train_images", "/nonexistent/train.gz", "/nonexistent/train.gz: cannot open: No such file"},
+        {"test_labels", h_dir(), ": read failed: Is a directory"},
+        {"test_labels", garbage, ": bad magic 0x67617262 (expected 0x00000801 for labels"},
+    };
+    const char *j = job("job.ini", "");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(set, sizeof set, "data.%s=%s", cases[i].key, cases[i].file);
+        const char *argv[] = {"--config", j, "--rank", "0", "--set", set, NULL};
+        int st = h_wait(h_spawn("dcps-worker", "baddata", argv), 20000);
+        const char *err = h_slurp(h_path("baddata", "err"));
+        ck_assert_msg(st == 1, "exit status %d: %s", st, err);
+        ck_assert_msg(strstr(err, cases[i].file) && strstr(err, cases[i].expect), "worker said: %s",
+                      err);
+        ck_assert_ptr_null(strstr(err, "HELLO"));
+    }
+}
+END_TEST
+
 START_TEST(worker_asked_for_a_gpu_without_one_exits_clearly)
 {
     if (dcps_gpu_count() > 0)
@@ -292,6 +320,7 @@ int main(void)
     tcase_add_test(tc, bad_job_file_stops_both_programs_before_binding);
     tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
     tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
+    tcase_add_test(tc, worker_with_a_bad_data_file_exits_naming_it);
     tcase_add_test(tc, synthetic_gradients_are_seeded_per_rank_and_move_each_step);
     tcase_add_test(tc, emulated_compute_sleeps_and_pushes_model_sized_gradients);
     suite_add_tcase(s, tc);
