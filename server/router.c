@@ -110,7 +110,6 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
         reply.payload[1] = (dcps_buf_t){p.values, p.k * sizeof *p.values};
     }
     send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, &reply);
-    r->peers[rank].pulled = true;
 }
 
 /* Answers the waiting pulls whose step may start now. */
@@ -281,7 +280,7 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
  * round; ssp: the clock). Returns whether waiting pulls may go on now. */
 static bool catch_up(dcps_router_t *r, uint32_t rank, uint64_t step, bool pull)
 {
-    if (!r->shard->restored || r->peers[rank].pulled)
+    if (!dcps_shard_behind(r->shard, rank))
         return false;
     uint64_t round = r->cons.round;
     int pushes = r->cons.contributions;
@@ -318,7 +317,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
      * later version is taken as computed on the current one. */
     uint64_t based_on = m->param_version;
     if (based_on > s->version) {
-        if (!s->restored || r->peers[m->rank].pulled) {
+        if (!dcps_shard_behind(s, m->rank)) {
             snprintf(why, whylen,
                      "gradient computed on version %llu, this shard is at version %llu",
                      (unsigned long long)m->param_version, (unsigned long long)s->version);

@@ -59,7 +59,6 @@ typedef struct {
     dcps_route_t wait;  /* the socket of its waiting request */
     bool in_barrier;    /* waiting in the current barrier */
     bool pulling;       /* a PULL waits for its step to start */
-    bool pulled;        /* was answered a pull since this shard started */
     uint64_t wait_seq;  /* seq of the waiting request */
     dcps_pull_req_t pull; /* the last pull */
 } dcps_peer_t;

@@ -42,7 +42,8 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
     s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
-    if (!s->w || !s->last_seq)
+    s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
+    if (!s->w || !s->last_seq || !s->behind)
         goto fail;
     float *at = s->w + s->n;
     s->state = l.state ? at : NULL;
@@ -62,11 +63,10 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
         s->k_max = dcps_config_entries(
             dcps_config_density_at(rho, cfg->density_warmup_epochs, 1), s->n);
         s->tag = calloc(s->mirror ? 1 : (size_t)cfg->workers, sizeof *s->tag);
-        s->dense_next = calloc((size_t)cfg->workers, sizeof *s->dense_next);
         s->delta_idx = malloc(s->k_max * sizeof *s->delta_idx);
         s->delta_val = malloc(s->k_max * sizeof *s->delta_val);
         s->topk = dcps_topk_ws_new(s->n, err);
-        if (!s->tag || !s->dense_next || !s->delta_idx || !s->delta_val || !s->topk)
+        if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk)
             goto fail;
     }
     return s;
@@ -86,7 +86,7 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     free(s->delta_val);
     free(s->delta_idx);
     free(s->tag);
-    free(s->dense_next);
+    free(s->behind);
     free(s->last_seq);
     free(s->w);
     free(s);
@@ -109,13 +109,18 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
 void dcps_shard_restored(dcps_shard_t *s)
 {
     s->restored = true;
+    for (int r = 0; r < s->workers; r++)
+        s->behind[r] = true;
     if (!s->delta)
         return;
     for (int mi = 0; mi < (s->mirror ? 1 : s->workers); mi++)
         s->tag[mi] = UINT64_MAX;
-    for (int r = 0; r < s->workers; r++)
-        s->dense_next[r] = true;
     s->delta_of = -1;
+}
+
+bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank)
+{
+    return s->behind[rank];
 }
 
 bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq)
@@ -171,6 +176,13 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
                      bool exact, dcps_pull_t *out)
 {
     s->pulls++;
+    /* A tag held from before a restore may name other contents than the
+     * restored mirror's: as if it held nothing (the sync mirror, shared, may
+     * carry a post-restore tag equal to it). */
+    if (s->behind[rank]) {
+        s->behind[rank] = false;
+        holds = false;
+    }
     *out = (dcps_pull_t){.dense = true, .values = s->w, .k = s->n};
     if (!s->delta) {
         if (s->bak)
@@ -178,13 +190,6 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
         return;
     }
     int mi = s->mirror ? 0 : (int)rank;
-    /* A tag held from before a restore may name other contents than the
-     * restored mirror's: as if it held nothing (the sync mirror, shared, may
-     * carry a post-restore tag equal to it). */
-    if (s->dense_next[rank]) {
-        s->dense_next[rank] = false;
-        holds = false;
-    }
     if (exact) {
         if (!s->mirror)
             reset(s, mi);
@@ -311,10 +316,9 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->worker_backups = s->bak ? vec * (size_t)s->workers : 0;
     out->sync_sum = s->acc ? vec : 0;
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
-                      (s->dense_next ? (size_t)s->workers : 0) +
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
                       (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
-    out->sequence_numbers = (size_t)s->workers * sizeof *s->last_seq;
+    out->sequence_numbers = (size_t)s->workers * (sizeof *s->last_seq + sizeof *s->behind);
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)

@@ -23,7 +23,10 @@
  *
  * A shard restored from a checkpoint (server/checkpoint.h) repeats versions it
  * had before the stop, with other contents, so no tag a worker held before then
- * is trusted: dcps_shard_restored makes each worker's next pull dense.
+ * is trusted: dcps_shard_restored makes each worker's next pull dense. Until
+ * that pull a worker is behind (dcps_shard_behind): it may push gradients on
+ * versions this shard has not reached, and its requests tell the router where
+ * the job went on without the shard.
  *
  * It is single-owner (the server's loop thread) and takes no locks. It checks
  * nothing that comes from the network: the router validates every message
@@ -74,8 +77,8 @@ typedef struct dcps_shard {
     dcps_dcasgd_t dc;
     bool initialized;    /* set by the first INIT */
     bool restored;       /* state came from a checkpoint (dcps_shard_restored) */
-    bool *dense_next;    /* per rank (pull = delta): its held tag predates a restore, so
-                            its next pull is answered dense */
+    bool *behind;        /* per rank: restored, and it has not pulled from this process
+                            (dcps_shard_behind) */
     uint64_t version;    /* incremented by every applied update */
     int workers;
     uint64_t *last_seq;  /* per rank: the highest push seq applied */
@@ -103,6 +106,9 @@ int dcps_shard_init(dcps_shard_t *s, const float *w);
  * worker's next pull is answered dense whatever version it says it holds, since
  * a restored shard repeats versions with other contents. */
 void dcps_shard_restored(dcps_shard_t *s);
+
+/* Whether rank has not pulled from this shard since it was restored. */
+bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank);
 
 /* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
  * rank start at 1 and increase: a seq at or below the last applied one (0 at
@@ -171,7 +177,7 @@ typedef struct {
     size_t sync_sum;         /* sync mode's sum of the open round: n floats */
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
                                 delta's pairs and the selection's workspace */
-    size_t sequence_numbers; /* the last applied push seq of every rank */
+    size_t sequence_numbers; /* every rank's last applied push seq and restore flag */
 } dcps_shard_memory_t;
 
 void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out);

@@ -277,7 +277,7 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"optimizer_state\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sync_sum\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
-                        2 * 8);
+                        2 * (8 + 1));
 
     ck_assert_double_eq(sample(t, "dcps_staleness_count{shard=\"0\"}"), N);
     ck_assert_double_eq(sample(t, "dcps_staleness_sum{shard=\"0\"}"), 0 + 1 + 2 + 0 + 1);
