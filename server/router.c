@@ -275,9 +275,9 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     return 0;
 }
 
-/* A shard restored from a checkpoint learns from each rank's first requests, until
- * it has pulled from this process, where the job went on without it (sync: the
- * round; ssp: the clock). Returns whether waiting pulls may go on now. */
+/* A shard restored from a checkpoint learns from a rank's requests, until that
+ * rank has pulled from it, where the job went on without it (sync: the round;
+ * ssp: the clock). Returns whether waiting pulls may go on now. */
 static bool catch_up(dcps_router_t *r, uint32_t rank, uint64_t step, bool pull)
 {
     if (!dcps_shard_behind(r->shard, rank))
