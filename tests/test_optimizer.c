@@ -372,11 +372,13 @@ END_TEST
 
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
-    /* SGD: n floats of parameters and one 64-bit sequence number per worker. */
+    /* SGD: n floats of parameters, and per worker a 64-bit sequence number and
+     * a restore flag. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
-    ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * sizeof(uint64_t));
-    ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * sizeof(uint64_t));
-    ck_assert_uint_eq(dcps_shard_memory(s1), 56);
+    const size_t per_worker = sizeof(uint64_t) + sizeof(bool);
+    ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 59); /* 32 + 3 · 9 */
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -528,10 +530,11 @@ END_TEST
 START_TEST(memory_of_dcasgd_is_two_plus_p_times_the_shard)
 {
     dcps_shard_t *s = dc_shard(true);
-    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * sizeof(uint64_t));
+    const size_t per_worker = sizeof(uint64_t) + sizeof(bool); /* seq and restore flag */
+    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);
-    ck_assert_uint_eq(dcps_shard_memory(s), (1 + 2) * 72 * sizeof(float) + 2 * sizeof(uint64_t));
+    ck_assert_uint_eq(dcps_shard_memory(s), (1 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
 }
 END_TEST
