@@ -12,6 +12,7 @@
 #include "common/config.h"
 
 #include "common/error.h"
+#include "common/keys.h"
 #include "common/log.h"
 #include "common/shardmap.h"
 
@@ -57,8 +58,6 @@ static const char *const pull_names[] = {"dense", "delta", NULL};
 static const char *const device_names[] = {"auto", "cpu", "gpu", NULL};
 /* Index = syslog priority - DCPS_LOG_ERR, as dcps_log_level_parse returns it. */
 static const char *const level_names[] = {"err", "warning", "notice", "info", "debug", NULL};
-static const char z85_chars[] =
-    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
 
 #define FIELD(f) .off = offsetof(dcps_config_t, f), .size = sizeof(((dcps_config_t *)0)->f)
 #define ROW(sec, k, t, f, d, doc_)                                                             \
@@ -154,11 +153,19 @@ static const struct key keys[] = {
     INT("server", "heartbeat_ms", heartbeat_ms, "1000", 10, 600000, "heartbeat interval"),
     INT("server", "dead_after_ms", dead_after_ms, "10000", 10, 3600000,
         "silence after which a worker counts as dead; > heartbeat_ms"),
-    OTHER("security", "curve", T_BOOL, curve, "false", "encrypt with ZeroMQ CURVE"),
-    STR("security", "server_secret_key_file", server_secret_key_file, "", "server secret key file"),
-    OTHER("security", "server_public_key", T_Z85, server_public_key, "", "server public key"),
-    STR("security", "worker_keys_dir", worker_keys_dir, "", "public keys of allowed workers"),
-    STR("security", "worker_secret_key_file", worker_secret_key_file, "", "worker secret key file"),
+    OTHER("security", "curve", T_BOOL, curve, "false",
+          "encrypt and authenticate every connection with ZeroMQ CURVE: a shard admits only "
+          "the workers whose keys are in worker_keys_dir"),
+    STR("security", "server_secret_key_file", server_secret_key_file, "",
+        "shards, curve: file of the shards' secret key (dcps-server --keygen), mode 0600"),
+    OTHER("security", "server_public_key", T_Z85, server_public_key, "",
+          "workers, curve: the shards' public key: the text of their key's .pub file"),
+    {ROW("security", "worker_keys_dir", T_STRING, worker_keys_dir, "",
+         "shards, curve: directory whose *.pub files are the public keys of the workers "
+         "admitted, all read again on SIGHUP"),
+     .live = true},
+    STR("security", "worker_secret_key_file", worker_secret_key_file, "",
+        "workers, curve: file of this worker's secret key (dcps-server --keygen), mode 0600"),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -404,10 +411,8 @@ static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, cha
         return parse_string(k, k->names[level - DCPS_LOG_ERR], field, why, n);
     }
     case T_Z85:
-        if (*v && strlen(v) != 40)
-            return say(why, n, "is %zu characters; a Z85 key has 40", strlen(v));
-        if (v[strspn(v, z85_chars)])
-            return say(why, n, "'%c' is not a Z85 character", v[strspn(v, z85_chars)]);
+        if (*v && dcps_key_parse(v, strlen(v), NULL, why, n) != 0)
+            return DCPS_E_CONFIG;
         return parse_string(k, v, field, why, n);
     case T_IPV4: {
         struct in_addr a;
@@ -832,14 +837,38 @@ double dcps_config_pull_density(const dcps_config_t *cfg)
 
 int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err, size_t errlen)
 {
-    const struct {
-        bool set;
-        const char *key;
-    } later[] = {
-        {cfg->curve, "[security] curve: only false (CURVE)"},
+    if (cfg->curve && !dcps_keys_available())
+        return say(err, errlen,
+                   "%s: [security] curve = true, but this libzmq was built without CURVE "
+                   "(zmq_has(\"curve\") is false): install one built with libsodium, or set "
+                   "curve = false",
+                   path);
+    return 0;
+}
+
+/* A [security] key that one side of the job needs with curve = true. */
+struct need {
+    const char *value, *key, *what;
+};
+
+int dcps_config_check_role(const dcps_config_t *cfg, const char *path, int role, char *err,
+                           size_t errlen)
+{
+    const struct need server[] = {
+        {cfg->server_secret_key_file, "server_secret_key_file", "the shards' secret key file"},
+        {cfg->worker_keys_dir, "worker_keys_dir", "the directory of the workers' public keys"},
     };
-    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
-        if (later[i].set)
-            return say(err, errlen, "%s: %s is implemented in this version", path, later[i].key);
+    const struct need worker[] = {
+        {cfg->server_public_key, "server_public_key", "the shards' public key"},
+        {cfg->worker_secret_key_file, "worker_secret_key_file", "this worker's secret key file"},
+    };
+    const struct need *need = role == DCPS_ROLE_SERVER ? server : worker;
+    if (!cfg->curve)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (!*need[i].value)
+            return say(err, errlen, "%s%s[security] curve = true needs [security] %s (%s), which "
+                       "is not set",
+                       path ? path : "", path ? ": " : "", need[i].key, need[i].what);
     return 0;
 }

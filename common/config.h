@@ -117,10 +117,22 @@ int dcps_config_load(dcps_config_t *cfg, const char *path, const char *const *ov
                      size_t n_overrides, char *err, size_t errlen);
 
 /* Refuses settings that the table accepts, so that job files keep their shape,
- * but that this version cannot run yet (a sentence in err naming the key and
- * path, DCPS_E_CONFIG); never replaces them silently. Both programs call it
- * after dcps_config_load, before they bind or connect. */
+ * but that this build cannot run (a sentence in err naming the key and path,
+ * DCPS_E_CONFIG); never replaces them silently. Today that is [security] curve
+ * = true with a libzmq built without CURVE. Both programs call it after
+ * dcps_config_load, before they bind or connect. */
 int dcps_config_supported(const dcps_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Which side of the job a program is: the keys each needs differ. */
+enum dcps_role { DCPS_ROLE_SERVER, DCPS_ROLE_WORKER };
+
+/* With [security] curve = true, checks that the keys `role` needs are set: a
+ * shard needs server_secret_key_file and worker_keys_dir, a worker
+ * server_public_key and worker_secret_key_file. Returns 0, or DCPS_E_CONFIG
+ * with a sentence in err naming path (if not NULL) and the first key missing.
+ * Opens no file: reading the keys is common/keys.h's. */
+int dcps_config_check_role(const dcps_config_t *cfg, const char *path, int role, char *err,
+                           size_t errlen);
 
 /* Writes the reference: one line per key with its default, range and doc, in
  * INI form (a valid job file of defaults). */
@@ -131,7 +143,8 @@ void dcps_config_write(const dcps_config_t *cfg, FILE *out);
 
 /* SIGHUP: takes a reloaded job file `next` into the running one. Only keys
  * marked as reloadable in the reference (dcps_config_dump: [optimizer] lr,
- * [job] log_level, [server] checkpoint_every and checkpoint_keep) may differ:
+ * [job] log_level, [server] checkpoint_every and checkpoint_keep, [security]
+ * worker_keys_dir) may differ:
  * then they are copied
  * into *running, `changes` lists them ("[optimizer] lr 0.05 -> 0.02; ...",
  * empty if nothing changed) and it returns 0. If any other key differs it

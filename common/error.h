@@ -39,7 +39,8 @@ extern "C" {
     X(CLOSED, -23, "connection closed")                                             \
     X(STATE, -24, "request not valid in the current state")                         \
     X(VERSION, -25, "parameter version from the future")                            \
-    X(LIVE, -26, "rank already connected from elsewhere")
+    X(LIVE, -26, "rank already connected from elsewhere")                          \
+    X(AUTH, -27, "refused by the peer's authentication (CURVE)")
 
 enum {
 #define DCPS_ERR_ENUM(name, value, msg) DCPS_E_##name = (value),

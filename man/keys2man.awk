@@ -59,7 +59,7 @@ BEGIN {
     about["[compression]"] = "How gradients and parameters travel between workers and shards."
     about["[worker]"] = "The workers' device, output and patience."
     about["[server]"] = "The shards' checkpoints, metrics and heartbeats."
-    about["[security]"] = "ZeroMQ CURVE encryption and authentication."
+    about["[security]"] = "ZeroMQ CURVE encryption and authentication; see SECURITY below."
     if (keys == "") {
         print "keys2man.awk: usage: awk -v keys=DUMP -f keys2man.awk TEMPLATE" > "/dev/stderr"
         exit 1

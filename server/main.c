@@ -1,12 +1,19 @@
 /* dcps-server — the daemon for one shard.
  *
  * dcps-server --config FILE --shard S [--set section.key=value]... [--endpoint-file F]
+ * dcps-server --keygen PATH
  *
  * Reads the job file, binds shard S's endpoint with a ROUTER socket, and serves
  * it on a libuv loop until SIGTERM or SIGINT, after which it logs a summary and
  * exits 0. Under systemd it sends READY=1 once bound. A bad job file or option
  * stops it before it binds anything, with exit status 2; a [server] metrics_port
  * that cannot be bound (in use, say) with exit status 1, before the ZeroMQ bind.
+ *
+ * With [security] curve = true the socket is a CURVE server with the secret key
+ * of server_secret_key_file, and admits only the workers whose public keys are
+ * in worker_keys_dir (server/auth.h). A key file or directory it cannot use
+ * stops it before it binds anything, with status 1. --keygen writes a new key
+ * pair (common/keys.h) and prints its public key.
  *
  * With [server] checkpoint_dir (server/checkpoint.h): a directory it cannot
  * create or write stops it before it binds, with status 1; once bound, before
@@ -30,9 +37,11 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/keys.h"
 #include "common/log.h"
 #include "common/notify.h"
 #include "config.h"
+#include "server/auth.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/router.h"
@@ -44,6 +53,7 @@ typedef struct {
     const char *config;
     int shard;
     const char *endpoint_file;
+    const char *keygen; /* --keygen PATH: make a key pair instead of serving */
     const char *overrides[MAX_OVERRIDES];
     size_t n_overrides;
 } options_t;
@@ -52,11 +62,14 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: dcps-server --config FILE --shard S [options]\n"
+            "       dcps-server --keygen PATH\n"
             "  -c, --config FILE        job file (INI)\n"
             "  -s, --shard S            shard index: position in [servers] shards\n"
             "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
             "      --endpoint-file F    write the bound endpoint to F (for port 0 / '*')\n"
             "      --dump-config        print every key with default, range and doc\n"
+            "      --keygen PATH        write a new CURVE key pair: the secret key to PATH\n"
+            "                           (mode 0600), the public key to PATH.pub and stdout\n"
             "  -V, --version            print the version\n"
             "  -h, --help               this text\n");
 }
@@ -64,13 +77,14 @@ static void usage(FILE *out)
 /* Returns 0, or 2 after printing why; -1 for a normal early exit (help). */
 static int parse_args(int argc, char **argv, options_t *o)
 {
-    enum { OPT_SET = 256, OPT_ENDPOINT_FILE, OPT_DUMP };
+    enum { OPT_SET = 256, OPT_ENDPOINT_FILE, OPT_DUMP, OPT_KEYGEN };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"shard", required_argument, NULL, 's'},
         {"set", required_argument, NULL, OPT_SET},
         {"endpoint-file", required_argument, NULL, OPT_ENDPOINT_FILE},
         {"dump-config", no_argument, NULL, OPT_DUMP},
+        {"keygen", required_argument, NULL, OPT_KEYGEN},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -108,6 +122,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         case OPT_DUMP:
             dcps_config_dump(stdout);
             return -1;
+        case OPT_KEYGEN:
+            o->keygen = optarg;
+            break;
         case 'V':
             printf("dcps-server %s\n", PACKAGE_VERSION);
             return -1;
@@ -123,7 +140,11 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "dcps-server: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (!o->config || o->shard < 0) {
+    if (o->keygen && (o->config || o->shard >= 0 || o->n_overrides || o->endpoint_file)) {
+        fprintf(stderr, "dcps-server: --keygen takes no other option\n");
+        return 2;
+    }
+    if (!o->keygen && (!o->config || o->shard < 0)) {
         fprintf(stderr, "dcps-server: --config and --shard are required\n");
         usage(stderr);
         return 2;
@@ -163,6 +184,7 @@ typedef struct {
     bool saved;             /* a checkpoint holds saved_version (written or restored) */
     uint64_t saved_version;
     int final_rc;           /* of the checkpoint written on SIGTERM */
+    dcps_auth_t auth;       /* [security] curve: the ZAP handler; else never opened */
 } server_t;
 
 static void log_memory(const dcps_shard_t *s, const char *when)
@@ -268,6 +290,8 @@ static void stop_serving(server_t *s)
     uv_close((uv_handle_t *)&s->alive, on_closed);
     uv_close((uv_handle_t *)&s->checkpoint, on_closed);
     metrics_stop(s);
+    if (s->auth.started)
+        dcps_auth_close(&s->auth, on_closed);
     dcps_router_close(&s->router, on_closed);
 }
 
@@ -301,10 +325,14 @@ static void schedule_checkpoints(server_t *srv);
 
 /* SIGHUP: reads the job file again. Reloadable keys take effect and are
  * logged; if any other key changed, or the file does not load, nothing
- * changes (dcps_config_reload). */
+ * changes (dcps_config_reload). With curve, the workers' keys are read again
+ * too, from the directory the new file names: a directory that cannot be used
+ * refuses the whole reload. */
 static void reload(server_t *s)
 {
-    char err[1024], changes[1024];
+    char err[2 * DCPS_PATH_MAX], changes[1024];
+    dcps_keyset_t *keys = NULL;
+    int rc;
     dcps_config_t *next = malloc(sizeof *next);
     if (!next) {
         DCPS_ERR("reload: out of memory; the running configuration stays");
@@ -312,19 +340,29 @@ static void reload(server_t *s)
     }
     if (dcps_config_load(next, s->opt->config, s->opt->overrides, s->opt->n_overrides, err,
                          sizeof err) != 0 ||
-        dcps_config_supported(next, s->opt->config, err, sizeof err) != 0) {
+        dcps_config_supported(next, s->opt->config, err, sizeof err) != 0 ||
+        dcps_config_check_role(next, s->opt->config, DCPS_ROLE_SERVER, err, sizeof err) != 0) {
         DCPS_ERR("reload refused: %s; the running configuration stays", err);
+    } else if (s->cfg->curve && next->curve &&
+               !(keys = dcps_keyset_load(next->worker_keys_dir, &rc, err, sizeof err))) {
+        DCPS_ERR("reload refused: %s ([security] worker_keys_dir); the running configuration "
+                 "and worker keys stay", err);
     } else if (dcps_config_reload(s->cfg, next, changes, sizeof changes, err, sizeof err) != 0) {
         DCPS_ERR("reload refused: %s cannot change while running; the running configuration "
                  "stays (restart the shard to change it)", err);
-    } else if (!*changes) {
-        DCPS_NOTICE("reload: %s unchanged", s->opt->config);
     } else {
-        dcps_log_set_level(dcps_log_level_parse(s->cfg->log_level));
-        dcps_shard_set_lr(s->router.shard, s->cfg->lr);
-        schedule_checkpoints(s);
-        DCPS_NOTICE("reload: %s", changes);
+        if (keys)
+            dcps_auth_set_keys(&s->auth, &keys, s->cfg->worker_keys_dir);
+        if (!*changes) {
+            DCPS_NOTICE("reload: %s unchanged", s->opt->config);
+        } else {
+            dcps_log_set_level(dcps_log_level_parse(s->cfg->log_level));
+            dcps_shard_set_lr(s->router.shard, s->cfg->lr);
+            schedule_checkpoints(s);
+            DCPS_NOTICE("reload: %s", changes);
+        }
     }
+    dcps_keyset_destroy(&keys);
     free(next);
 }
 
@@ -433,28 +471,98 @@ static void on_signal(uv_signal_t *h, int signum)
     stop_serving(s);
 }
 
+/* --keygen PATH: a new key pair in PATH and PATH.pub; the public key on stdout.
+ * Returns the exit status. */
+static int keygen(const char *path)
+{
+    char pub[DCPS_KEY_Z85 + 1], err[2 * DCPS_PATH_MAX];
+    if (dcps_key_generate(path, pub, err, sizeof err) != 0) {
+        fprintf(stderr, "dcps-server: --keygen: %s\n", err);
+        return 1;
+    }
+    printf("%s\n", pub);
+    fprintf(stderr, "dcps-server: secret key in %s (mode 0600), public key in %s.pub\n", path,
+            path);
+    return 0;
+}
+
+/* [security] curve: reads the shard's secret key into secret and the workers'
+ * public keys into *keys, before anything is bound. A server_public_key in the
+ * job must be this secret key's: the workers use it. Returns 0, or -1 after
+ * logging why, naming the file. */
+static int keys_load(const dcps_config_t *cfg, uint8_t *secret, dcps_keyset_t **keys)
+{
+    char err[2 * DCPS_PATH_MAX], text[DCPS_KEY_Z85 + 1];
+    uint8_t pub[DCPS_KEY_BYTES], want[DCPS_KEY_BYTES];
+    int rc;
+    if (dcps_key_read(cfg->server_secret_key_file, true, secret, err, sizeof err) != 0) {
+        DCPS_ERR("%s ([security] server_secret_key_file); not starting", err);
+        return -1;
+    }
+    if (dcps_key_public(secret, pub) != 0) {
+        DCPS_ERR("cannot derive the public key: this libzmq has no CURVE; not starting");
+        return -1;
+    }
+    dcps_key_text(pub, text);
+    if (*cfg->server_public_key &&
+        (dcps_key_parse(cfg->server_public_key, strlen(cfg->server_public_key), want, err,
+                        sizeof err) != 0 ||
+         memcmp(want, pub, sizeof pub) != 0)) {
+        DCPS_ERR("[security] server_public_key %.8s\u2026 is not the public key of "
+                 "server_secret_key_file %s, which is %s: the workers could not connect; not "
+                 "starting",
+                 cfg->server_public_key, cfg->server_secret_key_file, text);
+        return -1;
+    }
+    if (!(*keys = dcps_keyset_load(cfg->worker_keys_dir, &rc, err, sizeof err))) {
+        DCPS_ERR("%s ([security] worker_keys_dir); not starting", err);
+        return -1;
+    }
+    DCPS_NOTICE("CURVE: this shard's public key is %s; %zu worker keys in %s", text,
+                dcps_keyset_count(*keys), cfg->worker_keys_dir);
+    return 0;
+}
+
+/* Makes sock a CURVE server with the secret key whose clients the ZAP handler
+ * of domain DCPS_ZAP_DOMAIN checks. Returns 0, or -1 with errno. */
+static int curve_server(void *sock, const uint8_t *secret)
+{
+    int one = 1;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, DCPS_KEY_BYTES) != 0 ||
+        zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, DCPS_ZAP_DOMAIN, strlen(DCPS_ZAP_DOMAIN)) != 0)
+        return -1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options_t opt;
     dcps_config_t *cfg = NULL;
     dcps_shard_t *shard = NULL;
     dcps_metrics_t *metrics = NULL;
+    dcps_keyset_t *keys = NULL;
+    uint8_t secret[DCPS_KEY_BYTES];
     void *ctx = NULL, *sock = NULL;
     server_t srv;
-    char err[512], ident[32], endpoint[DCPS_ENDPOINT_MAX];
+    char err[2 * DCPS_PATH_MAX], ident[32], endpoint[DCPS_ENDPOINT_MAX];
     int rc, status = 1;
 
+    memset(&srv, 0, sizeof srv);
     dcps_log_init("dcps-server");
     rc = parse_args(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
+    if (opt.keygen)
+        return keygen(opt.keygen);
     cfg = malloc(sizeof *cfg);
     if (!cfg) {
         fprintf(stderr, "dcps-server: out of memory\n");
         return 1;
     }
     if (dcps_config_load(cfg, opt.config, opt.overrides, opt.n_overrides, err, sizeof err) != 0 ||
-        dcps_config_supported(cfg, opt.config, err, sizeof err) != 0) {
+        dcps_config_supported(cfg, opt.config, err, sizeof err) != 0 ||
+        dcps_config_check_role(cfg, opt.config, DCPS_ROLE_SERVER, err, sizeof err) != 0) {
         fprintf(stderr, "dcps-server: %s\n", err);
         free(cfg);
         return 2;
@@ -469,6 +577,8 @@ int main(int argc, char **argv)
     dcps_log_init(ident);
     dcps_log_set_level(dcps_log_level_parse(cfg->log_level));
 
+    if (cfg->curve && keys_load(cfg, secret, &keys) != 0)
+        goto fail_metrics;
     if (metrics_open(cfg, &metrics) != 0)
         goto fail_metrics;
     shard = dcps_shard_new(cfg, opt.shard, &rc);
@@ -487,6 +597,21 @@ int main(int argc, char **argv)
         DCPS_ERR("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
         goto fail_socket;
     }
+    /* The ZAP handler is bound first: until it is, libzmq admits every client. */
+    if (cfg->curve) {
+        if (dcps_auth_open(&srv.auth, ctx, &keys, cfg->worker_keys_dir,
+                           &srv.router.auth_refused, err, sizeof err) != 0) {
+            DCPS_ERR("%s", err);
+            goto fail_socket;
+        }
+        rc = curve_server(sock, secret);
+        explicit_bzero(secret, sizeof secret); /* libzmq keeps its own copy */
+        if (rc != 0) {
+            DCPS_ERR("cannot make %s a CURVE server: %s", cfg->shards[opt.shard],
+                     zmq_strerror(errno));
+            goto fail_socket;
+        }
+    }
     int linger = 0, handover = 1;
     /* A message larger than the biggest valid one (a dense range, or indices and
      * values of the whole range) is refused by ZeroMQ, which drops the sender. */
@@ -503,13 +628,19 @@ int main(int argc, char **argv)
     size_t len = sizeof endpoint;
     zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len);
 
-    memset(&srv, 0, sizeof srv);
     srv.opt = &opt;
     srv.cfg = cfg;
     srv.metrics = metrics;
     uv_loop_init(&srv.loop);
     if ((rc = dcps_router_init(&srv.router, &srv.loop, sock, cfg, shard)) != 0) {
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
+        goto fail_loop;
+    }
+    if (cfg->curve && (rc = dcps_auth_start(&srv.auth, &srv.loop)) != 0) {
+        DCPS_ERR("cannot start the ZAP handler: %s",
+                 rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
+        dcps_router_close(&srv.router, on_closed);
+        uv_run(&srv.loop, UV_RUN_DEFAULT);
         goto fail_loop;
     }
     metrics_start(&srv, cfg->metrics_port);
@@ -560,12 +691,15 @@ fail_loop:
 fail_socket:
     if (sock)
         zmq_close(sock);
+    dcps_auth_destroy(&srv.auth); /* after the ROUTER socket: see server/auth.h */
     if (ctx)
         zmq_ctx_term(ctx);
     dcps_shard_destroy(&shard);
 fail_shard:
     dcps_metrics_destroy(&metrics);
 fail_metrics:
+    dcps_keyset_destroy(&keys);
+    explicit_bzero(secret, sizeof secret);
     free(cfg);
     return status;
 }

@@ -135,6 +135,11 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
             put(&o, "dcps_errors_total{%s,code=\"%s\"} %" PRIu64 "\n", sh,
                 i ? dcps_errname(-i) : "UNKNOWN", r->errors[i]);
 
+    single(&o, sh, "dcps_auth_refused_total", "counter",
+           "Connections refused by the CURVE check: keys not in [security] worker_keys_dir "
+           "(always 0 without curve).",
+           r->auth_refused);
+
     single(&o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
            s->version);
     single(&o, sh, "dcps_live_workers", "gauge",

@@ -76,6 +76,7 @@ typedef struct dcps_router {
     int barrier_waiting;
     uint64_t messages, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code */
+    uint64_t auth_refused; /* connections the ZAP handler refused (server/auth.h counts here) */
     dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
     dcps_latency_t apply_round; /* sync: each round's mean applied */
 } dcps_router_t;

@@ -271,6 +271,8 @@ START_TEST(scrape_counts_what_a_worker_did)
                         (N + 1) * N_PARAMS * 4.0);
     ck_assert_double_eq(sample(t, "dcps_errors_total{shard=\"0\",code=\"HEADER\"}"), 1);
     ck_assert_ptr_null(strstr(t, "dcps_errors_total{shard=\"0\",code=\"FRAMELEN\"}"));
+    /* Without [security] curve nobody is refused (test_security counts refusals). */
+    ck_assert_double_eq(sample(t, "dcps_auth_refused_total{shard=\"0\"}"), 0);
 
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"parameters\"}"),
                         4 * N_PARAMS);

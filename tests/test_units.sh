@@ -13,7 +13,7 @@
 # Then the programs run a short job under the seccomp policy their units ask for:
 # SystemCallFilter= (groups expanded by systemd-analyze), SystemCallErrorNumber=,
 # RestrictAddressFamilies= and MemoryDenyWriteExecute=, applied by tests/sandbox_exec.c (the worker on the
-# CPU path: its CUDA path is not run here). Two lines of the server's unit are
+# CPU path: its CUDA path is not run here), once plain and once with CURVE. Two lines of the server's unit are
 # there because libzmq aborts without them: it opens a netlink socket to list the
 # interfaces before it binds (AF_NETLINK), and sets its I/O threads' scheduling
 # policy (@resources). A unit without either must make the shard die, which also
@@ -162,6 +162,30 @@ else
     echo "FAIL: under their units' seccomp policy: launch-local.sh exit $rc"
     cat "$tmp/out" "$tmp"/run/*.log
     status=1
+fi
+# The same with [security] curve = true: the CURVE handshakes (libsodium) and the
+# shard's ZAP handler must fit the policy too.
+mkdir -p "$tmp/keys/workers"
+if ! "$DCPS_BUILDDIR/dcps-server" --keygen "$tmp/keys/server.key" >"$tmp/keys/server.txt" 2>"$tmp/out" ||
+    ! "$DCPS_BUILDDIR/dcps-server" --keygen "$tmp/keys/worker.key" >/dev/null 2>>"$tmp/out"; then
+    echo "SKIP: no CURVE key pair ($(tail -n 1 "$tmp/out")): not run under the policy with CURVE"
+else
+    cp "$tmp/keys/worker.key.pub" "$tmp/keys/workers/"
+    curve=(-s security.curve=true -s "security.server_secret_key_file=$tmp/keys/server.key"
+        -s "security.server_public_key=$(cat "$tmp/keys/server.txt")"
+        -s "security.worker_keys_dir=$tmp/keys/workers"
+        -s "security.worker_secret_key_file=$tmp/keys/worker.key")
+    rc=0
+    bash "$launch" "$job" -b "$tmp/sbin" -d "$tmp/run-curve" -e -q "${small[@]}" "${curve[@]}" \
+        >"$tmp/out" 2>&1 || rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '^final: ' "$tmp/out")" -eq 2 ] &&
+        grep -q 'admitted a connection' "$tmp"/run-curve/shard0.log; then
+        echo "PASS: the same with [security] curve = true"
+    else
+        echo "FAIL: with CURVE under their units' seccomp policy: launch-local.sh exit $rc"
+        cat "$tmp/out" "$tmp"/run-curve/*.log
+        status=1
+    fi
 fi
 # A shard whose unit also denies @resources, or leaves out AF_NETLINK, must die:
 # the reasons for those lines in the unit, and proof that the policy is applied.

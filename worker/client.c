@@ -9,7 +9,14 @@
  *
  * Every DEALER socket of one client has the same routing id, made from the rank
  * and the time the client opened, so a shard recognises the worker across
- * reconnects and tells it from a second process with the same rank. */
+ * reconnects and tells it from a second process with the same rank.
+ *
+ * With [security] curve = true every socket is a CURVE client with the worker's
+ * key pair and the shards' public key. A shard that refuses the key does not
+ * answer at all (the handshake fails before any message), so each request
+ * socket has a monitor (zmq_socket_monitor) whose handshake events the
+ * exchange polls beside the replies: a refusal ends the call at once with
+ * DCPS_E_AUTH and a sentence that says why, instead of a timeout. */
 #include "worker/dcps.h"
 
 #include <errno.h>
@@ -27,12 +34,15 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/frame.h"
+#include "common/keys.h"
 #include "common/log.h"
 #include "common/shardmap.h"
 #include "kernels/topk.h"
 
 typedef struct {
     void *sock;
+    void *monitor;           /* curve: PAIR receiving sock's handshake events; else NULL */
+    int closed_handshakes;   /* curve: handshakes the shard closed since one succeeded */
     dcps_range_t range;
     bool initialized;
     uint64_t version;        /* the shard's version in its last reply */
@@ -52,10 +62,14 @@ struct dcps_client {
     double pull_density; /* of a delta, asked for; 0: the job's */
     char route[32];      /* the routing id of every socket of this client */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
+    int monitors;        /* curve: monitors made so far, to name each one's endpoint */
+    bool refused;        /* curve: a shard refused this worker's key */
     pthread_t heartbeat;
     bool heartbeat_running;
     atomic_bool heartbeat_stop;
     dcps_client_stats_t stats;
+    /* [security] curve: the keys every socket gets; wiped on close. */
+    uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
 };
 
@@ -95,23 +109,194 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* --- [security] curve ------------------------------------------------------------- */
+
+/* The handshake events a monitor reports (ZMQ_EVENT_HANDSHAKE_*). */
+#define HANDSHAKE_EVENTS                                                                       \
+    (ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                    \
+     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
+/* A shard whose secret key is not the one server_public_key names cannot open
+ * the client's CURVE HELLO, and a shard without CURVE does not take it: either closes
+ * the connection without a word, and libzmq connects again. One such close may
+ * be a shard stopping mid-handshake, so only this many in a row are blamed on
+ * the keys. */
+#define CLOSED_HANDSHAKES_MAX 3
+
+/* Checks the job's keys for a worker and reads them into c. Returns 0, or a
+ * code with a sentence naming the key or file. */
+static int load_keys(dcps_client_t *c)
+{
+    char why[2 * DCPS_PATH_MAX];
+    const char *pub = c->cfg.server_public_key;
+    int rc;
+    if (!dcps_keys_available())
+        return fail(c, DCPS_E_CONFIG,
+                    "[security] curve = true, but this libzmq was built without CURVE "
+                    "(zmq_has(\"curve\") is false)");
+    if (dcps_config_check_role(&c->cfg, NULL, DCPS_ROLE_WORKER, why, sizeof why) != 0)
+        return fail(c, DCPS_E_CONFIG, "%s", why);
+    if (dcps_key_parse(pub, strlen(pub), c->server_key, why, sizeof why) != 0)
+        return fail(c, DCPS_E_CONFIG, "[security] server_public_key: %s", why);
+    rc = dcps_key_read(c->cfg.worker_secret_key_file, true, c->secret_key, why, sizeof why);
+    if (rc != 0)
+        return fail(c, rc, "%s ([security] worker_secret_key_file)", why);
+    if (dcps_key_public(c->secret_key, c->public_key) != 0)
+        return fail(c, DCPS_E_ZMQ, "cannot derive this worker's public key: no CURVE in libzmq");
+    return 0;
+}
+
+/* curve: makes sock a CURVE client of the shards with this worker's keys.
+ * Returns 0, or -1 with errno. */
+static int curve_client(const dcps_client_t *c, void *sock)
+{
+    if (!c->cfg.curve)
+        return 0;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, c->server_key, DCPS_KEY_BYTES) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, c->public_key, DCPS_KEY_BYTES) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, c->secret_key, DCPS_KEY_BYTES) != 0)
+        return -1;
+    return 0;
+}
+
+/* curve: starts a monitor of sock's handshakes (before it connects, so that
+ * none is missed) and returns the PAIR socket that receives its events; NULL
+ * with errno on failure. Every context has its own inproc names. */
+static void *monitor(dcps_client_t *c, void *sock)
+{
+    char endpoint[64];
+    int linger = 0, unlimited = 0;
+    snprintf(endpoint, sizeof endpoint, "inproc://dcps-handshakes.%d", c->monitors++);
+    if (zmq_socket_monitor(sock, endpoint, HANDSHAKE_EVENTS) != 0)
+        return NULL;
+    void *pair = zmq_socket(c->ctx, ZMQ_PAIR);
+    if (!pair)
+        return NULL;
+    zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof linger);
+    /* libzmq's I/O thread sends the events and would block on a full queue;
+     * they are read at the next exchange, and are few (one per handshake). */
+    zmq_setsockopt(pair, ZMQ_RCVHWM, &unlimited, sizeof unlimited);
+    if (zmq_connect(pair, endpoint) != 0) {
+        int e = errno;
+        zmq_close(pair);
+        errno = e;
+        return NULL;
+    }
+    return pair;
+}
+
+/* Reads one event of a monitor (two frames: event and value, then the
+ * endpoint). Returns 1 with *event and *value, or 0 if none is waiting. */
+static int next_event(void *monitor, uint16_t *event, uint32_t *value)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return 0;
+    }
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&m) >= 6) {
+        memcpy(event, zmq_msg_data(&m), sizeof *event);
+        memcpy(value, (const char *)zmq_msg_data(&m) + 2, sizeof *value);
+    }
+    while (zmq_msg_more(&m)) { /* the endpoint, known already */
+        zmq_msg_close(&m);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, monitor, ZMQ_DONTWAIT) < 0)
+            break;
+    }
+    zmq_msg_close(&m);
+    return 1;
+}
+
+/* Reads the handshake events of shard s's socket. Returns 0, or DCPS_E_AUTH
+ * with a sentence once the shard has refused this worker. */
+static int check_handshakes(dcps_client_t *c, int s)
+{
+    conn_t *k = &c->conn[s];
+    const char *at = c->cfg.shards[s];
+    uint16_t event;
+    uint32_t value;
+    while (next_event(k->monitor, &event, &value)) {
+        switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            k->closed_handshakes = 0;
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            c->refused = true;
+            return fail(c, DCPS_E_AUTH,
+                        "shard %d (%s) refused this worker's CURVE key (handshake failed: %u): "
+                        "is its public key, the .pub file of [security] worker_secret_key_file, "
+                        "in the shard's worker_keys_dir?",
+                        s, at, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            c->refused = true;
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                return fail(c, DCPS_E_AUTH,
+                            "shard %d (%s) does not use CURVE (handshake failed: mechanism "
+                            "mismatch): is [security] curve = true in its job file?",
+                            s, at);
+            return fail(c, DCPS_E_AUTH,
+                        "the CURVE handshake with shard %d (%s) failed: ZeroMQ protocol error "
+                        "0x%08x",
+                        s, at, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            if (++k->closed_handshakes < CLOSED_HANDSHAKES_MAX)
+                break;
+            c->refused = true;
+            return fail(c, DCPS_E_AUTH,
+                        "shard %d (%s) closed the connection during the CURVE handshake %d times "
+                        "in a row: does its job file say [security] curve = true, and is "
+                        "server_public_key the public key of its server_secret_key_file?",
+                        s, at, k->closed_handshakes);
+        }
+    }
+    return 0;
+}
+
+/* --- connections ------------------------------------------------------------------ */
+
 static int connect_shard(dcps_client_t *c, int s)
 {
-    int linger = 0, immediate = 0;
+    int linger = 0, immediate = 0, e;
+    conn_t *k = &c->conn[s];
     void *sock = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!sock)
         return fail(c, DCPS_E_ZMQ, "cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
     zmq_setsockopt(sock, ZMQ_ROUTING_ID, c->route, strlen(c->route));
-    if (zmq_connect(sock, c->cfg.shards[s]) != 0) {
-        int e = errno;
+    if (c->cfg.curve && (curve_client(c, sock) != 0 || !(k->monitor = monitor(c, sock)))) {
+        e = errno;
         zmq_close(sock);
+        return fail(c, DCPS_E_ZMQ, "cannot set up CURVE for shard %d (%s): %s", s,
+                    c->cfg.shards[s], zmq_strerror(e));
+    }
+    k->closed_handshakes = 0;
+    if (zmq_connect(sock, c->cfg.shards[s]) != 0) {
+        e = errno;
+        zmq_close(sock);
+        if (k->monitor)
+            zmq_close(k->monitor);
+        k->monitor = NULL;
         return fail(c, DCPS_E_ZMQ, "cannot connect to shard %d at %s: %s", s, c->cfg.shards[s],
                     zmq_strerror(e));
     }
-    c->conn[s].sock = sock;
+    k->sock = sock;
     return 0;
+}
+
+/* Closes shard s's socket and its monitor, if open. */
+static void disconnect_shard(dcps_client_t *c, int s)
+{
+    conn_t *k = &c->conn[s];
+    if (k->sock)
+        zmq_close(k->sock);
+    if (k->monitor)
+        zmq_close(k->monitor);
+    k->sock = k->monitor = NULL;
 }
 
 /* Waits until ZeroMQ has released every zero-copy frame, so the caller's buffers
@@ -125,8 +310,7 @@ static void settle(dcps_client_t *c)
     if (atomic_load(&c->inflight) == 0)
         return;
     for (int s = 0; s < c->cfg.n_shards; s++) {
-        zmq_close(c->conn[s].sock);
-        c->conn[s].sock = NULL;
+        disconnect_shard(c, s);
         if (connect_shard(c, s) != 0)
             DCPS_WARN("%s", c->err);
     }
@@ -225,8 +409,8 @@ static int attempt_wait(int attempt_ms, int attempt)
 static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
                     int attempts)
 {
-    zmq_pollitem_t items[DCPS_MAX_SHARDS];
-    int who[DCPS_MAX_SHARDS];
+    zmq_pollitem_t items[2 * DCPS_MAX_SHARDS]; /* the sockets, then their monitors */
+    int who[2 * DCPS_MAX_SHARDS];
     int rc = 0, attempt = 0;
     double waited = 0;
 
@@ -253,11 +437,17 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
         waited += wait;
         double deadline = now_ms() + wait;
         while (rc == 0 && pending > 0) {
-            int n = 0;
+            int n = 0, socks;
             for (int s = 0; s < c->cfg.n_shards; s++)
                 if (slots[s].active && !slots[s].done) {
                     items[n] = (zmq_pollitem_t){c->conn[s].sock, 0, ZMQ_POLLIN, 0};
                     who[n++] = s;
+                }
+            socks = n;
+            for (int i = 0; i < socks; i++)
+                if (c->conn[who[i]].monitor) {
+                    items[n] = (zmq_pollitem_t){c->conn[who[i]].monitor, 0, ZMQ_POLLIN, 0};
+                    who[n++] = who[i];
                 }
             double left = deadline - now_ms();
             if (left <= 0)
@@ -266,7 +456,10 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
                 rc = fail(c, DCPS_E_ZMQ, "poll: %s", zmq_strerror(errno));
                 break;
             }
-            for (int i = 0; i < n; i++) {
+            for (int i = socks; i < n && rc == 0; i++)
+                if (items[i].revents & ZMQ_POLLIN)
+                    rc = check_handshakes(c, who[i]);
+            for (int i = 0; i < socks; i++) {
                 int s = who[i];
                 if (!(items[i].revents & ZMQ_POLLIN))
                     continue;
@@ -370,7 +563,8 @@ static void *heartbeat_main(void *arg)
     uint64_t seq = 0;
     for (int s = 0; s < n; s++) {
         sock[s] = zmq_socket(c->ctx, ZMQ_DEALER);
-        if (!sock[s] || zmq_connect(sock[s], c->cfg.shards[s]) != 0) {
+        if (!sock[s] || curve_client(c, sock[s]) != 0 ||
+            zmq_connect(sock[s], c->cfg.shards[s]) != 0) {
             DCPS_WARN("heartbeats to shard %d (%s) not sent: %s", s, c->cfg.shards[s],
                       zmq_strerror(errno));
             n = s + (sock[s] != NULL);
@@ -426,6 +620,8 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
         rc = fail(c, DCPS_E_RANK, "rank %d is outside the job's %d workers", rank, cfg->workers);
         goto fail;
     }
+    if (cfg->curve && (rc = load_keys(c)) != 0)
+        goto fail;
     c->ctx = zmq_ctx_new();
     if (!c->ctx) {
         rc = fail(c, DCPS_E_ZMQ, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
@@ -478,17 +674,18 @@ void dcps_client_close(dcps_client_t **cp)
         atomic_store(&c->heartbeat_stop, true);
         pthread_join(c->heartbeat, NULL);
     }
-    if (c->ctx && c->conn[c->cfg.n_shards - 1].sock) {
-        /* Best effort and brief: a shard that is gone must not delay the exit. */
+    if (c->ctx && c->conn[c->cfg.n_shards - 1].sock && !c->refused) {
+        /* Best effort and brief: a shard that is gone must not delay the exit
+         * (nor one that refused this worker's key, which would never answer). */
         slot_t slots[DCPS_MAX_SHARDS];
         slots_all(c, slots, DCPS_MSG_BYE, DCPS_MSG_BYE);
         exchange(c, slots, NULL, NULL, c->cfg.timeout_ms < 500 ? c->cfg.timeout_ms : 500, 1);
     }
     for (int s = 0; s < c->cfg.n_shards; s++)
-        if (c->conn[s].sock)
-            zmq_close(c->conn[s].sock);
+        disconnect_shard(c, s);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
+    explicit_bzero(c->secret_key, sizeof c->secret_key);
     free(c);
     *cp = NULL;
 }

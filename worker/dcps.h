@@ -24,7 +24,13 @@
  * such a wait lasts as long as it must and fails only when the shards fall silent
  * for all those attempts. A background thread with its own sockets sends
  * HEARTBEAT to every shard each [server] heartbeat_ms while the client is open,
- * so a worker busy computing is not declared dead. */
+ * so a worker busy computing is not declared dead.
+ *
+ * With [security] curve = true every connection is a CURVE client with the
+ * worker's key pair (worker_secret_key_file) and the shards' public key
+ * (server_public_key). A shard that refuses the key, or closes the handshake
+ * a few times in a row, fails the call at once with DCPS_E_AUTH and a sentence
+ * that says which shard and what to check, rather than after the retries. */
 #ifndef DCPS_CLIENT_H
 #define DCPS_CLIENT_H
 
@@ -58,7 +64,9 @@ typedef struct {
 
 /* Opens rank `rank` of the job in job_file (with "section.key=value"
  * overrides), connects to every shard and says HELLO. Returns NULL on failure
- * with the code in *err and a sentence in errbuf. */
+ * with the code in *err and a sentence in errbuf: DCPS_E_CONFIG for a bad job
+ * or a [security] key it lacks, DCPS_E_IO or DCPS_E_DATA for a key file it
+ * cannot use, DCPS_E_AUTH for a shard that refused it. */
 dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *const *overrides,
                                 size_t n_overrides, int *err, char *errbuf, size_t errlen);
 

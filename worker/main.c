@@ -3,7 +3,8 @@
  * dcps-worker --config FILE --rank R [--set section.key=value]... [--metrics F]
  *
  * Exit status: 0 after the `final:` line, 1 when training fails (the reason is
- * logged), 2 for a bad job file or option (nothing was started). */
+ * logged: a shard that refuses this worker's CURVE key, say), 2 for a bad job
+ * file or option (nothing was started), a [security] key missing included. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -120,7 +121,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (dcps_config_load(cfg, config, overrides, n_overrides, err, sizeof err) != 0 ||
-        dcps_config_supported(cfg, config, err, sizeof err) != 0) {
+        dcps_config_supported(cfg, config, err, sizeof err) != 0 ||
+        dcps_config_check_role(cfg, config, DCPS_ROLE_WORKER, err, sizeof err) != 0) {
         fprintf(stderr, "dcps-worker: %s\n", err);
         free(cfg);
         return 2;

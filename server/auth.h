@@ -1,0 +1,66 @@
+/* dcps — the shard's ZAP handler: which workers may connect.
+ *
+ * With [security] curve = true the shard's ROUTER socket is a CURVE server in
+ * the ZAP domain "dcps". Once a client has proved that it holds the secret key
+ * of a public key, libzmq asks the ZAP handler (RFC 27) bound at
+ * inproc://zeromq.zap.01 of the same context whether that key may connect. This
+ * handler admits the keys of its key set (the *.pub files of [security]
+ * worker_keys_dir, common/keys.h) and refuses every other one with status 400,
+ * which the client's socket reports as ZMQ_EVENT_HANDSHAKE_FAILED_AUTH. Each
+ * refusal is one warning naming the peer's address and the start of its key,
+ * and is counted.
+ *
+ * Without a handler libzmq admits every CURVE client (DESIGN §9), so the handler
+ * is bound before the ROUTER socket and closed after it.
+ *
+ * It runs on the server's loop through a bridge (common/bridge.h), as the router
+ * does: the key set and the counters belong to the loop thread, and a reload
+ * replaces the key set between two requests, with no lock. */
+#ifndef DCPS_AUTH_H
+#define DCPS_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/bridge.h"
+#include "common/keys.h"
+
+#define DCPS_ZAP_DOMAIN "dcps"
+
+typedef struct dcps_auth {
+    void *sock;           /* REP at inproc://zeromq.zap.01 */
+    dcps_bridge_t bridge; /* started by dcps_auth_start */
+    bool started;
+    dcps_keyset_t *keys; /* owned */
+    char dir[1024];      /* where keys came from, for the log */
+    uint64_t admitted;   /* connections admitted */
+    uint64_t *refused;   /* connections refused: the router's counter, borrowed */
+} dcps_auth_t;
+
+/* Binds the handler in ctx (before the ROUTER socket of ctx binds) and takes
+ * *keys (read from dir), setting *keys to NULL. Refusals are counted in
+ * *refused, which must outlive a. Returns 0, or DCPS_E_ZMQ with a sentence in
+ * err; then nothing is bound and *keys is still the caller's. */
+int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir,
+                   uint64_t *refused, char *err, size_t errlen);
+
+/* Answers requests from the loop from now on (they wait in the socket until
+ * then). Returns 0 or a negative libuv/dcps code. */
+int dcps_auth_start(dcps_auth_t *a, uv_loop_t *loop);
+
+/* Replaces the key set with *keys (read from dir; taken, *keys set to NULL):
+ * connections made from now on are checked against it, connections already
+ * admitted stay. Logs the keys added and removed. Loop thread. */
+void dcps_auth_set_keys(dcps_auth_t *a, dcps_keyset_t **keys, const char *dir);
+
+/* Stops answering; close_cb runs once the bridge's handles are closed. Only
+ * after dcps_auth_start returned 0. */
+void dcps_auth_close(dcps_auth_t *a, uv_close_cb close_cb);
+
+/* Closes the socket (after the ROUTER socket: see above) and frees the key
+ * set. Safe on a zeroed a. */
+void dcps_auth_destroy(dcps_auth_t *a);
+
+#endif

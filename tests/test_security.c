@@ -1,0 +1,766 @@
+/* dcps — [security] curve = true: key files (common/keys.h), dcps-server
+ * --keygen, and real shards on 127.0.0.1 that admit only the workers whose
+ * public keys are in worker_keys_dir (server/auth.h), while a refused worker
+ * learns why at once (worker/client.c) instead of timing out. Exits 77 when
+ * libzmq has no CURVE. */
+#include <check.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/keys.h"
+#include "tests/check_run.h"
+#include "tests/harness.h"
+#include "worker/dcps.h"
+
+#define DATA "/usr/share/datasets/fashion-mnist/"
+#define KEY_A "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7" /* RFC 26's example public key */
+
+static void teardown(void)
+{
+    h_cleanup();
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Writes text to h_dir()/name with the given mode; returns the path. */
+static const char *put(const char *name, const char *text, mode_t mode)
+{
+    const char *p = h_write(name, text);
+    ck_assert_int_eq(chmod(p, mode), 0);
+    return p;
+}
+
+/* Reads the key file p and returns what dcps_key_read says: the code, and the
+ * sentence in err (static). */
+static int read_key(const char *p, bool secret, uint8_t *key, const char **err)
+{
+    static char buf[1024];
+    buf[0] = '\0';
+    int rc = dcps_key_read(p, secret, key, buf, sizeof buf);
+    *err = buf;
+    return rc;
+}
+
+/* --- key files --------------------------------------------------------------------- */
+
+START_TEST(a_key_file_holds_one_z85_key_and_at_most_a_newline)
+{
+    uint8_t key[DCPS_KEY_BYTES], want[DCPS_KEY_BYTES];
+    const char *err;
+    ck_assert_ptr_nonnull(zmq_z85_decode(want, KEY_A));
+    ck_assert_int_eq(read_key(put("nl.pub", KEY_A "\n", 0644), false, key, &err), 0);
+    ck_assert_mem_eq(key, want, sizeof key);
+    memset(key, 0, sizeof key);
+    ck_assert_int_eq(read_key(put("bare.pub", KEY_A, 0644), false, key, &err), 0);
+    ck_assert_mem_eq(key, want, sizeof key);
+    char text[DCPS_KEY_Z85 + 1];
+    dcps_key_text(key, text);
+    ck_assert_str_eq(text, KEY_A);
+}
+END_TEST
+
+START_TEST(a_key_of_the_wrong_length_is_refused_naming_the_file)
+{
+    uint8_t key[DCPS_KEY_BYTES];
+    const char *err, *p = put("short.pub", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf\n", 0644);
+    char want[700];
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    snprintf(want, sizeof want, "%s: is 39 characters; a Z85 key has 40", p);
+    ck_assert_str_eq(err, want);
+    p = put("empty.pub", "\n", 0644);
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    snprintf(want, sizeof want, "%s: is empty; a key file holds one Z85 key of 40 characters", p);
+    ck_assert_str_eq(err, want);
+    char big[300];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    p = put("big.pub", big, 0644);
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "more than 128 bytes"), "%s", err);
+}
+END_TEST
+
+START_TEST(a_key_with_a_character_outside_z85_is_refused)
+{
+    uint8_t key[DCPS_KEY_BYTES];
+    const char *err, *p = put("tilde.pub", "rq:rM~}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n", 0644);
+    char want[700];
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    snprintf(want, sizeof want, "%s: '~' is not a Z85 character", p);
+    ck_assert_str_eq(err, want);
+    p = put("ctrl.pub", "rq:rM\001}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", 0644);
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "byte 0x01 is not a Z85 character"), "%s", err);
+    /* Z85 digits all, but "#####" is worth more than 2^32. */
+    p = put("big5.pub", "#####>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", 0644);
+    ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "worth more than 32 bits"), "%s", err);
+}
+END_TEST
+
+START_TEST(anything_after_the_key_but_one_newline_is_refused)
+{
+    static const char *const tails[] = {" # worker 3\n", "\n\n", "\r\n", KEY_A "\n"};
+    uint8_t key[DCPS_KEY_BYTES];
+    const char *err;
+    char text[128], want[700];
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", KEY_A, tails[i]);
+        const char *p = put("tail.pub", text, 0644);
+        ck_assert_int_eq(read_key(p, false, key, &err), DCPS_E_DATA);
+        snprintf(want, sizeof want,
+                 "%s: trailing data after the 40-character key (%zu bytes); only a newline may "
+                 "follow it",
+                 p, strlen(tails[i]) - 1);
+        ck_assert_str_eq(err, want);
+    }
+}
+END_TEST
+
+START_TEST(a_secret_key_that_group_or_others_may_read_is_refused)
+{
+    uint8_t key[DCPS_KEY_BYTES];
+    const char *err;
+    char want[700];
+    static const mode_t open_modes[] = {0640, 0604, 0660, 0644, 0610};
+    for (size_t i = 0; i < sizeof open_modes / sizeof open_modes[0]; i++) {
+        const char *p = put("secret", KEY_A "\n", open_modes[i]);
+        ck_assert_int_eq(read_key(p, true, key, &err), DCPS_E_IO);
+        snprintf(want, sizeof want,
+                 "%s: permissions %04o are too open for a secret key: group and others must have "
+                 "no access (chmod 600 %s)",
+                 p, (unsigned)open_modes[i], p);
+        ck_assert_str_eq(err, want);
+        ck_assert_int_eq(read_key(p, false, key, &err), 0); /* a public key may be read by all */
+    }
+    ck_assert_int_eq(read_key(put("secret", KEY_A "\n", 0600), true, key, &err), 0);
+    ck_assert_int_eq(read_key(put("secret", KEY_A "\n", 0400), true, key, &err), 0);
+    ck_assert_int_eq(read_key("/nonexistent/secret", true, key, &err), DCPS_E_IO);
+    ck_assert_str_eq(err, "/nonexistent/secret: cannot open: No such file or directory");
+}
+END_TEST
+
+/* The public key of a secret key file, from libzmq itself. */
+static void public_of(const char *secret_path, char *pub)
+{
+    uint8_t secret[DCPS_KEY_BYTES];
+    char sz[DCPS_KEY_Z85 + 1];
+    const char *err;
+    ck_assert_msg(read_key(secret_path, true, secret, &err) == 0, "%s", err);
+    dcps_key_text(secret, sz);
+    ck_assert_int_eq(zmq_curve_public(pub, sz), 0);
+}
+
+START_TEST(keygen_writes_a_pair_and_refuses_to_overwrite)
+{
+    char path[512], pub[DCPS_KEY_Z85 + 1], out[600], stdout_text[128];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/k", h_dir());
+    const char *argv[] = {"--keygen", path, NULL};
+    mode_t old = umask(022);
+    int status = h_wait(h_spawn("dcps-server", "keygen", argv), 10000);
+    umask(old);
+    ck_assert_msg(status == 0, "keygen: %s", h_slurp(h_path("keygen", "err")));
+    public_of(path, pub);
+    snprintf(stdout_text, sizeof stdout_text, "%s\n", pub);
+    ck_assert_str_eq(h_slurp(h_path("keygen", "out")), stdout_text); /* stdout: the public key */
+    snprintf(out, sizeof out, "%s.pub", path);
+    ck_assert_str_eq(h_slurp(out), stdout_text); /* PATH.pub: the same, a key file */
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0600);
+    ck_assert_int_eq(stat(out, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0644);
+
+    /* Again: refused, exit status 1, the files as they were. */
+    status = h_wait(h_spawn("dcps-server", "keygen2", argv), 10000);
+    ck_assert_int_eq(status, 1);
+    ck_assert_msg(strstr(h_slurp(h_path("keygen2", "err")), "exists already; not replaced"), "%s",
+                  h_slurp(h_path("keygen2", "err")));
+    ck_assert_str_eq(h_slurp(h_path("keygen2", "out")), "");
+    char again[DCPS_KEY_Z85 + 1];
+    public_of(path, again);
+    ck_assert_str_eq(again, pub);
+
+    /* Only the .pub is in the way: refused, and no secret key is left behind. */
+    snprintf(path, sizeof path, "%s/k2", h_dir());
+    h_write("k2.pub", "x\n");
+    status = h_wait(h_spawn("dcps-server", "keygen3", argv), 10000);
+    ck_assert_int_eq(status, 1);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    snprintf(out, sizeof out, "%s.pub", path);
+    ck_assert_str_eq(h_slurp(out), "x\n");
+}
+END_TEST
+
+/* A directory h_dir()/name holding the given files (name, text). */
+static const char *key_dir(const char *name, const char *const *files, size_t n)
+{
+    static char dir[512];
+    char file[600];
+    snprintf(dir, sizeof dir, "%s/%s", h_dir(), name);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    for (size_t i = 0; i < n; i += 2) {
+        snprintf(file, sizeof file, "%s/%s", name, files[i]);
+        h_write(file, files[i + 1]);
+    }
+    return dir;
+}
+
+START_TEST(worker_keys_dir_admits_its_pub_files_and_refuses_a_bad_one)
+{
+    char err[1024], want[1200];
+    int rc = 0;
+    uint8_t a[DCPS_KEY_BYTES], other[DCPS_KEY_BYTES] = {0};
+    zmq_z85_decode(a, KEY_A);
+    const char *const good[] = {"w0.pub", KEY_A "\n",
+                                "w1.pub", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID\n",
+                                "README", "not a key",
+                                ".w9.pub", "not a key either"};
+    const char *dir = key_dir("good", good, 8);
+    dcps_keyset_t *set = dcps_keyset_load(dir, &rc, err, sizeof err);
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_uint_eq(dcps_keyset_count(set), 2);
+    ck_assert_str_eq(dcps_keyset_find(set, a), "w0.pub");
+    ck_assert_ptr_null(dcps_keyset_find(set, other));
+    dcps_keyset_destroy(&set);
+    ck_assert_ptr_null(set);
+
+    const char *const bad[] = {"w0.pub", KEY_A "\n", "w1.pub", "Yne@$w-vo<fVvi]a<NY6T1ed\n"};
+    dir = key_dir("bad", bad, 4);
+    ck_assert_ptr_null(dcps_keyset_load(dir, &rc, err, sizeof err));
+    ck_assert_int_eq(rc, DCPS_E_DATA);
+    snprintf(want, sizeof want, "%s/w1.pub: is 24 characters; a Z85 key has 40", dir);
+    ck_assert_str_eq(err, want);
+
+    const char *const none[] = {"README", "keys go here"};
+    dir = key_dir("empty", none, 2);
+    ck_assert_ptr_null(dcps_keyset_load(dir, &rc, err, sizeof err));
+    ck_assert_int_eq(rc, DCPS_E_DATA);
+    snprintf(want, sizeof want, "%s: no *.pub file, so no worker could connect", dir);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+
+    ck_assert_ptr_null(dcps_keyset_load("/nonexistent/keys", &rc, err, sizeof err));
+    ck_assert_int_eq(rc, DCPS_E_IO);
+    ck_assert_str_eq(err,
+                     "/nonexistent/keys: cannot open the directory: No such file or directory");
+}
+END_TEST
+
+START_TEST(each_side_needs_its_own_keys_when_curve_is_on)
+{
+    dcps_config_t cfg;
+    char err[512];
+    const char *on[] = {"security.curve=true"};
+    ck_assert_int_eq(dcps_config_load(&cfg, NULL, on, 1, err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_supported(&cfg, "job.ini", err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "job.ini", DCPS_ROLE_SERVER, err, sizeof err),
+                     DCPS_E_CONFIG);
+    ck_assert_str_eq(err,
+                     "job.ini: [security] curve = true needs [security] server_secret_key_file "
+                     "(the shards' secret key file), which is not set");
+    ck_assert_int_eq(dcps_config_check_role(&cfg, NULL, DCPS_ROLE_WORKER, err, sizeof err),
+                     DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "[security] curve = true needs [security] server_public_key (the shards' "
+                          "public key), which is not set");
+    snprintf(cfg.server_secret_key_file, sizeof cfg.server_secret_key_file, "/etc/dcps/keys/s");
+    snprintf(cfg.server_public_key, sizeof cfg.server_public_key, "%s", KEY_A);
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_SERVER, err, sizeof err),
+                     DCPS_E_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err, "needs [security] worker_keys_dir"));
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_WORKER, err, sizeof err),
+                     DCPS_E_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err, "needs [security] worker_secret_key_file"));
+    snprintf(cfg.worker_keys_dir, sizeof cfg.worker_keys_dir, "/etc/dcps/keys/workers");
+    snprintf(cfg.worker_secret_key_file, sizeof cfg.worker_secret_key_file, "/etc/dcps/keys/w");
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_SERVER, err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_WORKER, err, sizeof err), 0);
+    dcps_config_defaults(&cfg); /* curve = false needs nothing */
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_SERVER, err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_check_role(&cfg, "j", DCPS_ROLE_WORKER, err, sizeof err), 0);
+}
+END_TEST
+
+/* --- real shards --------------------------------------------------------------------- */
+
+/* The keys of a test: the shards' pair, workers 0 and 1 and a stranger, each a
+ * secret key file (path) and its public key; worker_keys_dir holds w0.pub. */
+typedef struct {
+    char server[512], w0[512], w1[512], stranger[512], dir[512];
+    char server_pub[48], w0_pub[48], w1_pub[48], stranger_pub[48];
+} keys_t;
+
+static void gen(const char *name, char *path, char *pub)
+{
+    char err[1024];
+    snprintf(path, 512, "%s/%s", h_dir(), name);
+    ck_assert_msg(dcps_key_generate(path, pub, err, sizeof err) == 0, "%s", err);
+}
+
+/* Writes a key file `name` holding pub (any text) into the workers' directory. */
+static void admit(const char *name, const char *pub)
+{
+    char file[600], text[64];
+    snprintf(file, sizeof file, "workers/%s", name);
+    snprintf(text, sizeof text, "%s\n", pub);
+    h_write(file, text);
+}
+
+static void make_keys(keys_t *k)
+{
+    gen("server", k->server, k->server_pub);
+    gen("w0", k->w0, k->w0_pub);
+    gen("w1", k->w1, k->w1_pub);
+    gen("stranger", k->stranger, k->stranger_pub);
+    snprintf(k->dir, sizeof k->dir, "%s/workers", h_dir());
+    ck_assert_int_eq(mkdir(k->dir, 0755), 0);
+    admit("w0.pub", k->w0_pub);
+}
+
+/* A job of one shard and one worker (rank 0 with w0's key), 12000 examples of
+ * Fashion-MNIST for 2 epochs; extra goes into [worker]. */
+static const char *curve_job(const keys_t *k, int metrics_port, const char *extra)
+{
+    static char text[8192];
+    snprintf(text, sizeof text,
+             "[job]\nname = sectest\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:*\n"
+             "[model]\nlayers = 784,64,10\n"
+             "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
+             "train_labels = " DATA "train-labels-idx1-ubyte.gz\n"
+             "test_images = " DATA "t10k-images-idx3-ubyte.gz\n"
+             "test_labels = " DATA "t10k-labels-idx1-ubyte.gz\n"
+             "batch_size = 32\nepochs = 2\ntrain_limit = 12000\n"
+             "[optimizer]\nlr = 0.1\n"
+             "[worker]\nlog_every = 50\ntimeout_ms = 5000\n%s"
+             "[server]\nmetrics_port = %d\n"
+             "[security]\ncurve = true\nserver_secret_key_file = %s\nserver_public_key = %s\n"
+             "worker_keys_dir = %s\nworker_secret_key_file = %s\n",
+             extra, metrics_port, k->server, k->server_pub, k->dir, k->w0);
+    /* Kept apart from h_write's path slots, which later calls reuse. */
+    static char path[512];
+    snprintf(path, sizeof path, "%s", h_write("job.ini", text));
+    return path;
+}
+
+/* A port that was free a moment ago. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* dcps_auth_refused_total of the shard at metrics port `port`; NAN if absent. */
+static double refused_metric(int port)
+{
+    static char buf[1 << 16];
+    const char *series = "\ndcps_auth_refused_total{shard=\"0\"} ";
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    size_t n = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    ck_assert_int_eq(send(fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)sizeof req - 1);
+    for (ssize_t got; n < sizeof buf - 1 && (got = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0;)
+        n += (size_t)got;
+    buf[n] = '\0';
+    close(fd);
+    const char *v = strstr(buf, series);
+    return v ? strtod(v + strlen(series), NULL) : NAN;
+}
+
+/* Waits up to ms for `what` to appear in the file at path; 1 if it did. */
+static int wait_for(const char *path, const char *what, int ms)
+{
+    for (double until = now_ms() + ms; now_ms() < until; usleep(20000))
+        if (strstr(h_slurp(path), what))
+            return 1;
+    return 0;
+}
+
+/* Occurrences of what in text. */
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+/* Opens rank 0 of job j in this process at endpoint ep with the secret key
+ * file `secret` and the extra overrides; returns the client or NULL with *rc,
+ * the sentence in err and the time it took in *ms. */
+static dcps_client_t *open_client(const char *j, const char *ep, const char *secret,
+                                  const char *extra, int *rc, char *err, size_t errlen, double *ms)
+{
+    char shards[300], key[600];
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+    snprintf(key, sizeof key, "security.worker_secret_key_file=%s", secret);
+    const char *ov[] = {shards, key, extra ? extra : "worker.log_every=50"};
+    double t0 = now_ms();
+    dcps_client_t *c = dcps_client_open(j, 0, ov, 3, rc, err, errlen);
+    *ms = now_ms() - t0;
+    return c;
+}
+
+/* The line the shard logs for a refused key: its first 8 characters. */
+static const char *refusal_of(const keys_t *k, const char *pub)
+{
+    static char line[1024];
+    snprintf(line, sizeof line,
+             "refused a connection from 127.0.0.1: CURVE key %.8s\u2026 is not in "
+             "worker_keys_dir %s",
+             pub, k->dir);
+    return line;
+}
+
+/* (b) and (c): a worker with a listed key trains to the end while a worker and
+ * a library client with an unlisted key are refused at once, each refusal
+ * logged once and counted, and plain clients cannot talk to the shard at all. */
+START_TEST(a_listed_worker_trains_while_strangers_are_refused_at_once)
+{
+    keys_t k;
+    char ep[256], shards[300], err[1024], key[600];
+    int port = free_port(), rc;
+    double ms;
+    make_keys(&k);
+    /* delay_ms: the good worker trains for some seconds, so the refusals
+     * below happen while it is being served. */
+    const char *j = curve_job(&k, port, "delay_ms = 4\n");
+    pid_t server = h_server(j, 0, ep);
+    ck_assert_msg(server > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    char log[512]; /* h_path's buffers are reused by later calls */
+    snprintf(log, sizeof log, "%s", h_path("server0", "err"));
+    ck_assert_ptr_nonnull(strstr(h_slurp(log), "CURVE: this shard's public key is "));
+    ck_assert_ptr_nonnull(strstr(h_slurp(log), k.server_pub));
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+
+    const char *good_argv[] = {"--config", j, "--rank", "0", "--set", shards, NULL};
+    pid_t good = h_spawn("dcps-worker", "good", good_argv);
+    ck_assert_msg(wait_for(log, "worker 0 joined", 20000), "%s", h_slurp(log));
+
+    /* A worker process with an unlisted key: exit 1 in well under the first
+     * attempt's timeout_ms (5 s), saying why. */
+    snprintf(key, sizeof key, "security.worker_secret_key_file=%s", k.stranger);
+    const char *bad_argv[] = {"--config", j, "--rank", "0", "--set", shards, "--set", key, NULL};
+    double t0 = now_ms();
+    int status = h_wait(h_spawn("dcps-worker", "stranger", bad_argv), 20000);
+    double took = now_ms() - t0;
+    const char *said = h_slurp(h_path("stranger", "err"));
+    ck_assert_msg(status == 1, "status %d: %s", status, said);
+    ck_assert_msg(took < 2500, "the refused worker took %.0f ms", took);
+    char want[512];
+    snprintf(want, sizeof want,
+             "shard 0 (%s) refused this worker's CURVE key (handshake failed: 400)", ep);
+    ck_assert_msg(strstr(said, want), "%s", said);
+
+    /* The library: DCPS_E_AUTH and the same sentence, at once. */
+    dcps_client_t *c = open_client(j, ep, k.stranger, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    ck_assert_msg(ms < 1500, "dcps_client_open took %.0f ms to fail", ms);
+    ck_assert_msg(h_running(good), "the good worker ended before the strangers were refused");
+
+    /* A plain client cannot even complete the handshake: with a short
+     * timeout it gives up (it must not hang), and the shard reads nothing. */
+    const char *plain[] = {shards, "security.curve=false", "worker.timeout_ms=200",
+                           "worker.retries=1"};
+    t0 = now_ms();
+    c = dcps_client_open(j, 0, plain, 4, &rc, err, sizeof err);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(rc == DCPS_E_TIMEOUT || rc == DCPS_E_ZMQ, "%d: %s", rc, err);
+    ck_assert_msg(now_ms() - t0 < 3000, "the plain client took %.0f ms", now_ms() - t0);
+    /* And a raw plain DEALER's message is never read by the shard. */
+    void *ctx = zmq_ctx_new(), *raw = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(raw, ep), 0);
+    zmq_send(raw, "garbage", 7, ZMQ_DONTWAIT);
+    zmq_pollitem_t item = {raw, 0, ZMQ_POLLIN, 0};
+    ck_assert_int_eq(zmq_poll(&item, 1, 500), 0);
+    zmq_close(raw);
+    zmq_ctx_term(ctx);
+
+    status = h_wait(good, 300000);
+    const char *out = h_slurp(h_path("good", "out"));
+    ck_assert_msg(status == 0, "good worker exited %d: %s", status,
+                  h_slurp(h_path("good", "err")));
+    double acc = h_final(out, "test_acc");
+    ck_assert_msg(acc >= 0.70, "test_acc %g (chance is 0.10): %s", acc, out);
+    ck_assert_double_eq(h_final(out, "steps"), 12000 / 32 * 2);
+
+    /* Each refused connection once in the log, and in the metric. */
+    ck_assert_int_eq(count(h_slurp(log), refusal_of(&k, k.stranger_pub)), 2);
+    ck_assert_int_eq(count(h_slurp(log), "refused a connection"), 2);
+    snprintf(want, sizeof want,
+             "admitted a connection from 127.0.0.1: CURVE key %.8s\u2026 (w0.pub)", k.w0_pub);
+    ck_assert_msg(strstr(h_slurp(log), want), "%s", h_slurp(log));
+    double refused = NAN;
+    for (int i = 0; i < 100 && refused != 2; i++, usleep(50000))
+        refused = refused_metric(port);
+    ck_assert_double_eq(refused, 2);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+    ck_assert_ptr_nonnull(strstr(h_slurp(log), " 0 bad messages"));
+}
+END_TEST
+
+/* (e) A key missing from the job stops either program before it binds or
+ * connects, with exit status 2, naming the key. */
+START_TEST(a_missing_key_stops_each_program_with_status_2_naming_it)
+{
+    keys_t k;
+    make_keys(&k);
+    const char *j = curve_job(&k, 0, "");
+    char epf[512];
+    snprintf(epf, sizeof epf, "%s", h_path("bare", "endpoint"));
+    static const char *const server_keys[] = {"server_secret_key_file", "worker_keys_dir"};
+    static const char *const worker_keys[] = {"server_public_key", "worker_secret_key_file"};
+    char set[128], want[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(set, sizeof set, "security.%s=", server_keys[i]);
+        const char *argv[] = {"--config", j, "--shard", "0", "--set", set, "--endpoint-file", epf,
+                              NULL};
+        int status = h_wait(h_spawn("dcps-server", "bare", argv), 10000);
+        const char *err = h_slurp(h_path("bare", "err"));
+        ck_assert_msg(status == 2, "status %d: %s", status, err);
+        snprintf(want, sizeof want, "job.ini: [security] curve = true needs [security] %s (",
+                 server_keys[i]);
+        ck_assert_msg(strstr(err, want), "%s", err);
+        ck_assert_int_ne(access(epf, F_OK), 0); /* never bound */
+
+        snprintf(set, sizeof set, "security.%s=", worker_keys[i]);
+        const char *wargv[] = {"--config", j, "--rank", "0", "--set", set, NULL};
+        status = h_wait(h_spawn("dcps-worker", "bare", wargv), 10000);
+        err = h_slurp(h_path("bare", "err"));
+        ck_assert_msg(status == 2, "status %d: %s", status, err);
+        snprintf(want, sizeof want, "job.ini: [security] curve = true needs [security] %s (",
+                 worker_keys[i]);
+        ck_assert_msg(strstr(err, want), "%s", err);
+
+        /* The library says the same, as a code: it never exits. */
+        char e[1024];
+        int rc;
+        const char *ov[] = {set};
+        ck_assert_ptr_null(dcps_client_open(j, 0, ov, 1, &rc, e, sizeof e));
+        ck_assert_int_eq(rc, DCPS_E_CONFIG);
+        ck_assert_msg(strstr(e, want + strlen("job.ini: ")), "%s", e);
+    }
+}
+END_TEST
+
+/* Key files the shard cannot use stop it before it binds, with status 1 and
+ * the file's name; a worker's too-open secret key stops the worker. */
+START_TEST(unusable_key_files_stop_the_server_before_it_binds)
+{
+    keys_t k;
+    char set[700], want[1200], dir[600];
+    make_keys(&k);
+    const char *j = curve_job(&k, free_port(), "");
+    char epf[512];
+    snprintf(epf, sizeof epf, "%s", h_path("unusable", "endpoint"));
+    snprintf(dir, sizeof dir, "%s/none", h_dir());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    struct {
+        const char *set, *want;
+    } cases[4];
+    char sets[4][700], wants[4][1200];
+    snprintf(sets[0], 700, "security.worker_keys_dir=%s/missing", h_dir());
+    snprintf(wants[0], 1200, "%s/missing: cannot open the directory: No such file or directory",
+             h_dir());
+    snprintf(sets[1], 700, "security.worker_keys_dir=%s", dir);
+    snprintf(wants[1], 1200, "%s: no *.pub file, so no worker could connect", dir);
+    snprintf(sets[2], 700, "security.server_public_key=%s", k.w0_pub);
+    snprintf(wants[2], 1200, "is not the public key of server_secret_key_file %s, which is %s",
+             k.server, k.server_pub);
+    snprintf(sets[3], 700, "worker.log_every=50"); /* a bad .pub in the directory, below */
+    snprintf(wants[3], 1200, "%s/zz.pub: is 5 characters; a Z85 key has 40", k.dir);
+    for (int i = 0; i < 4; i++) {
+        cases[i].set = sets[i];
+        cases[i].want = wants[i];
+    }
+    for (int i = 0; i < 4; i++) {
+        if (i == 3)
+            admit("zz.pub", "short");
+        const char *argv[] = {"--config", j, "--shard", "0", "--set", cases[i].set,
+                              "--endpoint-file", epf, NULL};
+        int status = h_wait(h_spawn("dcps-server", "unusable", argv), 10000);
+        const char *err = h_slurp(h_path("unusable", "err"));
+        ck_assert_msg(status == 1, "case %d: status %d: %s", i, status, err);
+        ck_assert_msg(strstr(err, cases[i].want), "case %d: %s", i, err);
+        ck_assert_ptr_nonnull(strstr(err, "not starting"));
+        ck_assert_ptr_null(strstr(err, "metrics at")); /* nothing bound, not even metrics */
+        ck_assert_int_ne(access(epf, F_OK), 0);
+    }
+
+    /* A secret key that others may read: the shard and the worker refuse it. */
+    ck_assert_int_eq(chmod(k.server, 0644), 0);
+    const char *argv[] = {"--config", j, "--shard", "0", "--endpoint-file", epf, NULL};
+    int status = h_wait(h_spawn("dcps-server", "open", argv), 10000);
+    const char *err = h_slurp(h_path("open", "err"));
+    snprintf(want, sizeof want, "%s: permissions 0644 are too open for a secret key", k.server);
+    ck_assert_msg(status == 1 && strstr(err, want), "status %d: %s", status, err);
+    ck_assert_int_ne(access(epf, F_OK), 0);
+    ck_assert_int_eq(chmod(k.w0, 0640), 0);
+    snprintf(set, sizeof set, "servers.shards=tcp://127.0.0.1:9");
+    const char *wargv[] = {"--config", j, "--rank", "0", "--set", set, NULL};
+    status = h_wait(h_spawn("dcps-worker", "open", wargv), 10000);
+    err = h_slurp(h_path("open", "err"));
+    snprintf(want, sizeof want,
+             "%s: permissions 0640 are too open for a secret key: group and others must have no "
+             "access (chmod 600 %s) ([security] worker_secret_key_file)",
+             k.w0, k.w0);
+    ck_assert_msg(status == 1 && strstr(err, want), "status %d: %s", status, err);
+}
+END_TEST
+
+/* A wrong server_public_key, or a shard without CURVE: no refusal comes, the
+ * shard closes the handshake (or the mechanisms differ), and the worker says
+ * what to check after a few such closes, not after its timeouts. */
+START_TEST(a_wrong_server_key_or_a_plain_shard_gives_a_clear_error)
+{
+    keys_t k;
+    char ep[256], err[1024], set[128];
+    int rc;
+    double ms;
+    make_keys(&k);
+    const char *j = curve_job(&k, 0, "");
+    pid_t server = h_server(j, 0, ep);
+    ck_assert_int_gt(server, 0);
+    snprintf(set, sizeof set, "security.server_public_key=%s", k.w1_pub);
+    dcps_client_t *c = open_client(j, ep, k.w0, set, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+    ck_assert_msg(strstr(err, "closed the connection during the CURVE handshake 3 times in a row"),
+                  "%s", err);
+    ck_assert_msg(ms < 3000, "took %.0f ms", ms);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+
+    /* The same job with curve off on the shard's side only. */
+    const char *argv[] = {"--config", j, "--shard", "0", "--endpoint-file",
+                          h_path("plain", "endpoint"), "--set", "security.curve=false", NULL};
+    server = h_spawn("dcps-server", "plain", argv);
+    ck_assert_msg(wait_for(h_path("plain", "endpoint"), "tcp://", 10000), "%s",
+                  h_slurp(h_path("plain", "err")));
+    snprintf(ep, sizeof ep, "%s", h_slurp(h_path("plain", "endpoint")));
+    ep[strcspn(ep, "\n")] = '\0';
+    c = open_client(j, ep, k.w0, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+    /* Which it is depends on who notices the mismatch first: the worker
+     * ("mechanism mismatch") or the shard (it closes the connection). */
+    ck_assert_msg(strstr(err, "does not use CURVE (handshake failed: mechanism mismatch)") ||
+                      strstr(err, "closed the connection during the CURVE handshake 3 times"),
+                  "%s", err);
+    ck_assert_msg(strstr(err, "[security] curve = true"), "%s", err);
+    ck_assert_msg(ms < 3000, "took %.0f ms", ms);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+}
+END_TEST
+
+/* SIGHUP reads worker_keys_dir again: a key added is admitted, a key removed
+ * is refused from the next connection on, and a directory that has become
+ * unusable is refused as a whole, keeping the keys in force. */
+START_TEST(sighup_rereads_the_worker_keys)
+{
+    keys_t k;
+    char ep[256], err[1024], path[700];
+    int rc;
+    double ms;
+    make_keys(&k);
+    const char *j = curve_job(&k, 0, "");
+    pid_t server = h_server(j, 0, ep);
+    ck_assert_int_gt(server, 0);
+    char log[512]; /* h_path's buffers are reused by later calls */
+    snprintf(log, sizeof log, "%s", h_path("server0", "err"));
+
+    dcps_client_t *c = open_client(j, ep, k.w1, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+
+    admit("w1.pub", k.w1_pub);
+    kill(server, SIGHUP);
+    ck_assert_msg(wait_for(log, "worker keys: 2 in ", 5000), "%s", h_slurp(log));
+    ck_assert_ptr_nonnull(strstr(h_slurp(log), ", 1 added, 0 removed"));
+    c = open_client(j, ep, k.w1, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_msg(c != NULL, "%s", err);
+    dcps_client_close(&c);
+
+    snprintf(path, sizeof path, "%s/w1.pub", k.dir);
+    ck_assert_int_eq(unlink(path), 0);
+    kill(server, SIGHUP);
+    ck_assert_msg(wait_for(log, ", 0 added, 1 removed", 5000), "%s", h_slurp(log));
+    c = open_client(j, ep, k.w1, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+
+    admit("bad.pub", "not a key");
+    kill(server, SIGHUP);
+    ck_assert_msg(wait_for(log, "reload refused: ", 5000), "%s", h_slurp(log));
+    ck_assert_ptr_nonnull(strstr(h_slurp(log), "/bad.pub: is 9 characters; a Z85 key has 40"));
+    c = open_client(j, ep, k.w0, NULL, &rc, err, sizeof err, &ms); /* w0 still admitted */
+    ck_assert_msg(c != NULL, "%s", err);
+    dcps_client_close(&c);
+    ck_assert_int_eq(count(h_slurp(log), refusal_of(&k, k.w1_pub)), 2);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+}
+END_TEST
+
+int main(void)
+{
+    if (!dcps_keys_available()) {
+        printf("SKIP: this libzmq has no CURVE\n");
+        return 77;
+    }
+    Suite *s = suite_create("security");
+    TCase *files = tcase_create("key files");
+    tcase_add_test(files, a_key_file_holds_one_z85_key_and_at_most_a_newline);
+    tcase_add_test(files, a_key_of_the_wrong_length_is_refused_naming_the_file);
+    tcase_add_test(files, a_key_with_a_character_outside_z85_is_refused);
+    tcase_add_test(files, anything_after_the_key_but_one_newline_is_refused);
+    tcase_add_test(files, a_secret_key_that_group_or_others_may_read_is_refused);
+    tcase_add_test(files, keygen_writes_a_pair_and_refuses_to_overwrite);
+    tcase_add_test(files, worker_keys_dir_admits_its_pub_files_and_refuses_a_bad_one);
+    tcase_add_test(files, each_side_needs_its_own_keys_when_curve_is_on);
+    suite_add_tcase(s, files);
+    TCase *shards = tcase_create("shards");
+    tcase_add_checked_fixture(shards, NULL, teardown);
+    tcase_set_timeout(shards, 300);
+    tcase_add_test(shards, a_listed_worker_trains_while_strangers_are_refused_at_once);
+    tcase_add_test(shards, a_missing_key_stops_each_program_with_status_2_naming_it);
+    tcase_add_test(shards, unusable_key_files_stop_the_server_before_it_binds);
+    tcase_add_test(shards, a_wrong_server_key_or_a_plain_shard_gives_a_clear_error);
+    tcase_add_test(shards, sighup_rereads_the_worker_keys);
+    suite_add_tcase(s, shards);
+    return dcps_test_run(s);
+}
