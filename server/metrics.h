@@ -1,7 +1,8 @@
 /* dcps — the shard daemon's Prometheus endpoint.
  *
  * With `[server] metrics_port` set, dcps-server answers GET /metrics on that TCP
- * port of every IPv4 interface with the Prometheus text format (version 0.0.4):
+ * port of `[server] metrics_address` (127.0.0.1 unless the job says otherwise)
+ * with the Prometheus text format (version 0.0.4):
  * the shard's and the router's counters, gauges and histograms, each sample
  * labelled shard="<index>". Other paths get 404, methods other than GET and
  * HEAD 405.
