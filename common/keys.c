@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "common/error.h"
+#include "common/log.h"
 
 /* Z85's alphabet (RFC 32), index = digit value. */
 static const char z85_chars[] =
@@ -24,18 +25,6 @@ static const char z85_chars[] =
 
 /* More than any key file holds: a larger file is refused without reading on. */
 #define FILE_MAX 128
-
-/* Formats into buf and returns code, so that a failing check is one line. */
-static int say(char *buf, size_t n, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *buf, size_t n, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 int dcps_keys_available(void)
 {
@@ -52,21 +41,23 @@ int dcps_key_parse(const char *text, size_t len, uint8_t *key, char *why, size_t
     char z[DCPS_KEY_Z85 + 1];
     uint8_t out[DCPS_KEY_BYTES];
     if (len != DCPS_KEY_Z85)
-        return say(why, n, DCPS_E_DATA, "is %zu characters; a Z85 key has %d", len, DCPS_KEY_Z85);
+        return dcps_say(why, n, DCPS_E_DATA, "is %zu characters; a Z85 key has %d", len,
+                        DCPS_KEY_Z85);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
         if (is_z85(text[i]))
             continue;
         if (isprint(c))
-            return say(why, n, DCPS_E_DATA, "'%c' is not a Z85 character", c);
-        return say(why, n, DCPS_E_DATA, "byte 0x%02x is not a Z85 character", c);
+            return dcps_say(why, n, DCPS_E_DATA, "'%c' is not a Z85 character", c);
+        return dcps_say(why, n, DCPS_E_DATA, "byte 0x%02x is not a Z85 character", c);
     }
     memcpy(z, text, len);
     z[len] = '\0';
     /* Every character is a digit, but 5 digits may still exceed 32 bits. */
     int rc = zmq_z85_decode(out, z) ? 0 : DCPS_E_DATA;
     if (rc != 0)
-        say(why, n, rc, "is not a Z85 key: a group of 5 characters is worth more than 32 bits");
+        dcps_say(why, n, rc,
+                 "is not a Z85 key: a group of 5 characters is worth more than 32 bits");
     else if (key)
         memcpy(key, out, sizeof out);
     explicit_bzero(z, sizeof z);
@@ -104,19 +95,19 @@ static int check_text(const char *path, const char *buf, size_t len, uint8_t *ke
     if (len > 0 && buf[len - 1] == '\n')
         len--;
     if (len == 0)
-        return say(err, errlen, DCPS_E_DATA,
-                   "%s: is empty; a key file holds one Z85 key of %d characters", path,
-                   DCPS_KEY_Z85);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: is empty; a key file holds one Z85 key of %d characters", path,
+                        DCPS_KEY_Z85);
     size_t key_chars = 0;
     while (key_chars < len && is_z85(buf[key_chars]))
         key_chars++;
     if (key_chars >= DCPS_KEY_Z85 && len > DCPS_KEY_Z85)
-        return say(err, errlen, DCPS_E_DATA,
-                   "%s: trailing data after the %d-character key (%zu bytes); only a newline "
-                   "may follow it",
-                   path, DCPS_KEY_Z85, len - DCPS_KEY_Z85);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: trailing data after the %d-character key (%zu bytes); only a newline "
+                        "may follow it",
+                        path, DCPS_KEY_Z85, len - DCPS_KEY_Z85);
     if (dcps_key_parse(buf, len, key, why, sizeof why) != 0)
-        return say(err, errlen, DCPS_E_DATA, "%s: %s", path, why);
+        return dcps_say(err, errlen, DCPS_E_DATA, "%s: %s", path, why);
     return 0;
 }
 
@@ -127,30 +118,30 @@ int dcps_key_read(const char *path, bool secret, uint8_t *key, char *err, size_t
     int rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
-        return say(err, errlen, DCPS_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) != 0) {
-        rc = say(err, errlen, DCPS_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot stat: %s", path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = say(err, errlen, DCPS_E_IO, "%s: not a regular file", path);
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s: not a regular file", path);
         goto out;
     }
     /* Refused before it is read: a key others could read may be theirs too. */
     if (secret && (st.st_mode & 077)) {
-        rc = say(err, errlen, DCPS_E_IO,
-                 "%s: permissions %04o are too open for a secret key: group and others must "
-                 "have no access (chmod 600 %s)",
-                 path, (unsigned)(st.st_mode & 07777), path);
+        rc = dcps_say(err, errlen, DCPS_E_IO,
+                      "%s: permissions %04o are too open for a secret key: group and others must "
+                      "have no access (chmod 600 %s)",
+                      path, (unsigned)(st.st_mode & 07777), path);
         goto out;
     }
     ssize_t got = read_all(fd, buf, sizeof buf);
     if (got < 0)
-        rc = say(err, errlen, DCPS_E_IO, "%s: cannot read: %s", path, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot read: %s", path, strerror(errno));
     else if (got > FILE_MAX)
-        rc = say(err, errlen, DCPS_E_DATA,
-                 "%s: more than %d bytes; a key file holds one Z85 key of %d characters", path,
-                 FILE_MAX, DCPS_KEY_Z85);
+        rc = dcps_say(err, errlen, DCPS_E_DATA,
+                      "%s: more than %d bytes; a key file holds one Z85 key of %d characters", path,
+                      FILE_MAX, DCPS_KEY_Z85);
     else
         rc = check_text(path, buf, (size_t)got, key, err, errlen);
     explicit_bzero(buf, sizeof buf);
@@ -196,9 +187,9 @@ static int create(const char *path, mode_t mode, char *err, size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, mode);
     if (fd < 0 && errno == EEXIST)
-        say(err, errlen, DCPS_E_IO, "%s: exists already; not replaced", path);
+        dcps_say(err, errlen, DCPS_E_IO, "%s: exists already; not replaced", path);
     else if (fd < 0)
-        say(err, errlen, DCPS_E_IO, "%s: cannot create: %s", path, strerror(errno));
+        dcps_say(err, errlen, DCPS_E_IO, "%s: cannot create: %s", path, strerror(errno));
     return fd;
 }
 
@@ -207,10 +198,11 @@ int dcps_key_generate(const char *path, char *pub, char *err, size_t errlen)
     char pub_path[4096], sz[DCPS_KEY_Z85 + 1], pz[DCPS_KEY_Z85 + 1];
     int rc = DCPS_E_IO, sfd, pfd;
     if ((size_t)snprintf(pub_path, sizeof pub_path, "%s.pub", path) >= sizeof pub_path)
-        return say(err, errlen, DCPS_E_INVAL, "%s: path too long", path);
+        return dcps_say(err, errlen, DCPS_E_INVAL, "%s: path too long", path);
     if (zmq_curve_keypair(pz, sz) != 0)
-        return say(err, errlen, DCPS_E_ZMQ, "cannot make a key pair: %s%s", zmq_strerror(errno),
-                   dcps_keys_available() ? "" : " (this libzmq was built without CURVE)");
+        return dcps_say(err, errlen, DCPS_E_ZMQ, "cannot make a key pair: %s%s",
+                        zmq_strerror(errno),
+                        dcps_keys_available() ? "" : " (this libzmq was built without CURVE)");
     sfd = create(path, 0600, err, errlen);
     if (sfd < 0)
         goto fail_secret;
@@ -218,18 +210,18 @@ int dcps_key_generate(const char *path, char *pub, char *err, size_t errlen)
     if (pfd < 0)
         goto fail_public;
     if (write_key(sfd, sz, 0600) != 0)
-        say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", path, strerror(errno));
+        dcps_say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", path, strerror(errno));
     else if (write_key(pfd, pz, 0644) != 0)
-        say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", pub_path, strerror(errno));
+        dcps_say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", pub_path, strerror(errno));
     else
         rc = 0;
     if (close(pfd) != 0 && rc == 0)
-        rc = say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", pub_path, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", pub_path, strerror(errno));
     if (rc != 0)
         unlink(pub_path);
 fail_public:
     if (close(sfd) != 0 && rc == 0)
-        rc = say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", path, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot write: %s", path, strerror(errno));
     if (rc != 0)
         unlink(path);
 fail_secret:
@@ -262,12 +254,12 @@ static int add(dcps_keyset_t *set, const char *dir, const char *name, char *err,
 {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
-        return say(err, errlen, DCPS_E_INVAL, "%s/%s: path too long", dir, name);
+        return dcps_say(err, errlen, DCPS_E_INVAL, "%s/%s: path too long", dir, name);
     if (set->n == set->cap) {
         size_t cap = set->cap ? 2 * set->cap : 16;
         struct entry *e = realloc(set->e, cap * sizeof *e);
         if (!e)
-            return say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
+            return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
         set->e = e;
         set->cap = cap;
     }
@@ -276,7 +268,7 @@ static int add(dcps_keyset_t *set, const char *dir, const char *name, char *err,
     if (rc != 0)
         return rc;
     if (!(e->name = strdup(name)))
-        return say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
+        return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
     set->n++;
     return 0;
 }
@@ -285,13 +277,13 @@ dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errl
 {
     dcps_keyset_t *set = calloc(1, sizeof *set);
     if (!set) {
-        *rc = say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", dir);
+        *rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", dir);
         return NULL;
     }
     DIR *d = opendir(dir);
     if (!d) {
-        *rc =
-            say(err, errlen, DCPS_E_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+        *rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot open the directory: %s", dir,
+                       strerror(errno));
         goto fail;
     }
     *rc = 0;
@@ -300,8 +292,8 @@ dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errl
         struct dirent *de = readdir(d);
         if (!de) {
             if (errno)
-                *rc = say(err, errlen, DCPS_E_IO, "%s: cannot read the directory: %s", dir,
-                          strerror(errno));
+                *rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot read the directory: %s", dir,
+                               strerror(errno));
             break;
         }
         if (is_pub(de->d_name) && (*rc = add(set, dir, de->d_name, err, errlen)) != 0)
@@ -309,10 +301,10 @@ dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errl
     }
     closedir(d);
     if (*rc == 0 && set->n == 0)
-        *rc = say(err, errlen, DCPS_E_DATA,
-                  "%s: no *.pub file, so no worker could connect: put each worker's public "
-                  "key there (dcps-server --keygen writes one)",
-                  dir);
+        *rc = dcps_say(err, errlen, DCPS_E_DATA,
+                       "%s: no *.pub file, so no worker could connect: put each worker's public "
+                       "key there (dcps-server --keygen writes one)",
+                       dir);
     if (*rc == 0)
         return set;
 fail:

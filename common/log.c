@@ -77,3 +77,14 @@ void dcps_log_write(int level, const char *fmt, ...)
     fprintf(out, "%s\n", line);
     fflush(out);
 }
+
+int dcps_say(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}

@@ -35,6 +35,11 @@ void dcps_log_set_stream(FILE *out);
 
 void dcps_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Formats a sentence into err[0, errlen) (nothing if err is NULL or errlen 0) and
+ * returns code, so that a failing check is one line: return dcps_say(...). */
+int dcps_say(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #define dcps_log(level, ...)                                                       \
     do {                                                                           \
         if ((level) <= dcps_log_level)                                             \

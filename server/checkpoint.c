@@ -48,19 +48,6 @@ typedef struct {
     char *name;
 } entry_t;
 
-static int say(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* --- CRC-32C, slicing by 8 ------------------------------------------------------ */
 
 static uint32_t crc_table[8][256];
@@ -327,8 +314,8 @@ static int list(const char *dir, int index, bool temps, entry_t **out, size_t *n
     *out = NULL;
     *n = 0;
     if (!d)
-        return say(err, errlen, DCPS_E_IO, "cannot read checkpoint directory %s: %s", dir,
-                   strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_IO, "cannot read checkpoint directory %s: %s", dir,
+                        strerror(errno));
     while ((de = readdir(d)) != NULL) {
         uint64_t seq, version;
         if (temps && is_temp(de->d_name, index)) {
@@ -361,7 +348,7 @@ static int list(const char *dir, int index, bool temps, entry_t **out, size_t *n
 nomem:
     closedir(d);
     free_entries(e, count);
-    return say(err, errlen, DCPS_E_NOMEM, "listing %s: out of memory", dir);
+    return dcps_say(err, errlen, DCPS_E_NOMEM, "listing %s: out of memory", dir);
 }
 
 static int join(char *buf, size_t len, const char *dir, const char *name, const char *suffix)
@@ -375,19 +362,20 @@ int dcps_checkpoint_prepare(const char *dir, char *err, size_t errlen)
     struct stat st;
     char probe[DCPS_PATH_MAX + 64];
     if (!dir || !*dir)
-        return say(err, errlen, DCPS_E_INVAL, "no checkpoint directory given");
+        return dcps_say(err, errlen, DCPS_E_INVAL, "no checkpoint directory given");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return say(err, errlen, DCPS_E_IO, "cannot create checkpoint directory %s: %s", dir,
-                   strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_IO, "cannot create checkpoint directory %s: %s", dir,
+                        strerror(errno));
     if (stat(dir, &st) != 0)
-        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s: %s", dir, strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_IO, "checkpoint directory %s: %s", dir,
+                        strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not a directory", dir);
+        return dcps_say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not a directory", dir);
     snprintf(probe, sizeof probe, "%s/.dcps-probe-%ld", dir, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
-        return say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not writable: %s", dir,
-                   strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_IO, "checkpoint directory %s is not writable: %s", dir,
+                        strerror(errno));
     close(fd);
     unlink(probe);
     return 0;
@@ -454,8 +442,8 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     int rc, fd;
 
     if (cons->workers != s->workers)
-        return say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
-                   cons->workers, s->workers);
+        return dcps_say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
+                        cons->workers, s->workers);
     if ((rc = list(dir, s->index, true, &e, &n, err, errlen)) != 0)
         return rc;
     header_of(&h, cfg, s, cons->mode);
@@ -465,18 +453,18 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
              h.version);
     if (join(final, sizeof final, dir, name, "") != 0 ||
         join(tmp, sizeof tmp, dir, name, ".tmp") != 0) {
-        rc = say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
+        rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
         goto fail;
     }
     if (!(tail = malloc(tail_size(s->workers)))) {
-        rc = say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
+        rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
         goto fail;
     }
     put_header(head, &h);
     put_tail(tail, s, cons);
 
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
-        rc = say(err, errlen, DCPS_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot create %s: %s", tmp, strerror(errno));
         goto fail;
     }
     const char *what = "write";
@@ -484,16 +472,17 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         write_all(fd, s->w, s->floats * sizeof *s->w, &crc) != 0 ||
         write_all(fd, tail, tail_size(s->workers), &crc) != 0 ||
         write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
-        rc = say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
         close(fd);
         goto fail_tmp;
     }
     if (close(fd) != 0) {
-        rc = say(err, errlen, DCPS_E_IO, "cannot close %s: %s", tmp, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot close %s: %s", tmp, strerror(errno));
         goto fail_tmp;
     }
     if (rename(tmp, final) != 0) {
-        rc = say(err, errlen, DCPS_E_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot rename %s to %s: %s", tmp, final,
+                      strerror(errno));
         goto fail_tmp;
     }
     if (path)
@@ -501,8 +490,8 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     if (fsync_dir(dir) != 0) {
         /* The file is complete and in place; only its name may not survive a
          * power loss. */
-        rc = say(err, errlen, DCPS_E_IO, "%s written, but fsync of directory %s failed: %s", final,
-                 dir, strerror(errno));
+        rc = dcps_say(err, errlen, DCPS_E_IO, "%s written, but fsync of directory %s failed: %s",
+                      final, dir, strerror(errno));
         goto fail;
     }
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
@@ -689,16 +678,17 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
     int rc;
 
     if (s->initialized || s->version != 0)
-        return say(err, errlen, DCPS_E_STATE,
-                   "shard %d already holds parameters (version %" PRIu64 "); restore only into a "
-                   "new one",
-                   s->index, s->version);
+        return dcps_say(err, errlen, DCPS_E_STATE,
+                        "shard %d already holds parameters (version %" PRIu64
+                        "); restore only into a "
+                        "new one",
+                        s->index, s->version);
     if (cons->workers != s->workers)
-        return say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
-                   cons->workers, s->workers);
+        return dcps_say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
+                        cons->workers, s->workers);
     if ((rc = list(dir, s->index, false, &e, &n, err, errlen)) != 0)
         return rc;
-    rc = say(err, errlen, 0, "no checkpoint of shard %d in %s", s->index, dir);
+    rc = dcps_say(err, errlen, 0, "no checkpoint of shard %d in %s", s->index, dir);
     for (size_t i = 0; i < n; i++) {
         if (join(file, sizeof file, dir, e[i].name, "") != 0) {
             snprintf(file, sizeof file, "%s", e[i].name);
@@ -709,11 +699,11 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
                 dcps_shard_restored(s);
                 if (path)
                     snprintf(path, pathlen, "%s", file);
-                rc = say(err, errlen, 1, "restored %s", file);
+                rc = dcps_say(err, errlen, 1, "restored %s", file);
                 break;
             }
             if (r == DCPS_E_NOMEM) {
-                rc = say(err, errlen, r, "%s: out of memory", file);
+                rc = dcps_say(err, errlen, r, "%s: out of memory", file);
                 break;
             }
         }
@@ -721,9 +711,10 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
         if (i == 0)
             snprintf(newest, sizeof newest, "%s", why);
         if (i + 1 == n)
-            rc = say(err, errlen, DCPS_E_DATA,
-                     "none of the %zu checkpoints of shard %d in %s is usable; the newest, %s: %s",
-                     n, s->index, dir, e[0].name, newest);
+            rc = dcps_say(
+                err, errlen, DCPS_E_DATA,
+                "none of the %zu checkpoints of shard %d in %s is usable; the newest, %s: %s", n,
+                s->index, dir, e[0].name, newest);
     }
     free_entries(e, n);
     return rc;

@@ -2,6 +2,7 @@
 #include "worker/idx.h"
 
 #include "common/error.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,21 +14,6 @@
 #define IDX_LABELS 0x00000801u
 #define IDX_IMAGES 0x00000803u
 #define IDX_UBYTE 0x08u
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Formats the sentence into err (if any) and returns code. */
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Reads up to len bytes, stopping early only at the end of the data. Returns
  * the count read, or a negative DCPS_E code with err written. A gzip stream that
@@ -51,8 +37,8 @@ static int64_t readall(gzFile f, const char *path, uint8_t *buf, uint64_t len, c
         if (zerr == Z_BUF_ERROR)
             break;
         if (zerr == Z_ERRNO)
-            return fail(err, errlen, DCPS_E_IO, "%s: read failed: %s", path, strerror(errno));
-        return fail(err, errlen, DCPS_E_DATA, "%s: corrupt gzip stream: %s", path, msg);
+            return dcps_say(err, errlen, DCPS_E_IO, "%s: read failed: %s", path, strerror(errno));
+        return dcps_say(err, errlen, DCPS_E_DATA, "%s: corrupt gzip stream: %s", path, msg);
     }
     return (int64_t)got;
 }
@@ -71,45 +57,46 @@ static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t e
     if (n < 0)
         return (int)n;
     if (n < 4)
-        return fail(err, errlen, DCPS_E_DATA, "%s: truncated: expected a 4-byte magic, got %lld",
-                    path, (long long)n);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: truncated: expected a 4-byte magic, got %lld", path, (long long)n);
     uint32_t magic = be32(hdr);
     if (hdr[0] != 0 || hdr[1] != 0 || (hdr[3] != 1 && hdr[3] != 3))
-        return fail(err, errlen, DCPS_E_DATA,
-                    "%s: bad magic 0x%08x (expected 0x%08x for labels or 0x%08x for images)", path,
-                    magic, IDX_LABELS, IDX_IMAGES);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: bad magic 0x%08x (expected 0x%08x for labels or 0x%08x for images)",
+                        path, magic, IDX_LABELS, IDX_IMAGES);
     if (hdr[2] != IDX_UBYTE)
-        return fail(err, errlen, DCPS_E_DATA,
-                    "%s: unsupported element type 0x%02x (only unsigned byte 0x08)", path, hdr[2]);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: unsupported element type 0x%02x (only unsigned byte 0x08)", path,
+                        hdr[2]);
 
     int ndim = hdr[3];
     n = readall(f, path, hdr + 4, 4u * (unsigned)ndim, err, errlen);
     if (n < 0)
         return (int)n;
     if (n < 4 * ndim)
-        return fail(err, errlen, DCPS_E_DATA,
-                    "%s: truncated: expected %d bytes of dimensions, got %lld", path, 4 * ndim,
-                    (long long)n);
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: truncated: expected %d bytes of dimensions, got %lld", path, 4 * ndim,
+                        (long long)n);
     uint32_t dim[3] = {0, 0, 0};
     uint64_t total = 1;
     for (int i = 0; i < ndim; i++) {
         dim[i] = be32(hdr + 4 + 4 * i);
         if (dim[i] == 0)
-            return fail(err, errlen, DCPS_E_DATA, "%s: dimension %d of %d is zero", path, i + 1,
-                        ndim);
+            return dcps_say(err, errlen, DCPS_E_DATA, "%s: dimension %d of %d is zero", path, i + 1,
+                            ndim);
         /* Checked at every step: total <= 2^30 times a dimension < 2^32 cannot
          * overflow 64 bits. */
         total *= dim[i];
         if (total > DCPS_IDX_MAX_BYTES)
-            return fail(err, errlen, DCPS_E_DATA,
-                        "%s: data size exceeds the %u-byte limit (dimensions too large)", path,
-                        DCPS_IDX_MAX_BYTES);
+            return dcps_say(err, errlen, DCPS_E_DATA,
+                            "%s: data size exceeds the %u-byte limit (dimensions too large)", path,
+                            DCPS_IDX_MAX_BYTES);
     }
 
     uint8_t *data = malloc(total);
     if (!data)
-        return fail(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %llu bytes", path,
-                    (unsigned long long)total);
+        return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %llu bytes", path,
+                        (unsigned long long)total);
     int rc;
     n = readall(f, path, data, total, err, errlen);
     if (n < 0) {
@@ -117,8 +104,9 @@ static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t e
         goto fail_data;
     }
     if ((uint64_t)n < total) {
-        rc = fail(err, errlen, DCPS_E_DATA, "%s: truncated: expected %llu bytes of data, got %lld",
-                  path, (unsigned long long)total, (long long)n);
+        rc = dcps_say(err, errlen, DCPS_E_DATA,
+                      "%s: truncated: expected %llu bytes of data, got %lld", path,
+                      (unsigned long long)total, (long long)n);
         goto fail_data;
     }
     /* Count what follows rather than stop at the first extra byte, so the
@@ -134,8 +122,9 @@ static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t e
         extra += (uint64_t)n;
     } while (n == (int64_t)sizeof tail);
     if (extra) {
-        rc = fail(err, errlen, DCPS_E_DATA, "%s: %llu trailing bytes after the %llu bytes of data",
-                  path, (unsigned long long)extra, (unsigned long long)total);
+        rc = dcps_say(err, errlen, DCPS_E_DATA,
+                      "%s: %llu trailing bytes after the %llu bytes of data", path,
+                      (unsigned long long)extra, (unsigned long long)total);
         goto fail_data;
     }
 
@@ -153,17 +142,17 @@ fail_data:
 int dcps_idx_load(const char *path, dcps_idx_t *out, char *err, size_t errlen)
 {
     if (!out)
-        return fail(err, errlen, DCPS_E_INVAL, "%s: no output struct", path ? path : "(null)");
+        return dcps_say(err, errlen, DCPS_E_INVAL, "%s: no output struct", path ? path : "(null)");
     memset(out, 0, sizeof *out);
     if (!path)
-        return fail(err, errlen, DCPS_E_INVAL, "(null): no path given");
+        return dcps_say(err, errlen, DCPS_E_INVAL, "(null): no path given");
     errno = 0;
     gzFile f = gzopen(path, "rb");
     if (!f) {
         /* errno 0 means zlib itself could not allocate its state. */
         if (errno == 0)
-            return fail(err, errlen, DCPS_E_NOMEM, "%s: cannot open: out of memory", path);
-        return fail(err, errlen, DCPS_E_IO, "%s: cannot open: %s", path, strerror(errno));
+            return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: cannot open: out of memory", path);
+        return dcps_say(err, errlen, DCPS_E_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     gzbuffer(f, 1u << 17);
     int rc = load(f, path, out, err, errlen);
@@ -183,8 +172,8 @@ int dcps_dataset_load(const char *images, const char *labels, uint32_t limit, dc
                       char *err, size_t errlen)
 {
     if (!ds || !images || !labels)
-        return fail(err, errlen, DCPS_E_INVAL, "%s: missing argument",
-                    images ? images : "(null)");
+        return dcps_say(err, errlen, DCPS_E_INVAL, "%s: missing argument",
+                        images ? images : "(null)");
     memset(ds, 0, sizeof *ds);
 
     dcps_idx_t img, lab;
@@ -195,24 +184,24 @@ int dcps_dataset_load(const char *images, const char *labels, uint32_t limit, dc
     if (rc)
         goto fail_labels;
     if (img.rows == 0) {
-        rc = fail(err, errlen, DCPS_E_DATA, "%s: is a labels file, expected images", images);
+        rc = dcps_say(err, errlen, DCPS_E_DATA, "%s: is a labels file, expected images", images);
         goto fail_check;
     }
     if (lab.rows != 0) {
-        rc = fail(err, errlen, DCPS_E_DATA, "%s: is an images file, expected labels", labels);
+        rc = dcps_say(err, errlen, DCPS_E_DATA, "%s: is an images file, expected labels", labels);
         goto fail_check;
     }
     if (img.count != lab.count) {
-        rc = fail(err, errlen, DCPS_E_DATA, "%s: %u labels but %s has %u images", labels,
-                  lab.count, images, img.count);
+        rc = dcps_say(err, errlen, DCPS_E_DATA, "%s: %u labels but %s has %u images", labels,
+                      lab.count, images, img.count);
         goto fail_check;
     }
     /* The whole file is checked, not only the kept prefix: a bad label anywhere
      * means a bad file. */
     for (uint32_t i = 0; i < lab.count; i++)
         if (lab.data[i] >= 10) {
-            rc = fail(err, errlen, DCPS_E_DATA, "%s: label %u at index %u is not in 0..9",
-                      labels, lab.data[i], i);
+            rc = dcps_say(err, errlen, DCPS_E_DATA, "%s: label %u at index %u is not in 0..9",
+                          labels, lab.data[i], i);
             goto fail_check;
         }
 
@@ -220,7 +209,8 @@ int dcps_dataset_load(const char *images, const char *labels, uint32_t limit, dc
     uint32_t dim = img.rows * img.cols;
     float *x = malloc((size_t)n * dim * sizeof *x);
     if (!x) {
-        rc = fail(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %u x %u floats", images, n, dim);
+        rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %u x %u floats", images, n,
+                      dim);
         goto fail_check;
     }
     float scale[256];
