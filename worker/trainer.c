@@ -14,55 +14,34 @@
 #include "common/rng.h"
 #include "kernels/gpu.h"
 #include "kernels/mlp_gpu.h"
-#include "worker/compress.h"
-#include "worker/dcps.h"
+#include "worker/step.h"
 #include "worker/idx.h"
 #include "worker/mlp.h"
 
-#define READY_TIMEOUT_MS 120000   /* how long ranks > 0 wait for rank 0's INIT */
 #define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
  * and grad in one host allocation and runs dcps_mlp_t. The GPU path (gpu == 1)
  * runs dcps_mlp_gpu_t on the compute stream cs: parameters and gradient live on
- * the device, and their host twins are pinned slices that the pull fills and
+ * the device, and their host twins are pinned slices that the step fills and
  * the gradient is downloaded to; batches go through two pinned slots
  * h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy stream xs
  * one step ahead. The events order the slots: up[k] when slot k's upload is
  * done, done[k] when the forward and backward pass has read it, params_up when
  * the last parameter upload has left the pinned params.
  *
- * Both paths hand the host gradient to the compressor (worker/compress.h) and
- * push what it returns. Without the pipeline, pulls fill params. With it (CPU
- * path), a thread of its own (comm_t) pushes step t and pulls into `pulled`
- * while the loop computes step t + 1 at params = pulled − local_lr · g_t. */
-typedef struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool started, busy, stop;
-    dcps_encoded_t job; /* the push in flight */
-    int rc;             /* of the last job */
-    dcps_client_stats_t stats; /* after the last job */
-} comm_t;
-
+ * Both paths hand the host gradient and parameters to the step (worker/step.h),
+ * which encodes, pushes and pulls, with the CD-SGD pipeline when the job asks. */
 typedef struct {
     const dcps_config_t *cfg;
     int rank;
     int gpu;
-    dcps_client_t *client;
+    dcps_step_t *step;
     dcps_mlp_t *mlp; /* CPU path */
     dcps_dataset_t train, test;
     size_t n;
     float *params, *grad;            /* host, n each; see above for which allocation */
-    float *pulled;                   /* what pulls fill: params, or its own n (pipeline) */
-    float *grads[2];                 /* CPU path: grad's two buffers (the same one unless
-                                        the pipeline runs) */
-    dcps_compress_t *comp;
     float *pool;                     /* emulated compute: the synthetic gradients */
-    bool pipe;                       /* the CD-SGD pipeline runs */
-    float local_lr;
-    comm_t comm;
     float *xb;                       /* CPU path: batch inputs */
     uint8_t *yb;
     uint32_t *order;                 /* this rank's sample indices for the epoch */
@@ -86,10 +65,16 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The step's own sentence for a failure of the step's. */
+static int step_fail(trainer_t *t, int code)
+{
+    snprintf(t->err, t->errlen, "%s", dcps_step_error(t->step));
+    return code;
+}
+
 static int fail(trainer_t *t, int code, const char *what)
 {
-    const char *why = t->client ? dcps_client_error(t->client) : "";
-    snprintf(t->err, t->errlen, "%s: %s", what, *why ? why : dcps_strerror(code));
+    snprintf(t->err, t->errlen, "%s: %s", what, dcps_strerror(code));
     return code;
 }
 
@@ -116,36 +101,22 @@ uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uin
     return k;
 }
 
-/* Names the tensor that entry i of the model belongs to ("layer 2 weights"). */
-static void tensor_name(const dcps_config_t *cfg, size_t i, char *buf, size_t len)
+/* Names the model's tensors for the step's error messages ("layer 2 weights"). */
+static int name_tensors(trainer_t *t)
 {
-    size_t at = 0;
-    for (int l = 1; l < cfg->n_layers; l++) {
-        size_t w = (size_t)cfg->layers[l - 1] * (size_t)cfg->layers[l];
-        if (i < at + w + (size_t)cfg->layers[l]) {
-            snprintf(buf, len, "layer %d %s, entry %zu", l, i < at + w ? "weights" : "bias",
-                     i - at - (i < at + w ? 0 : w));
-            return;
+    const dcps_config_t *cfg = t->cfg;
+    size_t off[2 * DCPS_MAX_LAYERS], at = 0;
+    char text[2 * DCPS_MAX_LAYERS][32];
+    const char *names[2 * DCPS_MAX_LAYERS];
+    size_t k = 0;
+    for (int l = 1; l < cfg->n_layers; l++)
+        for (int bias = 0; bias < 2; bias++, k++) {
+            snprintf(text[k], sizeof text[k], "layer %d %s", l, bias ? "bias" : "weights");
+            names[k] = text[k];
+            off[k] = at;
+            at += bias ? (size_t)cfg->layers[l] : (size_t)cfg->layers[l - 1] * cfg->layers[l];
         }
-        at += w + (size_t)cfg->layers[l];
-    }
-    snprintf(buf, len, "entry %zu", i);
-}
-
-/* The step's host gradient must be finite: else the step and tensor are named. */
-static int check_finite(trainer_t *t, long step, const float *v)
-{
-    for (size_t i = 0; i < t->n; i++)
-        if (!isfinite(v[i])) {
-            char name[96];
-            tensor_name(t->cfg, i, name, sizeof name);
-            snprintf(t->err, t->errlen,
-                     "step %ld: the gradient of %s (model entry %zu) is %g, not finite; lower "
-                     "[optimizer] lr?",
-                     step, name, i, (double)v[i]);
-            return DCPS_E_NONFINITE;
-        }
-    return 0;
+    return dcps_step_set_names(t->step, off, names, k) == 0 ? 0 : step_fail(t, DCPS_E_INVAL);
 }
 
 /* Samples in the batch that starts at position at of a share of mine; 0 past its end. */
@@ -167,24 +138,24 @@ static void gather(trainer_t *t, uint32_t at, int b, float *x, uint8_t *y)
     }
 }
 
-/* Pulls the parameters into t->pulled (t->params unless the pipeline runs); on
- * the GPU path, where they are the same, also uploads them to
- * d_params on cs, so that the next pass and evaluation (on cs) see them. The
- * host first waits for params_up: the previous upload has left the pinned
- * buffer that the pull overwrites. `exact`: the parameters themselves, also
- * under delta pulls. */
-static int pull(trainer_t *t, const char *what, bool exact)
+/* GPU path: uploads the parameters the step left in t->params to d_params
+ * on cs, so that the next pass and evaluation (on cs) see them, and records
+ * params_up: the host waits for it before the step overwrites params again. */
+static int upload_params(trainer_t *t)
 {
     int rc;
-    if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
-        return gpu_fail(t, rc, "uploading the parameters");
-    rc = exact ? dcps_client_pull_exact(t->client, t->pulled)
-               : dcps_client_pull(t->client, t->pulled);
-    if (rc != 0)
-        return fail(t, rc, what);
     if (t->gpu &&
         ((rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0 ||
          (rc = dcps_gpu_event_record(t->params_up, t->cs)) != 0))
+        return gpu_fail(t, rc, "uploading the parameters");
+    return 0;
+}
+
+/* GPU path: the last upload has left the pinned params (before a pull). */
+static int params_free(trainer_t *t)
+{
+    int rc;
+    if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
         return gpu_fail(t, rc, "uploading the parameters");
     return 0;
 }
@@ -196,154 +167,28 @@ static int evaluate(trainer_t *t, float *loss, float *acc)
         *loss = *acc = NAN;
         return 0;
     }
+    /* With the pipeline the parameters last pulled are the step's, not params. */
+    const float *pulled = dcps_step_pulled(t->step);
     int rc = t->gpu ? dcps_mlp_gpu_evaluate(t->gmlp, t->d_params, &t->test, loss, acc)
-                    : dcps_mlp_evaluate(t->mlp, t->pulled, &t->test, loss, acc);
+                    : dcps_mlp_evaluate(t->mlp, pulled ? pulled : t->params, &t->test, loss, acc);
     if (rc == 0)
         return 0;
     return t->gpu ? gpu_fail(t, rc, "evaluation") : fail(t, rc, "evaluation");
 }
 
-static int push_encoded(trainer_t *t, const dcps_encoded_t *e)
+/* Hands the gradient of the step to the step object: push, and pull into
+ * params (on the GPU path then uploaded). */
+static int communicate(trainer_t *t, int epoch)
 {
-    int rc = e->dense ? dcps_client_push_dense(t->client, e->values)
-                      : dcps_client_push_sparse(t->client, e->idx, e->values, e->k);
-    return rc == 0 ? 0 : fail(t, rc, "push");
-}
-
-/* The pipeline's thread: runs each posted job (push, then pull into pulled). */
-static void *comm_main(void *arg)
-{
-    trainer_t *t = arg;
-    comm_t *c = &t->comm;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (!c->busy && !c->stop)
-            pthread_cond_wait(&c->cv, &c->mu);
-        if (!c->busy)
-            break;
-        pthread_mutex_unlock(&c->mu);
-        int rc = push_encoded(t, &c->job);
-        if (rc == 0)
-            rc = pull(t, "pull", false);
-        pthread_mutex_lock(&c->mu);
-        c->rc = rc;
-        dcps_client_stats(t->client, &c->stats);
-        c->busy = false;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/* Waits until no job is in flight; returns the last job's result (once). */
-static int comm_wait(trainer_t *t)
-{
-    comm_t *c = &t->comm;
-    pthread_mutex_lock(&c->mu);
-    while (c->busy)
-        pthread_cond_wait(&c->cv, &c->mu);
-    int rc = c->rc;
-    c->rc = 0;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-static void comm_post(trainer_t *t, const dcps_encoded_t *e)
-{
-    comm_t *c = &t->comm;
-    pthread_mutex_lock(&c->mu);
-    c->job = *e;
-    c->busy = true;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static int comm_start(trainer_t *t)
-{
-    comm_t *c = &t->comm;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    dcps_client_stats(t->client, &c->stats);
-    int rc = pthread_create(&c->thread, NULL, comm_main, t);
-    if (rc != 0) {
-        snprintf(t->err, t->errlen, "cannot start the pipeline's thread: %s", strerror(rc));
-        return DCPS_E_NOMEM;
-    }
-    c->started = true;
-    return 0;
-}
-
-static void comm_stop(trainer_t *t)
-{
-    comm_t *c = &t->comm;
-    if (!c->started)
-        return;
-    pthread_mutex_lock(&c->mu);
-    c->stop = true;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    pthread_join(c->thread, NULL);
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-    c->started = false;
-}
-
-/* The client's counters; while the pipeline's thread runs a job, as of the
- * job before (only this thread posts jobs, so an idle client stays idle). */
-static void stats(trainer_t *t, dcps_client_stats_t *st)
-{
-    if (!t->pipe) {
-        dcps_client_stats(t->client, st);
-        return;
-    }
-    pthread_mutex_lock(&t->comm.mu);
-    if (t->comm.busy)
-        *st = t->comm.stats;
-    else
-        dcps_client_stats(t->client, st);
-    pthread_mutex_unlock(&t->comm.mu);
-}
-
-/* After the gradient of step `step` is in t->grad: checks it, encodes it,
- * pushes it and pulls. With the pipeline, first waits for the previous step's
- * push and pull, then sets params for the next step to pulled − local_lr · g
- * and leaves this step's push and pull to the pipeline's thread (except in the
- * warm-up steps, which wait for it). */
-static int communicate(trainer_t *t, long step, int epoch)
-{
-    dcps_encoded_t e;
     int rc;
-    /* The pipeline's thread may write t->err: it is idle from here on. */
-    if (t->pipe && (rc = comm_wait(t)) != 0)
+    if ((rc = params_free(t)) != 0)
         return rc;
-    if ((rc = check_finite(t, step, t->grad)) != 0)
-        return rc;
-    if ((rc = dcps_compress_encode(t->comp, t->grad, step, epoch, &e)) != 0) {
-        snprintf(t->err, t->errlen, "step %ld: compressing the gradient: %s", step,
-                 dcps_strerror(rc));
-        return rc;
-    }
-    if (!t->pipe) {
-        if ((rc = push_encoded(t, &e)) != 0)
-            return rc;
-        return pull(t, "pull", false);
-    }
-    if (step <= t->cfg->warmup_steps) {
-        comm_post(t, &e);
-        if ((rc = comm_wait(t)) != 0)
-            return rc;
-        memcpy(t->params, t->pulled, t->n * sizeof(float));
-        return 0;
-    }
-    for (size_t i = 0; i < t->n; i++)
-        t->params[i] = t->pulled[i] - t->local_lr * t->grad[i];
-    comm_post(t, &e);
-    return 0;
+    if ((rc = dcps_step_run(t->step, t->grad, t->params, epoch)) != 0)
+        return step_fail(t, rc);
+    return upload_params(t);
 }
 
-/* One step of the CPU path on the b samples at position at of the share. With
- * the pipeline the gradient alternates between two buffers: a dense push may
- * send it while the next step computes. */
+/* One step of the CPU path on the b samples at position at of the share. */
 static int cpu_step(trainer_t *t, long step, int epoch, uint32_t at, int b, float *loss,
                     int *correct)
 {
@@ -354,14 +199,13 @@ static int cpu_step(trainer_t *t, long step, int epoch, uint32_t at, int b, floa
         t->grad = t->pool + dcps_trainer_synthetic_offset(t->cfg->seed, t->rank, step);
         *loss = NAN;
         *correct = 0;
-        return communicate(t, step, epoch);
+        return communicate(t, epoch);
     }
-    t->grad = t->grads[step & 1];
     gather(t, at, b, t->xb, t->yb);
     if ((rc = dcps_mlp_forward_backward(t->mlp, t->params, t->xb, t->yb, b, t->grad, loss,
                                         correct)) != 0)
         return fail(t, rc, "forward/backward");
-    return communicate(t, step, epoch);
+    return communicate(t, epoch);
 }
 
 /* Gathers the b samples at position at of the share into pinned slot k and
@@ -407,7 +251,7 @@ static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t n
         return rc;
     if ((rc = dcps_gpu_sync(t->cs)) != 0)
         return gpu_fail(t, rc, "gradient download");
-    return communicate(t, step, epoch);
+    return communicate(t, epoch);
 }
 
 /* Mean staleness of this worker's pushes so far; 0 before the first. */
@@ -422,7 +266,7 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     dcps_client_stats_t st;
     if (!t->csv)
         return;
-    stats(t, &st);
+    dcps_step_stats(t->step, &st);
     fprintf(t->csv, "%.3f,%ld,%d,%.6f,%.4f,", now_s() - t->t0, step, epoch, loss, train_acc);
     if (test_acc >= 0)
         fprintf(t->csv, "%.4f", test_acc);
@@ -508,32 +352,27 @@ static int setup_gpu(trainer_t *t)
     pin.base = t->pinned;
     dev.used = pin.used = 0;
     layout_gpu(t, &dev, &pin);
-    t->pulled = t->params;
     if (dcps_gpu_name(name, sizeof name) == 0)
         DCPS_INFO("rank %d trains on the GPU (%s)", t->rank, name);
     return 0;
 }
 
-/* The CPU path's buffers and model: params and a gradient, and with the
- * pipeline a second gradient and the pulled parameters. Emulated compute needs
- * no gradient buffers (its gradients are windows of the pool) and no model. */
+/* The CPU path's buffers and model: params and a gradient. Emulated compute
+ * needs no gradient buffer (its gradients are windows of the pool) and no model. */
 static int setup_cpu(trainer_t *t)
 {
     const dcps_config_t *cfg = t->cfg;
     bool emulated = cfg->compute_ms > 0;
     int rc;
     /* params [gradient] [second gradient, pulled] */
-    t->params = calloc((t->pipe ? 2 : 1) * (emulated ? 1 : 2) * t->n, sizeof(float));
+    t->params = calloc((emulated ? 1 : 2) * t->n, sizeof(float));
     t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
     t->yb = malloc((size_t)cfg->batch_size);
     if (!t->params || !t->xb || !t->yb) {
         snprintf(t->err, t->errlen, "out of memory");
         return DCPS_E_NOMEM;
     }
-    t->pulled = t->params;
     if (emulated) {
-        if (t->pipe)
-            t->pulled = t->params + t->n;
         t->pool = malloc((t->n + DCPS_SYNTH_SLACK) * sizeof(float));
         if (!t->pool) {
             snprintf(t->err, t->errlen, "out of memory (synthetic gradients)");
@@ -544,11 +383,7 @@ static int setup_cpu(trainer_t *t)
                   "%zu parameters", t->rank, cfg->compute_ms, t->n);
         return 0;
     }
-    t->grads[0] = t->grads[1] = t->grad = t->params + t->n;
-    if (t->pipe) {
-        t->grads[1] = t->params + 2 * t->n;
-        t->pulled = t->params + 3 * t->n;
-    }
+    t->grad = t->params + t->n;
     t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
     if (!t->mlp)
         return fail(t, rc, "model");
@@ -600,15 +435,8 @@ static int setup(trainer_t *t, const char *metrics_path)
                  "set [worker] device = cpu");
         return DCPS_E_CONFIG;
     }
-    t->pipe = cfg->pipeline;
-    t->local_lr = (float)(cfg->local_lr > 0 ? cfg->local_lr : cfg->lr);
     if (!t->gpu && (rc = setup_cpu(t)) != 0) /* also when setup_gpu() fell back */
         return rc;
-    t->comp = dcps_compress_new(cfg, t->n, &rc);
-    if (!t->comp) {
-        snprintf(t->err, t->errlen, "gradient compressor: %s", dcps_strerror(rc));
-        return rc;
-    }
 
     if (metrics_path && *metrics_path) {
         t->csv = fopen(metrics_path, "w");
@@ -622,30 +450,20 @@ static int setup(trainer_t *t, const char *metrics_path)
                 "bytes_dense,staleness_mean\n");
     }
 
-    t->client = dcps_client_new(cfg, t->rank, &rc, t->err, t->errlen);
-    if (!t->client)
+    t->step = dcps_step_new(cfg, t->rank, t->n, &rc, t->err, t->errlen);
+    if (!t->step || (rc = name_tensors(t)) != 0)
         return rc;
-    if (t->rank == 0 && !dcps_client_initialized(t->client)) {
+    /* Rank 0's parameters initialise the shards unless they hold some already. */
+    if (t->rank == 0)
         dcps_mlp_init_params(cfg->layers, cfg->n_layers, cfg->seed, t->params);
-        if ((rc = dcps_client_init(t->client, t->params)) != 0)
-            return fail(t, rc, "initialising the shards");
-        DCPS_INFO("initialised %zu parameters (seed %" PRIu64 ")", t->n, cfg->seed);
-    } else if ((rc = dcps_client_wait_ready(t->client, READY_TIMEOUT_MS)) != 0) {
-        return fail(t, rc, "waiting for rank 0");
-    }
-    if ((rc = pull(t, "first pull", false)) != 0)
-        return rc;
-    if (!t->pipe)
-        return 0;
-    memcpy(t->params, t->pulled, t->n * sizeof(float));
-    return comm_start(t);
+    if ((rc = dcps_step_start(t->step, t->params)) != 0)
+        return step_fail(t, rc);
+    return upload_params(t);
 }
 
 static void teardown(trainer_t *t)
 {
-    comm_stop(t);
-    dcps_compress_destroy(&t->comp);
-    dcps_client_close(&t->client);
+    dcps_step_close(&t->step);
     dcps_mlp_destroy(&t->mlp);
     /* The GPU path in reverse order of set-up, once neither stream has work
      * left that touches the buffers (an upload may be in flight after a
@@ -687,12 +505,7 @@ static int train(trainer_t *t, FILE *out)
 
     /* A restarted worker resumes where its previous process left off: the
      * shards said which step of this rank they expect (0 for a new one). */
-    dcps_client_stats_t st0;
-    stats(t, &st0);
-    long resume = (long)st0.clock;
-    if (resume > 0)
-        DCPS_NOTICE("resuming at step %ld: the shards hold this rank's first %ld steps",
-                    resume + 1, resume);
+    long resume = (long)dcps_step_resumed(t->step);
 
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
@@ -708,11 +521,6 @@ static int train(trainer_t *t, FILE *out)
             first = (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
             step = resume;
         }
-        /* Delta pulls follow the density warm-up as pushes do (the pipeline's
-         * thread is idle here: the last epoch ended with comm_wait). */
-        dcps_client_set_pull_density(
-            t->client, dcps_config_density_at(dcps_config_pull_density(cfg),
-                                              cfg->density_warmup_epochs, epoch));
         epoch_loss = 0;
         epoch_steps = 0;
         /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
@@ -744,7 +552,7 @@ static int train(trainer_t *t, FILE *out)
             samples += b;
             if (step % cfg->log_every == 0) {
                 dcps_client_stats_t st;
-                stats(t, &st);
+                dcps_step_stats(t->step, &st);
                 double tn = now_s();
                 double wl = win_loss / (double)cfg->log_every;
                 double wa = t->pool ? NAN : (double)win_correct / (double)win_samples;
@@ -761,7 +569,9 @@ static int train(trainer_t *t, FILE *out)
                 t_win = tn;
             }
         }
-        if ((t->pipe && (rc = comm_wait(t)) != 0) || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
+        if ((rc = dcps_step_wait(t->step)) != 0)
+            return step_fail(t, rc);
+        if ((rc = evaluate(t, &test_loss, &test_acc)) != 0)
             return rc;
         fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
                 epoch, step, test_loss, test_acc);
@@ -769,37 +579,27 @@ static int train(trainer_t *t, FILE *out)
         csv_row(t, step, epoch, epoch_loss / (double)epoch_steps, -1, test_acc);
     }
 
-    /* Meet the other workers, so that every rank evaluates the same final model. */
-    if ((rc = dcps_client_done(t->client)) != 0)
-        return fail(t, rc, "saying done");
-    if ((rc = dcps_client_barrier(t->client, 1)) != 0)
-        return fail(t, rc, "final barrier");
-    /* The model is the shards' parameters themselves, not a delta pull's mirror. */
-    if ((rc = pull(t, "final pull", true)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
+    /* Meet the other workers, so that every rank evaluates the same final model:
+     * the shards' parameters themselves, not a delta pull's mirror. */
+    if ((rc = params_free(t)) != 0)
+        return rc;
+    if ((rc = dcps_step_finish(t->step, t->params)) != 0)
+        return step_fail(t, rc);
+    if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
         return rc;
 
-    double elapsed = now_s() - t->t0;
-    dcps_client_stats_t st;
-    stats(t, &st);
-    uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
-    long ran = step - resume; /* steps this process computed */
     double train_loss = epoch_loss / (double)(epoch_steps ? epoch_steps : 1);
     csv_row(t, step, cfg->epochs, train_loss, -1, test_acc);
-    fprintf(out,
-            "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%ld epochs=%d "
-            "elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64
-            " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s compression=%s "
-            "pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
-            " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d compute_ms=%d\n",
-            t->rank, test_acc, test_loss, train_loss, step, cfg->epochs,
-            elapsed, (double)samples / elapsed, st.bytes_pushed, st.bytes_pulled,
-            (double)(st.bytes_pushed + st.bytes_pulled) / (double)(ran ? ran : 1),
-            dense ? (double)(st.bytes_pushed + st.bytes_pulled) / (double)dense : 1.0,
-            dcps_config_mode_name(cfg->mode), dcps_config_optimizer_name(cfg->opt_kind),
-            dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
-            cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density, t->pipe ? "true" : "false",
-            staleness_mean(&st), st.staleness_max, st.dropped, st.retries,
-            t->gpu ? "gpu" : "cpu", cfg->workers, cfg->compute_ms);
+    char line[1024];
+    dcps_step_result_t r = {.test_acc = test_acc,
+                            .test_loss = test_loss,
+                            .train_loss = train_loss,
+                            .epochs = cfg->epochs,
+                            .samples = (uint64_t)samples,
+                            .device = t->gpu ? "gpu" : "cpu",
+                            .compute_ms = cfg->compute_ms};
+    dcps_step_summary(t->step, &r, line, sizeof line);
+    fprintf(out, "%s\n", line);
     fflush(out);
     return 0;
 }

@@ -1,0 +1,156 @@
+/* libdcps — the worker's step: everything a worker does around a gradient.
+ *
+ * A step object is one worker rank of a job, for a model of n float32
+ * parameters that the caller owns and computes. It knows nothing of the model:
+ * the caller hands it each step's gradient (a flat array of n) and gets the
+ * parameters back (a flat array of n, in the same order). In between it does
+ * what the job's [compression] and [job] keys say: clipping, the uncompressed
+ * warm-up and periodic dense correction, the density schedule, error feedback
+ * and DGC momentum correction (worker/compress.h), the push split by shard, the
+ * pull (dense or delta), and with pipeline = true the CD-SGD overlap. Both the
+ * built-in trainer (dcps-worker) and the Python package (dcps.torch) are users
+ * of this one implementation.
+ *
+ * A life cycle:
+ *
+ *     dcps_step_t *s = dcps_step_open("job.ini", rank, NULL, 0, n, &err, buf, sizeof buf);
+ *     dcps_step_start(s, params);          rank 0: its params initialise the shards;
+ *                                          every rank: params = the shards' (first pull)
+ *     for each batch:
+ *         compute grad at params
+ *         dcps_step_run(s, grad, params, epoch);  push grad, params = pulled
+ *     dcps_step_finish(s, params);         DONE, barrier, exact pull into params
+ *     dcps_step_summary(s, &result, line, sizeof line);   the final: line
+ *     dcps_step_close(&s);
+ *
+ * Arrays are borrowed for the duration of a call, except with the pipeline
+ * (below). Errors are values: calls return 0 or a negative DCPS_E_… code
+ * (<dcps/error.h>) and dcps_step_error() gives the sentence. A step object is
+ * used by one thread (with the pipeline it runs a second one of its own, which
+ * only it touches). The library never exits the process.
+ *
+ * CPU arrays only in this version: the device (CUDA) arrays of DESIGN §10 are
+ * refused by dcps_step_use_stream() with DCPS_E_NOGPU and a sentence. */
+#ifndef DCPS_STEP_H
+#define DCPS_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dcps_step dcps_step_t;
+
+/* Opens rank `rank` of the job in job_file (overrides: "section.key=value", as
+ * --set) for a model of n parameters and connects to the shards. With [model]
+ * params = auto the shards learn n from rank 0; otherwise n must equal the
+ * job's size, and a shard whose size differs refuses this worker with
+ * DCPS_E_SIZE and a sentence naming both sizes, before anything is pushed.
+ * Returns NULL on failure with the code in *err and a sentence in errbuf. */
+dcps_step_t *dcps_step_open(const char *job_file, int rank, const char *const *overrides,
+                            size_t n_overrides, size_t n, int *err, char *errbuf, size_t errlen);
+
+/* The same from a loaded job (common/config.h, not installed); cfg is copied. */
+struct dcps_config;
+dcps_step_t *dcps_step_new(const struct dcps_config *cfg, int rank, size_t n, int *err,
+                           char *errbuf, size_t errlen);
+
+/* Waits for the previous step's communication (pipeline), says BYE, frees *s
+ * and sets it to NULL. Accepts NULL and a pointer to NULL. */
+void dcps_step_close(dcps_step_t **s);
+
+/* Names the tensors of the flat vector for error messages: tensor j starts at
+ * offsets[j] (ascending, offsets[0] = 0) and is called names[j]. Copied. A
+ * non-finite gradient is then reported as "the gradient of NAME, entry e". */
+int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const *names,
+                        size_t count);
+
+/* Device arrays: from now on params and grad are CUDA device pointers, used in
+ * order on `stream` (a cudaStream_t). Not in this version: returns DCPS_E_NOGPU
+ * with a sentence, and the step keeps taking host arrays. */
+int dcps_step_use_stream(dcps_step_t *s, void *stream);
+
+/* Starts training: rank 0 initialises the shards from params (n values) if
+ * they have no parameters yet; the other ranks wait for that (up to 120 s).
+ * Then every rank pulls: params become the shards' parameters. A restarted
+ * worker resumes at the step the shards hold for its rank (dcps_step_clock). */
+int dcps_step_start(dcps_step_t *s, float *params);
+
+/* One step of epoch `epoch` (from 1): encodes grad (n values; clipping may
+ * scale it in place), pushes it, and pulls the parameters of the next step
+ * into params. With [compression] pull = delta, params must hold what the
+ * previous call left there.
+ *
+ * With pipeline = true (CD-SGD) the call waits for the previous step's push
+ * and pull instead, sets params to those pulled parameters minus local_lr ·
+ * grad, and returns while this step's push and pull run on the step's thread;
+ * grad may be reused at once (a dense push is copied first), params is not
+ * touched by that thread. Warm-up steps wait for their pull.
+ *
+ * Returns 0; DCPS_E_NONFINITE when grad (or the residual) holds NaN or Inf,
+ * naming the tensor and entry, before anything is sent; or a client error
+ * (dcps.h). After a failure the step object can only be closed: later calls
+ * return DCPS_E_STATE and dcps_step_error() keeps the first failure's sentence. */
+int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
+
+/* Ends training: waits for the pipeline, tells the shards this worker is
+ * done, meets the other workers at the final barrier and pulls the shards'
+ * parameters exactly (not a delta's mirror) into params, so that every rank
+ * ends with the same model. */
+int dcps_step_finish(dcps_step_t *s, float *params);
+
+/* Pipeline: waits for the step in flight and returns its result (0 without
+ * the pipeline). Then dcps_step_pulled() holds the parameters it pulled. */
+int dcps_step_wait(dcps_step_t *s);
+
+/* Pipeline: the step's own array of the parameters last pulled (valid until
+ * the next run or close; read it only after dcps_step_wait), which params
+ * differ from by the local update. NULL without the pipeline, and after
+ * dcps_step_finish: params are then the parameters last pulled. For
+ * evaluating the model the shards hold. */
+const float *dcps_step_pulled(const dcps_step_t *s);
+
+/* The step computed next, counted from 0 for the job: after a restart the
+ * first step the shards do not hold for this rank. */
+uint64_t dcps_step_clock(const dcps_step_t *s);
+/* The step at which this process started (0 for a new worker). */
+uint64_t dcps_step_resumed(const dcps_step_t *s);
+
+/* The client's counters (dcps.h) as of the last completed exchange. */
+void dcps_step_stats(const dcps_step_t *s, dcps_client_stats_t *out);
+
+/* What the caller knows of the run, for the final: line. NAN: unknown. */
+typedef struct {
+    double test_acc, test_loss, train_loss;
+    int epochs;         /* epochs trained */
+    uint64_t samples;   /* training examples this process computed */
+    const char *device; /* where the model ran ("cpu", "gpu"); NULL: "cpu" */
+    int compute_ms;     /* emulated compute per step; 0: none */
+} dcps_step_result_t;
+
+/* Writes the `final:` line (DESIGN §8; no newline) of this worker into buf:
+ * rank, the caller's results, steps, elapsed time since dcps_step_start,
+ * traffic, and the job's mode, optimizer and compression. Returns the length
+ * it needed (as snprintf). */
+int dcps_step_summary(const dcps_step_t *s, const dcps_step_result_t *r, char *buf, size_t len);
+
+/* The sentence for the last failure; "" if none. Valid until the next call. */
+const char *dcps_step_error(const dcps_step_t *s);
+
+/* The job's values a caller needs to feed the step: its rank and worker
+ * count, the seed, batch size and epochs of [data], and log_every. */
+typedef struct {
+    int rank, workers, mode, batch_size, epochs, log_every;
+    uint64_t seed;
+    size_t n;
+} dcps_step_job_t;
+void dcps_step_job(const dcps_step_t *s, dcps_step_job_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
