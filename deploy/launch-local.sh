@@ -2,6 +2,7 @@
 # launch-local.sh — run a whole dcps job on this host: its shards, then its workers.
 #
 #   launch-local.sh JOB.ini [-w N] [-s SECTION.KEY=VALUE]... [-b BINDIR] [-d RUNDIR] [-e] [-q]
+#                   [-- COMMAND [ARG]...]
 #
 #   -w N     run N workers (sets [job] workers = N for shards and workers alike);
 #            default: the job's [job] workers
@@ -11,6 +12,10 @@
 #   -e       ephemeral ports: the shards bind tcp://127.0.0.1:* instead of the job's
 #            endpoints, so that several jobs (or test runs) can share the host
 #   -q       quiet: do not echo the workers' progress, only their final lines
+#   -- CMD   run CMD as each worker instead of dcps-worker (a PyTorch script, say), with
+#            DCPS_JOB (the job file), DCPS_RANK, DCPS_WORKERS and DCPS_SET (the -s
+#            overrides and the shards' endpoints, one SECTION.KEY=VALUE a line, which
+#            dcps.torch applies) in its environment
 #
 # It starts one dcps-server per entry of the job's [servers] shards, waits until each
 # has written its endpoint file (--endpoint-file), starts the workers (ranks 0 to N-1)
@@ -25,7 +30,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '4,13s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
+    sed -n '4,19s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
     exit 2
 }
 
@@ -60,12 +65,14 @@ run=run
 ephemeral=0
 quiet=0
 sets=()
+setvals=()
+cmd=()
 [ $# -ge 1 ] || usage
 case "$1" in -h | --help) usage ;; -*) ;; *) job=$1; shift ;; esac
 while getopts ':w:s:b:d:eqh' opt; do
     case $opt in
     w) workers=$OPTARG ;;
-    s) sets+=(--set "$OPTARG") ;;
+    s) sets+=(--set "$OPTARG"); setvals+=("$OPTARG") ;;
     b) bindir=$OPTARG ;;
     d) run=$OPTARG ;;
     e) ephemeral=1 ;;
@@ -74,9 +81,11 @@ while getopts ':w:s:b:d:eqh' opt; do
     esac
 done
 shift $((OPTIND - 1))
-# The job file comes first, or after the options.
-[ -z "$job" ] && [ $# -eq 1 ] && { job=$1; shift; }
-[ -n "$job" ] && [ $# -eq 0 ] || usage
+# The job file comes first, or after the options; a command may follow "--".
+[ -z "$job" ] && [ $# -ge 1 ] && [ "$1" != -- ] && { job=$1; shift; }
+[ $# -ge 1 ] && [ "$1" = -- ] && shift
+cmd=("$@")
+[ -n "$job" ] || usage
 [ -r "$job" ] || { echo "launch-local.sh: cannot read $job" >&2; exit 2; }
 if [ -z "$bindir" ]; then
     server=$(command -v dcps-server) || { echo "launch-local.sh: dcps-server is not in PATH; use -b DIR" >&2; exit 2; }
@@ -99,6 +108,7 @@ nshards=$(printf '%s' "${shards:-tcp://127.0.0.1:17001,tcp://127.0.0.1:17002}" |
 if [ -n "$workers" ]; then
     case $workers in '' | *[!0-9]* | 0) echo "launch-local.sh: -w: \"$workers\" is not a worker count" >&2; exit 2 ;; esac
     sets+=(--set "job.workers=$workers")
+    setvals+=("job.workers=$workers")
 else
     workers=${job_workers:-2}
 fi
@@ -166,8 +176,14 @@ for ((r = 0; r < workers; r++)); do
     else
         exec {out}>"$run/worker$r.out"
     fi
-    "$bindir/dcps-worker" --config "$job" --rank "$r" --metrics "$run/worker$r.csv" \
-        "${sets[@]}" --set "servers.shards=$bound" >&$out 2>"$run/worker$r.log" &
+    if [ ${#cmd[@]} -gt 0 ]; then
+        DCPS_JOB=$job DCPS_RANK=$r DCPS_WORKERS=$workers \
+            DCPS_SET=$(printf '%s\n' "${setvals[@]}" "servers.shards=$bound") \
+            "${cmd[@]}" >&$out 2>"$run/worker$r.log" &
+    else
+        "$bindir/dcps-worker" --config "$job" --rank "$r" --metrics "$run/worker$r.csv" \
+            "${sets[@]}" --set "servers.shards=$bound" >&$out 2>"$run/worker$r.log" &
+    fi
     wpids+=($!)
     live[$!]=1
     exec {out}>&-

@@ -23,6 +23,7 @@
 #include "worker/dcps.h"
 #include "worker/idx.h"
 #include "worker/mlp.h"
+#include "worker/step.h"
 #include "worker/trainer.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
@@ -331,7 +332,7 @@ START_TEST(sync_mode_equals_single_process_sgd_on_the_global_batches)
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = 0;
         for (int r = 0; r < 2; r++)
-            mine = dcps_trainer_share(cfg->seed, epoch, r, 2, ds.n, order[r]);
+            mine = dcps_step_share(cfg->seed, epoch, r, 2, ds.n, order[r]);
         for (uint32_t at = 0; at < mine; at += (uint32_t)cfg->batch_size) {
             for (int r = 0; r < 2; r++) {
                 for (int b = 0; b < cfg->batch_size; b++) {

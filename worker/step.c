@@ -21,6 +21,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "worker/compress.h"
 
 #define READY_TIMEOUT_MS 120000 /* how long ranks > 0 wait for rank 0's INIT */
@@ -504,4 +505,18 @@ void dcps_step_job(const dcps_step_t *s, dcps_step_job_t *out)
                              .log_every = s->cfg.log_every,
                              .seed = s->cfg.seed,
                              .n = s->n};
+}
+
+uint32_t dcps_step_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
+                         uint32_t *order)
+{
+    uint32_t k = 0;
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1)));
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    dcps_rng_shuffle_u32(&rng, order, n);
+    for (uint32_t i = (uint32_t)rank; i < n; i += (uint32_t)workers)
+        order[k++] = order[i];
+    return k;
 }

@@ -150,6 +150,16 @@ typedef struct {
 } dcps_step_job_t;
 void dcps_step_job(const dcps_step_t *s, dcps_step_job_t *out);
 
+/* Rank `rank`'s share of epoch `epoch` (from 1) of a training set of n
+ * examples: a permutation of 0..n−1 seeded by seed and epoch, of which rank r
+ * of P takes positions r, r + P, r + 2P, ... in that order; every rank computes
+ * the same permutation, so the shares are disjoint. Writes the share to the
+ * start of order (n entries of room) and returns its length. dcps-worker's
+ * batches are consecutive runs of batch_size entries of it, the last one
+ * possibly shorter; dcps.torch.shard uses the same order. */
+uint32_t dcps_step_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
+                         uint32_t *order);
+
 #ifdef __cplusplus
 }
 #endif

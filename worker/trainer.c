@@ -87,20 +87,6 @@ static int gpu_fail(trainer_t *t, int code, const char *what)
     return code;
 }
 
-uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
-                            uint32_t *order)
-{
-    uint32_t k = 0;
-    dcps_rng_t rng;
-    dcps_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1)));
-    for (uint32_t i = 0; i < n; i++)
-        order[i] = i;
-    dcps_rng_shuffle_u32(&rng, order, n);
-    for (uint32_t i = (uint32_t)rank; i < n; i += (uint32_t)workers)
-        order[k++] = order[i];
-    return k;
-}
-
 /* Names the model's tensors for the step's error messages ("layer 2 weights"). */
 static int name_tensors(trainer_t *t)
 {
@@ -509,7 +495,7 @@ static int train(trainer_t *t, FILE *out)
 
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = dcps_trainer_share(t->cfg->seed, epoch, t->rank, cfg->workers,
+        uint32_t mine = dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
                                            t->train.n, t->order);
         long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
         if (step + in_epoch <= resume) {

@@ -16,15 +16,6 @@
 
 #include "common/config.h"
 
-/* Rank `rank`'s share of epoch `epoch` (from 1) of a training set of n
- * examples: a permutation of 0..n−1 seeded by seed and epoch, of which rank r
- * of P takes positions r, r + P, r + 2P, ... in that order; every rank computes
- * the same permutation, so the shares are disjoint. Writes the share to the
- * start of order (n entries of room) and returns its length. Batches are
- * consecutive runs of batch_size entries of it, the last one possibly shorter. */
-uint32_t dcps_trainer_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
-                            uint32_t *order);
-
 /* Emulated compute ([worker] compute_ms > 0): each step sleeps compute_ms and
  * its gradient is the window pool[off, off + n) of a pool of n +
  * DCPS_SYNTH_SLACK values drawn once per rank from N(0, DCPS_SYNTH_STD²),

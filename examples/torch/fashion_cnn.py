@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""A small CNN on Fashion-MNIST, trained through dcps shards with dcps.torch.
+
+Run it as every worker of a job, for example 2 shards and 2 workers on this host:
+
+    deploy/launch-local.sh examples/torch/fashion_cnn.ini -- python3 examples/torch/fashion_cnn.py
+
+(deploy/quickstart.sh torch-demo does exactly that). The job file says how to
+train: workers, consistency model, update rule, compression, batch size and
+epochs. The data are the IDX files of Debian's dataset-fashion-mnist, read with
+numpy, pixels scaled to [0, 1] as dcps-worker does.
+"""
+import argparse
+import gzip
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dcps.torch as dt
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    """An IDX file (MNIST format, gzipped or not) as a numpy array."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    dims = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
+    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+    if body.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: {body.size} bytes of data for shape {shape}")
+    return body.reshape(shape)
+
+
+def load(directory, part):
+    """Fashion-MNIST's 'train' or 't10k' part as a TensorDataset (N, 1, 28, 28)."""
+    images = read_idx(os.path.join(directory, f"{part}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(directory, f"{part}-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(images.astype(np.float32) / np.float32(255)).unsqueeze(1)
+    return torch.utils.data.TensorDataset(x, torch.from_numpy(labels.astype(np.int64)))
+
+
+class FashionCNN(nn.Module):
+    """Two 5x5 convolutions (16 and 32 channels, each ReLU and 2x2 max-pool),
+    then two linear layers: about 215,000 parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5, padding=2)
+        self.conv2 = nn.Conv2d(16, 32, 5, padding=2)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def evaluate(model, test):
+    """(mean cross-entropy, accuracy) on the whole test set."""
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for at in range(0, len(test), 1000):
+            x, y = test[at:at + 1000]
+            out = model(x)
+            loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(1) == y).sum().item()
+    model.train()
+    return loss / len(test), correct / len(test)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=DATA, help="folder of the IDX files (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=1, help="torch seed of rank 0's initial model")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    train, test = load(args.data, "train"), load(args.data, "t10k")
+    model = FashionCNN()
+    worker = dt.Worker(model)  # job from DCPS_JOB, rank from DCPS_RANK
+    epoch = worker.epoch
+    for x, y in dt.shard(train):
+        if worker.epoch != epoch:  # report the epoch just finished
+            worker.wait()
+            loss, acc = evaluate(model, test)
+            print(f"rank={worker.rank} epoch={epoch} done: test_loss={loss:.4f} "
+                  f"test_acc={acc:.4f}", flush=True)
+            epoch = worker.epoch
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        worker.step(loss)
+    worker.finish(evaluate=lambda m: evaluate(m, test))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,630 @@
+/* dcps._dcps — the Python binding of libdcps's worker step (worker/step.h).
+ *
+ * One type, Step, owns one dcps_step_t and frees it in tp_dealloc. Arrays come
+ * in through the buffer protocol (PyObject_GetBuffer with PyBUF_C_CONTIGUOUS |
+ * PyBUF_FORMAT, released on every path): float32, C-contiguous, exactly n
+ * elements, writable where the step writes; anything else is refused with
+ * dcps.ArrayError before a byte is sent. Every call that may wait on the
+ * network runs with the GIL released and touches no Python object meanwhile;
+ * a second Python thread that calls the same Step while one call is waiting
+ * gets dcps.StateError (a step object is used by one thread at a time).
+ *
+ * Failures raise dcps.Error or a subclass by kind, with .code (the negative
+ * DCPS_E_… value), .name ("TIMEOUT") and the library's sentence as the message. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "config.h"
+#include "worker/mlp.h"
+#include "worker/step.h"
+
+#define MAX_OVERRIDES 256
+
+/* The exception hierarchy, made at module init. */
+static PyObject *Error, *ConfigError, *ConnectionError_, *AuthError, *SizeError, *StateError,
+    *NoGPUError, *NonFiniteError, *ArrayError;
+
+static PyObject *exception_for(int code)
+{
+    switch (code) {
+    case DCPS_E_CONFIG:
+        return ConfigError;
+    case DCPS_E_ZMQ:
+    case DCPS_E_TIMEOUT:
+    case DCPS_E_CLOSED:
+    case DCPS_E_REMOTE:
+        return ConnectionError_;
+    case DCPS_E_AUTH:
+        return AuthError;
+    case DCPS_E_SIZE:
+        return SizeError;
+    case DCPS_E_STATE:
+    case DCPS_E_LIVE:
+    case DCPS_E_NOTREADY:
+        return StateError;
+    case DCPS_E_NOGPU:
+        return NoGPUError;
+    case DCPS_E_NONFINITE:
+        return NonFiniteError;
+    default:
+        return Error;
+    }
+}
+
+/* Raises the exception for code with `text` (the library's sentence, or the
+ * code's own when empty); returns NULL. */
+static PyObject *raise_code(PyObject *type, int code, const char *text)
+{
+    if (!text || !*text)
+        text = dcps_strerror(code);
+    PyObject *exc = PyObject_CallFunction(type, "s", text);
+    if (!exc)
+        return NULL;
+    PyObject *c = PyLong_FromLong(code), *n = PyUnicode_FromString(dcps_errname(code));
+    if (c && n && PyObject_SetAttrString(exc, "code", c) == 0 &&
+        PyObject_SetAttrString(exc, "name", n) == 0)
+        PyErr_SetObject(type, exc);
+    Py_XDECREF(c);
+    Py_XDECREF(n);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *raise_error(int code, const char *text)
+{
+    return raise_code(exception_for(code), code, text);
+}
+
+typedef struct {
+    PyObject_HEAD
+    dcps_step_t *step;
+    dcps_step_job_t job;
+    int busy; /* a call runs without the GIL: no other thread may enter */
+} StepObject;
+
+/* Takes the buffer of obj as `what`: float32, C-contiguous, n elements,
+ * writable if asked. Returns 0, or -1 with dcps.ArrayError set. */
+static int get_array(PyObject *obj, Py_buffer *view, size_t n, int writable, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *why = value ? PyObject_Str(value) : NULL;
+        PyErr_Format(ArrayError,
+                     "%s: a %s C-contiguous float32 array of %zu elements is needed (%s); for a "
+                     "torch tensor use .contiguous()",
+                     what, writable ? "writable" : "readable", n,
+                     why ? PyUnicode_AsUTF8(why) : "no buffer");
+        Py_XDECREF(why);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    const char *fmt = view->format ? view->format : "B";
+    if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@')
+        fmt++;
+    if (strcmp(fmt, "f") != 0 || view->itemsize != 4) {
+        PyErr_Format(ArrayError, "%s: the array's elements are '%s' (%zd bytes each), not float32",
+                     what, view->format ? view->format : "B", view->itemsize);
+        goto refuse;
+    }
+    if ((size_t)(view->len / 4) != n) {
+        PyErr_Format(ArrayError, "%s: the array has %zd elements, the model has %zu", what,
+                     view->len / 4, n);
+        goto refuse;
+    }
+    return 0;
+refuse:
+    PyBuffer_Release(view);
+    return -1;
+}
+
+/* Marks s busy for a call without the GIL; -1 with StateError when it is. */
+static int enter(StepObject *s)
+{
+    if (!s->step) {
+        raise_code(StateError, DCPS_E_STATE, "this worker is closed");
+        return -1;
+    }
+    if (s->busy) {
+        raise_code(StateError, DCPS_E_STATE,
+                   "another thread is using this worker: a worker is used by one thread at a "
+                   "time");
+        return -1;
+    }
+    s->busy = 1;
+    return 0;
+}
+
+static PyObject *done(StepObject *s, int rc)
+{
+    s->busy = 0;
+    if (rc != 0)
+        return raise_error(rc, dcps_step_error(s->step));
+    Py_RETURN_NONE;
+}
+
+static int Step_init(StepObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"job", "rank", "n", "overrides", NULL};
+    PyObject *job_obj, *overrides = NULL, *bytes = NULL, *seq = NULL;
+    int rank;
+    Py_ssize_t n;
+    const char *ov[MAX_OVERRIDES];
+    int rc = -1;
+    if (self->step) {
+        PyErr_SetString(PyExc_RuntimeError, "Step.__init__ called twice");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&in|O:Step", kwlist, PyUnicode_FSConverter,
+                                     &bytes, &rank, &n, &overrides))
+        return -1;
+    job_obj = bytes;
+    if (rank < 0) {
+        PyErr_Format(PyExc_ValueError, "rank %d: a rank is 0 or more", rank);
+        goto out;
+    }
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "n = %zd: the model needs at least one parameter", n);
+        goto out;
+    }
+    Py_ssize_t k = 0;
+    if (overrides && overrides != Py_None) {
+        seq = PySequence_Fast(overrides, "overrides must be a sequence of \"section.key=value\"");
+        if (!seq)
+            goto out;
+        k = PySequence_Fast_GET_SIZE(seq);
+        if (k > MAX_OVERRIDES) {
+            PyErr_Format(PyExc_ValueError, "%zd overrides; at most %d", k, MAX_OVERRIDES);
+            goto out;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+            if (!PyUnicode_Check(o)) {
+                PyErr_Format(PyExc_TypeError, "override %zd is not a str", i);
+                goto out;
+            }
+            if (!(ov[i] = PyUnicode_AsUTF8(o)))
+                goto out;
+        }
+    }
+    int err = 0;
+    char text[1024] = "";
+    const char *path = PyBytes_AS_STRING(job_obj);
+    Py_BEGIN_ALLOW_THREADS
+    self->step = dcps_step_open(path, rank, ov, (size_t)k, (size_t)n, &err, text, sizeof text);
+    Py_END_ALLOW_THREADS
+    if (!self->step) {
+        raise_error(err, text);
+        goto out;
+    }
+    dcps_step_job(self->step, &self->job);
+    rc = 0;
+out:
+    Py_XDECREF(seq);
+    Py_XDECREF(bytes);
+    return rc;
+}
+
+static void close_step(StepObject *self)
+{
+    if (!self->step)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    dcps_step_close(&self->step);
+    Py_END_ALLOW_THREADS
+}
+
+static void Step_dealloc(StepObject *self)
+{
+    if (!self->busy) /* else another thread is in a call: leak rather than crash */
+        close_step(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* start(params), finish(params): one writable array. */
+static PyObject *one_array_call(StepObject *self, PyObject *arg, int (*fn)(dcps_step_t *, float *),
+                                const char *what)
+{
+    Py_buffer p;
+    if (enter(self) != 0)
+        return NULL;
+    if (get_array(arg, &p, self->job.n, 1, what) != 0) {
+        self->busy = 0;
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(self->step, p.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&p);
+    return done(self, rc);
+}
+
+static PyObject *Step_start(StepObject *self, PyObject *params)
+{
+    return one_array_call(self, params, dcps_step_start, "params");
+}
+
+static PyObject *Step_finish(StepObject *self, PyObject *params)
+{
+    return one_array_call(self, params, dcps_step_finish, "params");
+}
+
+static PyObject *Step_run(StepObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"grad", "params", "epoch", NULL};
+    PyObject *g_obj, *p_obj;
+    int epoch = 1;
+    Py_buffer g, p;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:run", kwlist, &g_obj, &p_obj, &epoch))
+        return NULL;
+    if (epoch < 1)
+        return PyErr_Format(PyExc_ValueError, "epoch %d: epochs count from 1", epoch);
+    if (enter(self) != 0)
+        return NULL;
+    if (get_array(g_obj, &g, self->job.n, 1, "grad") != 0) {
+        self->busy = 0;
+        return NULL;
+    }
+    if (get_array(p_obj, &p, self->job.n, 1, "params") != 0) {
+        PyBuffer_Release(&g);
+        self->busy = 0;
+        return NULL;
+    }
+    if (g.buf == p.buf) {
+        PyBuffer_Release(&p);
+        PyBuffer_Release(&g);
+        self->busy = 0;
+        return raise_code(ArrayError, DCPS_E_INVAL, "grad and params are the same array");
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcps_step_run(self->step, g.buf, p.buf, epoch);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&p);
+    PyBuffer_Release(&g);
+    return done(self, rc);
+}
+
+static PyObject *Step_wait(StepObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self) != 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcps_step_wait(self->step);
+    Py_END_ALLOW_THREADS
+    return done(self, rc);
+}
+
+static PyObject *Step_close(StepObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy)
+        return raise_code(StateError, DCPS_E_STATE, "another thread is using this worker");
+    close_step(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Step_use_stream(StepObject *self, PyObject *arg)
+{
+    void *stream = PyLong_AsVoidPtr(arg);
+    if (!stream && PyErr_Occurred())
+        return NULL;
+    if (enter(self) != 0)
+        return NULL;
+    return done(self, dcps_step_use_stream(self->step, stream));
+}
+
+static PyObject *Step_set_names(StepObject *self, PyObject *args)
+{
+    PyObject *offs, *names, *os = NULL, *ns = NULL, *result = NULL;
+    size_t *off = NULL;
+    const char **nm = NULL;
+    if (!PyArg_ParseTuple(args, "OO:set_names", &offs, &names))
+        return NULL;
+    if (!(os = PySequence_Fast(offs, "offsets must be a sequence of int")) ||
+        !(ns = PySequence_Fast(names, "names must be a sequence of str")))
+        goto out;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(os);
+    if (PySequence_Fast_GET_SIZE(ns) != k) {
+        PyErr_SetString(PyExc_ValueError, "offsets and names differ in length");
+        goto out;
+    }
+    off = PyMem_Calloc((size_t)k + 1, sizeof *off);
+    nm = PyMem_Calloc((size_t)k + 1, sizeof *nm);
+    if (!off || !nm) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        off[i] = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(os, i));
+        if (off[i] == (size_t)-1 && PyErr_Occurred())
+            goto out;
+        if (!(nm[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(ns, i))))
+            goto out;
+    }
+    if (enter(self) != 0)
+        goto out;
+    result = done(self, dcps_step_set_names(self->step, off, nm, (size_t)k));
+out:
+    PyMem_Free(nm);
+    PyMem_Free(off);
+    Py_XDECREF(ns);
+    Py_XDECREF(os);
+    return result;
+}
+
+static PyObject *Step_stats(StepObject *self, PyObject *unused)
+{
+    (void)unused;
+    dcps_client_stats_t st;
+    if (!self->step)
+        return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
+    dcps_step_stats(self->step, &st);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "bytes_pushed", st.bytes_pushed, "bytes_pulled",
+        st.bytes_pulled, "bytes_pushed_dense", st.bytes_pushed_dense, "bytes_pulled_dense",
+        st.bytes_pulled_dense, "bytes_sent", st.bytes_sent, "bytes_received", st.bytes_received,
+        "pushes", st.pushes, "pulls", st.pulls, "retries", st.retries, "duplicates",
+        st.duplicates, "version", st.version, "staleness_sum", st.staleness_sum,
+        "staleness_count", st.staleness_count, "staleness_max", st.staleness_max, "dropped",
+        st.dropped, "clock", st.clock);
+}
+
+static PyObject *Step_summary(StepObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"test_acc",   "test_loss", "train_loss", "epochs",
+                             "samples",    "device",    NULL};
+    dcps_step_result_t r = {.test_acc = NAN, .test_loss = NAN, .train_loss = NAN};
+    unsigned long long samples = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dddiKz:summary", kwlist, &r.test_acc,
+                                     &r.test_loss, &r.train_loss, &r.epochs, &samples, &r.device))
+        return NULL;
+    if (!self->step)
+        return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
+    r.samples = samples;
+    char line[1024];
+    dcps_step_summary(self->step, &r, line, sizeof line);
+    return PyUnicode_FromString(line);
+}
+
+static PyObject *Step_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *Step_exit(StepObject *self, PyObject *args)
+{
+    (void)args;
+    return Step_close(self, NULL);
+}
+
+static PyObject *Step_get_clock(StepObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->step)
+        return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
+    return PyLong_FromUnsignedLongLong(dcps_step_clock(self->step));
+}
+
+static PyObject *Step_get_resumed(StepObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->step)
+        return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
+    return PyLong_FromUnsignedLongLong(dcps_step_resumed(self->step));
+}
+
+static PyObject *Step_get_job(StepObject *self, void *closure)
+{
+    (void)closure;
+    static const char *const modes[] = {"async", "sync", "ssp"};
+    const dcps_step_job_t *j = &self->job;
+    return Py_BuildValue("{sisisssisisisKsn}", "rank", j->rank, "workers", j->workers, "mode",
+                         modes[j->mode], "batch_size", j->batch_size, "epochs", j->epochs,
+                         "log_every", j->log_every, "seed", (unsigned long long)j->seed, "n",
+                         (Py_ssize_t)j->n);
+}
+
+static PyMethodDef Step_methods[] = {
+    {"start", (PyCFunction)Step_start, METH_O,
+     "start(params): rank 0 initialises the shards from params; every rank then pulls into "
+     "params."},
+    {"run", (PyCFunction)(void (*)(void))Step_run, METH_VARARGS | METH_KEYWORDS,
+     "run(grad, params, epoch=1): push grad (compressed per the job), pull into params."},
+    {"finish", (PyCFunction)Step_finish, METH_O,
+     "finish(params): done, final barrier, exact pull into params."},
+    {"wait", (PyCFunction)Step_wait, METH_NOARGS,
+     "wait(): with the pipeline, wait for the step in flight."},
+    {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},
+    {"use_stream", (PyCFunction)Step_use_stream, METH_O,
+     "use_stream(stream): device arrays on a CUDA stream (not in this version)."},
+    {"set_names", (PyCFunction)Step_set_names, METH_VARARGS,
+     "set_names(offsets, names): name the tensors of the flat vector for errors."},
+    {"stats", (PyCFunction)Step_stats, METH_NOARGS, "stats(): the client's counters."},
+    {"summary", (PyCFunction)(void (*)(void))Step_summary, METH_VARARGS | METH_KEYWORDS,
+     "summary(test_acc=nan, test_loss=nan, train_loss=nan, epochs=0, samples=0, device=None): "
+     "the final: line."},
+    {"__enter__", Step_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Step_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Step_getset[] = {
+    {"clock", (getter)Step_get_clock, NULL, "the step computed next", NULL},
+    {"resumed", (getter)Step_get_resumed, NULL, "the step this process started at", NULL},
+    {"job", (getter)Step_get_job, NULL, "the job's values a caller needs (a dict)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StepType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dcps._dcps.Step",
+    .tp_doc = "Step(job, rank, n, overrides=()): one worker rank of a dcps job, for a model of "
+              "n float32 parameters (libdcps's <dcps/step.h>).",
+    .tp_basicsize = sizeof(StepObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Step_init,
+    .tp_dealloc = (destructor)Step_dealloc,
+    .tp_methods = Step_methods,
+    .tp_getset = Step_getset,
+};
+
+/* share(seed, epoch, rank, workers, order): fills the writable uint32 buffer
+ * order (n = its length) with rank's share of epoch, returns the share's length. */
+static PyObject *mod_share(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    unsigned long long seed;
+    int epoch, rank, workers;
+    PyObject *obj;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "KiiiO:share", &seed, &epoch, &rank, &workers, &obj))
+        return NULL;
+    if (workers < 1 || rank < 0 || rank >= workers)
+        return PyErr_Format(PyExc_ValueError, "rank %d of %d workers", rank, workers);
+    if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+        return NULL;
+    if (v.itemsize != 4 || !v.format || !strchr("IL", v.format[strlen(v.format) - 1]) ||
+        v.len / 4 > UINT32_MAX) {
+        PyBuffer_Release(&v);
+        return PyErr_Format(ArrayError, "share: order must be a writable uint32 array");
+    }
+    uint32_t k = dcps_step_share(seed, epoch, rank, workers, (uint32_t)(v.len / 4), v.buf);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(k);
+}
+
+/* _mlp_init(layers, seed, params): dcps-worker's initial MLP parameters, for
+ * tests that train the built-in model through dcps.torch. */
+static PyObject *mod_mlp_init(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *layers_obj, *params, *seq;
+    unsigned long long seed;
+    int layers[16];
+    Py_buffer p;
+    if (!PyArg_ParseTuple(args, "OKO:_mlp_init", &layers_obj, &seed, &params))
+        return NULL;
+    if (!(seq = PySequence_Fast(layers_obj, "layers must be a sequence of int")))
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    size_t n = 0;
+    for (Py_ssize_t i = 0; i < k && i < 16; i++) {
+        layers[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (i > 0)
+            n += (size_t)layers[i - 1] * (size_t)layers[i] + (size_t)layers[i];
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred())
+        return NULL;
+    if (k < 2 || k > 16)
+        return PyErr_Format(PyExc_ValueError, "%zd layers: 2 to 16", k);
+    if (get_array(params, &p, n, 1, "params") != 0)
+        return NULL;
+    dcps_mlp_init_params(layers, (int)k, seed, p.buf);
+    PyBuffer_Release(&p);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(dcps_strerror((int)code));
+}
+
+static PyMethodDef module_methods[] = {
+    {"share", mod_share, METH_VARARGS,
+     "share(seed, epoch, rank, workers, order) -> k: rank's share of an epoch, as dcps-worker "
+     "takes it, into the uint32 array order."},
+    {"_mlp_init", mod_mlp_init, METH_VARARGS,
+     "_mlp_init(layers, seed, params): dcps-worker's initial MLP parameters (for tests)."},
+    {"strerror", mod_strerror, METH_O, "strerror(code): the sentence for a DCPS_E_ code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "dcps._dcps",
+    .m_doc = "The C binding of libdcps's worker step; use the dcps package.",
+    .m_size = -1, .m_methods = module_methods,
+};
+
+/* Makes exception `name` (dcps.NAME) deriving from base (and extra, if any). */
+static PyObject *new_error(PyObject *m, const char *name, PyObject *base, PyObject *extra,
+                           const char *doc)
+{
+    char qual[64];
+    snprintf(qual, sizeof qual, "dcps.%s", name);
+    PyObject *bases = extra ? PyTuple_Pack(2, base, extra) : PyTuple_Pack(1, base);
+    if (!bases)
+        return NULL;
+    PyObject *e = PyErr_NewExceptionWithDoc(qual, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (e && PyModule_AddObjectRef(m, name, e) != 0)
+        Py_CLEAR(e);
+    return e;
+}
+
+PyMODINIT_FUNC PyInit__dcps(void); /* the module's one exported symbol */
+PyMODINIT_FUNC PyInit__dcps(void)
+{
+    if (PyType_Ready(&StepType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (!(Error = new_error(m, "Error", PyExc_Exception, NULL,
+                            "A dcps failure: .code is the DCPS_E_ value, .name its name.")) ||
+        !(ConfigError = new_error(m, "ConfigError", Error, NULL, "A bad job file or override.")) ||
+        !(ConnectionError_ = new_error(m, "ConnectionError", Error, PyExc_ConnectionError,
+                                       "The shards did not answer, or answered an error.")) ||
+        !(AuthError = new_error(m, "AuthError", Error, NULL, "A shard refused the CURVE key.")) ||
+        !(SizeError = new_error(m, "SizeError", Error, NULL,
+                                "The model's size differs from the shards'.")) ||
+        !(StateError = new_error(m, "StateError", Error, NULL,
+                                 "A call that is not valid now (closed, failed, in use).")) ||
+        !(NoGPUError = new_error(m, "NoGPUError", Error, NULL, "No usable GPU.")) ||
+        !(NonFiniteError = new_error(m, "NonFiniteError", Error, NULL,
+                                     "A gradient with NaN or Inf.")) ||
+        !(ArrayError = new_error(m, "ArrayError", Error, PyExc_ValueError,
+                                 "An array of the wrong dtype, size or layout.")))
+        goto fail;
+    /* Refused arrays are raised by PyErr_Format: their code is the class's. */
+    PyObject *inval = PyLong_FromLong(DCPS_E_INVAL), *inval_name = PyUnicode_FromString("INVAL");
+    int bad = !inval || !inval_name || PyObject_SetAttrString(ArrayError, "code", inval) != 0 ||
+              PyObject_SetAttrString(ArrayError, "name", inval_name) != 0;
+    Py_XDECREF(inval);
+    Py_XDECREF(inval_name);
+    if (bad)
+        goto fail;
+    Py_INCREF(&StepType);
+    if (PyModule_AddObject(m, "Step", (PyObject *)&StepType) != 0) {
+        Py_DECREF(&StepType);
+        goto fail;
+    }
+    if (PyModule_AddStringConstant(m, "version", PACKAGE_VERSION) != 0)
+        goto fail;
+#define ADD_CODE(name, value, msg)                                                            \
+    if (PyModule_AddIntConstant(m, "E_" #name, value) != 0)                                   \
+        goto fail;
+    DCPS_ERRORS(ADD_CODE)
+#undef ADD_CODE
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

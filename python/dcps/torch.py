@@ -1,0 +1,278 @@
+"""dcps.torch: train a PyTorch model through dcps shards.
+
+A few lines added to a training script, in the conventions of Horovod's and
+BytePS's ``DistributedOptimizer``::
+
+    import dcps.torch as dt
+    worker = dt.Worker(model)                 # job from DCPS_JOB, rank from DCPS_RANK
+    for x, y in dt.shard(dataset):            # this rank's batches, every epoch of the job
+        loss_fn(model(x), y).backward()
+        worker.step()                         # push the gradients, pull the parameters
+    worker.finish()                           # exact pull, barrier, close; the final: line
+
+The model's parameters are flattened once into one contiguous float32 buffer and
+become views of it; their gradients likewise. ``step()`` hands both buffers to
+libdcps's step (``dcps.Step``), which compresses, pushes and pulls in place:
+no copy of the model per step, and no optimizer in the script (the shards apply
+the job's update rule). Everything a step does is the C library's; this module
+only flattens, shards the data and reports.
+"""
+import math
+import os
+import sys
+import time
+
+import numpy
+import torch
+
+from . import ArrayError, ConfigError, Step, share
+
+__all__ = ["Worker", "shard"]
+
+_current = None  # the Worker shard() uses when none is given
+
+
+def _env(name, what):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        raise ConfigError(f"no {what}: pass it to dcps.torch.Worker or set {name}")
+    return value
+
+
+class Worker:
+    """One worker rank of a dcps job for ``model``.
+
+    ``job``: the job file (default: ``$DCPS_JOB``); ``rank``: this worker's rank
+    (default: ``$DCPS_RANK``); ``overrides``: ``"section.key=value"`` strings, as
+    ``--set``, after those in ``$DCPS_SET`` (one a line; deploy/launch-local.sh
+    puts the shards' endpoints there). Rank 0's parameters initialise the shards; every rank starts from
+    the shards' parameters. Only float32 CPU parameters in this version.
+    """
+
+    def __init__(self, model, job=None, rank=None, overrides=()):
+        global _current
+        if job is None:
+            job = _env("DCPS_JOB", "job file")
+        if rank is None:
+            text = _env("DCPS_RANK", "rank")
+            try:
+                rank = int(text)
+            except ValueError:
+                raise ConfigError(f"DCPS_RANK={text!r} is not a rank") from None
+        overrides = [line for line in os.environ.get("DCPS_SET", "").splitlines()
+                     if line.strip()] + list(overrides)
+        self.model = model
+        named = []
+        seen = set()
+        for name, p in model.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.dtype != torch.float32:
+                raise ArrayError(f"parameter {name} is {p.dtype}; dcps trains float32 "
+                                 "parameters only (model.float())")
+            if p.device.type != "cpu":
+                raise ArrayError(f"parameter {name} is on {p.device}; this version of dcps "
+                                 "takes CPU tensors only (model.cpu())")
+            named.append((name, p))
+        if not named:
+            raise ArrayError("the model has no parameters")
+        n = sum(p.numel() for _, p in named)
+        self._params = [p for _, p in named]
+        # One buffer each for parameters and gradients; the tensors become views.
+        self._flat = torch.empty(n, dtype=torch.float32)
+        self._grad = torch.zeros(n, dtype=torch.float32)
+        self._slices = []
+        offsets, names, at = [], [], 0
+        with torch.no_grad():
+            for name, p in named:
+                k = p.numel()
+                self._flat[at:at + k].copy_(p.detach().reshape(-1))
+                p.data = self._flat[at:at + k].view_as(p)
+                p.grad = self._grad[at:at + k].view_as(p)
+                self._slices.append((at, k))
+                offsets.append(at)
+                names.append(name)
+                at += k
+        self._flat_np = self._flat.numpy()
+        self._grad_np = self._grad.numpy()
+        self._step = Step(os.fspath(job), rank, n, overrides)
+        self._step.set_names(offsets, names)
+        job_values = self._step.job
+        self.rank = job_values["rank"]
+        self.workers = job_values["workers"]
+        self.epochs = job_values["epochs"]
+        self.batch_size = job_values["batch_size"]
+        self.seed = job_values["seed"]
+        self.log_every = job_values["log_every"]
+        self.mode = job_values["mode"]
+        self.n = n
+        self.epoch = 1
+        self.samples = 0
+        self._loss_sum, self._loss_count = 0.0, 0
+        self._epoch_loss, self._epoch_count, self._epoch_of_loss = 0.0, 0, 1
+        self._t_win, self._win_samples = time.monotonic(), 0
+        self._step.start(self._flat_np)
+        self.resumed = self._step.resumed
+        _current = self
+
+    @property
+    def clock(self):
+        """The step computed next (from 0 for the job)."""
+        return self._step.clock
+
+    def _gather_grads(self):
+        """Makes the gradient buffer hold every parameter's gradient: a
+        parameter whose .grad was replaced (zero_grad(set_to_none=True), say)
+        is copied in and re-attached; one without a gradient counts as zero."""
+        for p, (at, k) in zip(self._params, self._slices):
+            view = self._grad[at:at + k]
+            g = p.grad
+            if g is None:
+                view.zero_()
+            elif g.data_ptr() != view.data_ptr():
+                if g.is_sparse:
+                    g = g.to_dense()
+                view.copy_(g.reshape(-1))
+            else:
+                continue
+            p.grad = view.view_as(p)
+
+    def step(self, loss=None):
+        """Pushes the gradients accumulated since the last step and pulls the
+        parameters in place; then zeroes the gradients. ``loss`` (a float or a
+        one-element tensor) is reported in the progress lines and the final line."""
+        self._gather_grads()
+        self._step.run(self._grad_np, self._flat_np, self.epoch)
+        self._grad.zero_()
+        if loss is not None:
+            value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+            if self._epoch_of_loss != self.epoch:
+                self._epoch_loss, self._epoch_count, self._epoch_of_loss = 0.0, 0, self.epoch
+            self._loss_sum += value
+            self._loss_count += 1
+            self._epoch_loss += value
+            self._epoch_count += 1
+        clock = self._step.clock
+        if self.log_every > 0 and clock % self.log_every == 0:
+            self._progress(clock)
+
+    def _progress(self, clock):
+        st = self._step.stats()
+        now = time.monotonic()
+        loss = self._loss_sum / self._loss_count if self._loss_count else math.nan
+        stale = st["staleness_sum"] / st["staleness_count"] if st["staleness_count"] else 0.0
+        rate = self._win_samples / (now - self._t_win) if now > self._t_win else 0.0
+        print(f"rank={self.rank} step={clock} epoch={self.epoch} loss={loss:.4f} "
+              f"samples_per_s={rate:.0f} bytes_pushed={st['bytes_pushed']} "
+              f"bytes_pulled={st['bytes_pulled']} staleness={stale:.2f}", flush=True)
+        self._loss_sum, self._loss_count = 0.0, 0
+        self._t_win, self._win_samples = now, 0
+
+    def stats(self):
+        """The client's counters (bytes, pushes, pulls, staleness, clock)."""
+        return self._step.stats()
+
+    def wait(self):
+        """With the pipeline: waits for the step in flight."""
+        self._step.wait()
+
+    def finish(self, evaluate=None, test_acc=None, test_loss=None, out=sys.stdout):
+        """Ends training: done, final barrier and an exact pull, so that every
+        rank holds the shards' final parameters; then ``evaluate(model)`` if
+        given (returning accuracy, or (loss, accuracy)), prints the ``final:``
+        line (as dcps-worker's) and closes. Returns the line's values as a dict."""
+        global _current
+        self._step.finish(self._flat_np)
+        if evaluate is not None:
+            result = evaluate(self.model)
+            if isinstance(result, tuple):
+                test_loss, test_acc = result
+            else:
+                test_acc = result
+        nan = math.nan
+        train_loss = self._epoch_loss / self._epoch_count if self._epoch_count else nan
+        line = self._step.summary(
+            test_acc=nan if test_acc is None else float(test_acc),
+            test_loss=nan if test_loss is None else float(test_loss),
+            train_loss=train_loss, epochs=self.epoch, samples=self.samples, device="cpu")
+        print(line, file=out, flush=True)
+        self.close()
+        if _current is self:
+            _current = None
+        return _parse_final(line)
+
+    def close(self):
+        """Says BYE and frees the worker (finish() does it)."""
+        self._step.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _parse_final(line):
+    values = {}
+    for item in line.split()[1:]:
+        key, _, value = item.partition("=")
+        try:
+            values[key] = float(value) if "." in value or value in ("nan", "inf") else int(value)
+        except ValueError:
+            values[key] = value
+    return values
+
+
+def _batches_of(data, order, batch_size):
+    """Yields the batches of data at the indices in order, batch_size at a time."""
+    if isinstance(data, torch.utils.data.TensorDataset):
+        idx = torch.from_numpy(order.astype("int64"))
+        for at in range(0, len(idx), batch_size):
+            sel = idx[at:at + batch_size]
+            yield tuple(t[sel] for t in data.tensors)
+        return
+    loader = data if isinstance(data, torch.utils.data.DataLoader) else None
+    dataset = loader.dataset if loader else data
+    kwargs = {"collate_fn": loader.collate_fn, "num_workers": loader.num_workers} if loader else {}
+    yield from torch.utils.data.DataLoader(dataset, batch_size=batch_size,
+                                           sampler=order.tolist(), **kwargs)
+
+
+def shard(data, worker=None, epochs=None, batch_size=None):
+    """This rank's batches of ``data`` for every epoch of the job.
+
+    ``data``: a map-style dataset (a ``TensorDataset`` is indexed directly) or a
+    ``DataLoader`` (its dataset, collate_fn and num_workers are kept; its
+    sampler and batch size are replaced). Each epoch is the permutation that
+    dcps-worker uses (``dcps.share``: seeded by [job] seed and the epoch, rank r
+    of P taking every P-th position), in batches of [data] batch_size unless
+    given. The worker (default: the last one made) learns the epoch and counts
+    the samples. A restarted worker skips the steps the shards already hold.
+    """
+    w = worker or _current
+    if w is None:
+        raise ConfigError("dcps.torch.shard: make the dcps.torch.Worker first")
+    epochs = w.epochs if epochs is None else epochs
+    batch_size = w.batch_size if batch_size is None else batch_size
+    if batch_size < 1:
+        raise ValueError(f"batch_size {batch_size}: at least 1")
+    n = len(data.dataset if isinstance(data, torch.utils.data.DataLoader) else data)
+    if n < w.workers:
+        raise ValueError(f"{n} examples for {w.workers} workers")
+    order = numpy.empty(n, dtype=numpy.uint32)
+    skip = w.resumed
+    for epoch in range(1, epochs + 1):
+        k = share(w.seed, epoch, w.rank, w.workers, order)
+        steps = (k + batch_size - 1) // batch_size
+        if skip >= steps:
+            skip -= steps
+            continue
+        mine = order[skip * batch_size:k].copy()
+        skip = 0
+        w.epoch = epoch
+        for batch in _batches_of(data, mine, batch_size):
+            b = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
+            w.samples += b
+            w._win_samples += b
+            yield batch
