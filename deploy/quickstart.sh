@@ -17,7 +17,12 @@ build=$here/build
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
-    procps groff-base iproute2)
+    procps groff-base iproute2 python3-dev python3-numpy python3-torch)
+
+# The system Python: Debian's python3-torch is importable there (a python3
+# earlier in PATH, from pyenv or a venv, may not see it).
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3 || echo python3)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -44,7 +49,7 @@ build_tree() {
     mkdir -p "$build"
     if [ ! -f "$build/Makefile" ]; then
         say "configure (CUDA auto-detected)"
-        (cd "$build" && ../configure -q)
+        (cd "$build" && ../configure -q PYTHON="$py")
     fi
     say "build"
     make -C "$build" -j"$(nproc)" -s
@@ -53,15 +58,16 @@ build_tree() {
 # Prints each suite's Check summary (and any failure lines) from the test logs.
 summaries() {
     local f
-    for f in "$1"/tests/*.log; do
+    for f in "$1"/tests/*.log "$1"/python/tests/*.log; do
         [ -f "$f" ] || continue
-        grep -hE '^[0-9]+%: Checks:|:[EF]:|skipped' "$f" | sed "s|^|$(basename "$f" .log): |" || true
+        grep -hE '^[0-9]+%: Checks:|:[EF]:|skipped|^python: [0-9]+ passed|^SKIP: |^(FAIL|ERROR): test' "$f" |
+            sed "s|^|$(basename "$f" .log): |" || true
     done
 }
 
 # Prints the whole log of each test that failed in build tree $1.
 failing_logs() {
-    grep -lE '^:test-result: (FAIL|ERROR)' "$1"/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' |
+    grep -lE '^:test-result: (FAIL|ERROR)' "$1"/tests/*.trs "$1"/python/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' |
         while read -r f; do
             say "failing log: ${f#"$1"/}"
             cat "$f"
@@ -79,7 +85,7 @@ do_check() {
         return $status
     fi
     say "make distcheck (CPU-only variant: --without-cuda)"
-    make -C "$build" -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS=--without-cuda \
+    make -C "$build" -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--without-cuda PYTHON=$py" \
         >"$build/distcheck.log" 2>&1 || status=$?
     local dist
     dist=$(ls -d "$build"/dcps-*/_build/sub 2>/dev/null | head -1 || true)

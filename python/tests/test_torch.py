@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""dcps.torch with real shards and real worker processes: sync mode equals
+single-process SGD; the same MLP through dcps.torch and through dcps-worker ends
+with the same parameters (one step implementation); a worker killed with
+SIGKILL does not stop the others; a model of the wrong size or dtype is refused
+with a sentence before anything is pushed."""
+import os
+import signal
+import sys
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness  # noqa: E402
+
+LAYERS = "784,64,10"
+LIMIT = 1024  # training examples: 16 steps of 32 a worker
+N = 784 * 64 + 64 + 64 * 10 + 10
+
+
+def sync_job(**extra):
+    return harness.job_text(job={"mode": "sync"}, data={"train_limit": LIMIT}, **extra)
+
+
+def reference_sgd(layers, seed, limit, workers, batch, lr, epochs=1):
+    """One process doing what sync mode does: per step, the mean of the
+    workers' gradients on their batches, then w -= lr * g (float32)."""
+    import torch
+    import torch.nn.functional as F
+
+    import dcps
+    from mlp_worker import read_idx
+
+    sizes = [int(v) for v in layers.split(",")]
+    w = np.empty(N, dtype=np.float32)
+    dcps._dcps._mlp_init(sizes, seed, w)
+    x = torch.from_numpy(read_idx(harness.TRAIN[0]).reshape(-1, 784)[:limit]
+                         .astype(np.float32) / np.float32(255))
+    y = torch.from_numpy(read_idx(harness.TRAIN[1])[:limit].astype(np.int64))
+    model = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10))
+    params = list(model.parameters())
+    wt = torch.from_numpy(w)
+    for epoch in range(1, epochs + 1):
+        orders = []
+        for r in range(workers):
+            o = np.empty(limit, dtype=np.uint32)
+            k = dcps.share(seed, epoch, r, workers, o)
+            orders.append(o[:k].astype(np.int64))
+        for at in range(0, len(orders[0]), batch):
+            g = None
+            for r in range(workers):
+                with torch.no_grad():
+                    off = 0
+                    for p in params:
+                        p.copy_(wt[off:off + p.numel()].view_as(p))
+                        off += p.numel()
+                model.zero_grad()
+                sel = torch.from_numpy(orders[r][at:at + batch])
+                F.cross_entropy(model(x[sel]), y[sel]).backward()
+                gr = torch.cat([p.grad.reshape(-1) for p in params])
+                g = gr.clone() if g is None else g + gr
+            g = g * np.float32(1.0 / workers)
+            wt -= np.float32(lr) * g
+    return wt.numpy()
+
+
+def pull_params(job):
+    """The shards' parameters, pulled as rank 0 once the workers have left."""
+    import dcps
+
+    params = np.zeros(N, dtype=np.float32)
+    with dcps.Step(job.path, 0, N, [job.shards]) as s:
+        s.start(params)
+    return params
+
+
+class SyncEqualsSGD(unittest.TestCase):
+    def test_two_torch_workers_equal_one_process_doing_sgd(self):
+        job = harness.Job(sync_job(), shards=2)
+        try:
+            out = os.path.join(job.dir, "params0.f32")
+            w = [job.spawn_mlp_worker(0, LAYERS, LIMIT, "--params-out", out),
+                 job.spawn_mlp_worker(1, LAYERS, LIMIT)]
+            for r, p in enumerate(w):
+                self.assertEqual(job.wait(p), 0, job.output(f"worker{r}", "err"))
+            f = harness.final(job.output("worker0"))
+            self.assertEqual(f["steps"], "16")
+            self.assertEqual(f["mode"], "sync")
+            got = np.fromfile(out, dtype=np.float32)
+            ref = reference_sgd(LAYERS, 42, LIMIT, 2, 32, 0.1)
+            init = np.empty(N, dtype=np.float32)
+            import dcps
+            dcps._dcps._mlp_init([784, 64, 10], 42, init)
+            scale = np.abs(ref).max()
+            worst = np.abs(got - ref).max()
+            moved = np.abs(ref - init).max()
+            self.assertGreater(moved, 1e3 * 1e-6 * scale, "training did not move the model")
+            print(f"worst={worst:.3g} moved={moved:.3g} scale={scale:.3g}", file=sys.stderr)
+            self.assertLessEqual(worst, 1e-6 * scale, f"largest difference {worst}")
+        finally:
+            job.close()
+
+
+class OneStepImplementation(unittest.TestCase):
+    def test_same_mlp_through_dcps_torch_and_dcps_worker(self):
+        """Same job and seed, sync and dense: the shards end with the same
+        parameters whether dcps-worker or dcps.torch computes the gradients.
+        The two compute them with different matrix products (OpenBLAS and
+        torch), so they agree to float32 rounding, far closer than to a
+        run that differs in one thing (another learning rate)."""
+        results = {}
+        for who in ("c", "torch", "torch-lr"):
+            extra = {"optimizer": {"lr": 0.09}} if who == "torch-lr" else {}
+            job = harness.Job(sync_job(**extra), shards=2)
+            try:
+                if who == "c":
+                    w = [job.spawn_c_worker(r) for r in range(2)]
+                else:
+                    w = [job.spawn_mlp_worker(r, LAYERS, LIMIT) for r in range(2)]
+                for r, p in enumerate(w):
+                    self.assertEqual(job.wait(p), 0, job.output(f"worker{r}", "err"))
+                self.assertEqual(harness.final(job.output("worker0"))["steps"], "16")
+                results[who] = pull_params(job)
+            finally:
+                job.close()
+        scale = np.abs(results["c"]).max()
+        same = np.abs(results["c"] - results["torch"]).max()
+        other = np.abs(results["torch-lr"] - results["torch"]).max()
+        print(f"same={same:.3g} other={other:.3g} scale={scale:.3g}", file=sys.stderr)
+        self.assertLessEqual(same, 1e-5 * scale, f"dcps-worker and dcps.torch differ by {same}")
+        self.assertGreater(other, 100 * same, f"lr 0.09 differs by {other} only")
+
+
+class Faults(unittest.TestCase):
+    def test_sigkill_of_a_torch_worker_in_sync_mode_does_not_stop_the_others(self):
+        text = harness.job_text(workers=3, job={"mode": "sync"},
+                                data={"train_limit": 3072, "epochs": 20})
+        job = harness.Job(text, shards=2)
+        try:
+            w = [job.spawn_mlp_worker(r, LAYERS, 3072) for r in range(3)]
+            time.sleep(4)
+            self.assertIsNone(w[1].poll(), "rank 1 ended before it was killed")
+            w[1].send_signal(signal.SIGKILL)
+            for r in (0, 2):
+                self.assertEqual(job.wait(w[r], 240), 0, job.output(f"worker{r}", "err"))
+                f = harness.final(job.output(f"worker{r}"))
+                self.assertEqual(f["workers"], "3")
+                self.assertGreater(int(f["steps"]), 600)
+            self.assertIn("worker 1", job.shard_log(0))
+        finally:
+            job.close()
+
+
+class Refusals(unittest.TestCase):
+    def test_model_of_another_size_is_refused_naming_both_sizes(self):
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        job = harness.Job(harness.job_text(), shards=2)
+        try:
+            os.environ.update(DCPS_JOB=job.path, DCPS_RANK="0", DCPS_SET=job.shards)
+            model = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.Linear(32, 10))
+            with self.assertRaises(dcps.SizeError) as cm:
+                dt.Worker(model)
+            n = 784 * 32 + 32 + 32 * 10 + 10
+            self.assertIn(f"{n} parameters", str(cm.exception))
+            self.assertIn(f"{N}", str(cm.exception))
+            # Nothing was pushed: the shards are still waiting for rank 0's parameters.
+            probe = dcps.Step(job.path, 1, N, [job.shards])
+            self.assertEqual(probe.stats()["bytes_pushed"], 0)
+            probe.close()
+            self.assertNotIn("initialised", job.shard_log(0) + job.shard_log(1))
+        finally:
+            for k in ("DCPS_JOB", "DCPS_RANK", "DCPS_SET"):
+                os.environ.pop(k, None)
+            job.close()
+
+    def test_float64_and_missing_rank_are_refused_naming_the_parameter(self):
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        model = torch.nn.Sequential(torch.nn.Linear(784, 10), torch.nn.Linear(10, 10).double())
+        with self.assertRaises(dcps.ArrayError) as cm:
+            dt.Worker(model, job="/nonexistent.ini", rank=0)
+        self.assertIn("1.weight", str(cm.exception))
+        self.assertIn("float64", str(cm.exception))
+        os.environ.pop("DCPS_RANK", None)
+        with self.assertRaises(dcps.ConfigError) as cm:
+            dt.Worker(torch.nn.Linear(2, 2), job="/nonexistent.ini")
+        self.assertIn("DCPS_RANK", str(cm.exception))
+
+
+if __name__ == "__main__":
+    harness.main()
