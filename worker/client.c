@@ -560,7 +560,7 @@ static int hello(dcps_client_t *c)
                       NULL);
         } else if (rc == DCPS_E_NOTREADY && now_ms() <= start + patience) {
             if (!told)
-                DCPS_INFO("%s; waiting up to %.0f s", c->err, patience / 1000);
+                DCPS_INFO("%s; waiting up to %.1f s", c->err, patience / 1000);
             told = true;
             nanosleep(&(struct timespec){every / 1000, (every % 1000) * 1000000L}, NULL);
         } else {
