@@ -473,6 +473,21 @@ START_TEST(rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on)
 }
 END_TEST
 
+/* dcps-worker trains the MLP of [model] layers: an explicit params of another
+ * size is refused before anything starts (emulated compute takes any size). */
+START_TEST(worker_refuses_a_params_that_is_not_its_mlps)
+{
+    const char *j = job("job.ini", "[model]\nparams = 1000\n");
+    const char *argv[] = {"--config", j, "--rank", "0", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "params", argv), 10000);
+    const char *err = h_slurp(h_path("params", "err"));
+    ck_assert_msg(st == 2, "exit status %d: %s", st, err);
+    ck_assert_msg(strstr(err, "[model] params = 1000, but the MLP of [model] layers has 50890 "
+                              "parameters"),
+                  "worker said: %s", err);
+}
+END_TEST
+
 struct early {
     const char *job, *shards;
     int rc;
@@ -541,6 +556,7 @@ int main(void)
     tcase_add_test(tc, worker_of_another_size_is_refused_before_its_first_push);
     tcase_add_test(tc, rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on);
     tcase_add_test(tc, hello_before_rank_0_waits_then_succeeds);
+    tcase_add_test(tc, worker_refuses_a_params_that_is_not_its_mlps);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }
