@@ -36,7 +36,8 @@
 #define LAYER_MAX 65536
 
 enum type {
-    T_INT, T_U64, T_DOUBLE, T_BOOL, T_STRING, T_Z85, T_ENUM, T_LEVEL, T_SHARDS, T_LAYERS, T_IPV4
+    T_INT, T_U64, T_DOUBLE, T_BOOL, T_STRING, T_Z85, T_ENUM, T_LEVEL, T_SHARDS, T_LAYERS, T_IPV4,
+    T_PARAMS
 };
 
 struct key {
@@ -84,6 +85,9 @@ static const struct key keys[] = {
           "shard endpoints, comma separated; position = shard index"),
     OTHER("model", "layers", T_LAYERS, layers, "784,256,128,10",
           "layer sizes of the MLP, input first"),
+    OTHER("model", "params", T_PARAMS, params, "layers",
+          "the model's parameter count: layers (counted from [model] layers), auto (the shards "
+          "learn it from rank 0's HELLO: any model) or the count"),
     STR("data", "train_images", train_images,
         "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "training images (IDX)"),
     STR("data", "train_labels", train_labels,
@@ -232,6 +236,10 @@ static void describe(const struct key *k, char *buf, size_t n)
         break;
     case T_LAYERS: snprintf(buf, n, "2 to %d sizes in [1, %d]", DCPS_MAX_LAYERS, LAYER_MAX); break;
     case T_IPV4: snprintf(buf, n, "a dotted IPv4 address"); break;
+    case T_PARAMS:
+        snprintf(buf, n, "layers, auto (at most %" PRIu64 ") or [1, %" PRIu32 "]",
+                 DCPS_PARAMS_AUTO_MAX, UINT32_MAX);
+        break;
     }
 }
 
@@ -346,6 +354,27 @@ static int parse_layers(dcps_config_t *cfg, const char *v, char *why, size_t n)
     return 0;
 }
 
+/* "layers", "auto" or a count in [1, 2^32 - 1] (indices are 32-bit on the wire). */
+static int parse_params(uint64_t *field, const char *v, char *why, size_t n)
+{
+    char *end;
+    if (strcasecmp(v, "layers") == 0) {
+        *field = DCPS_PARAMS_LAYERS;
+        return 0;
+    }
+    if (strcasecmp(v, "auto") == 0) {
+        *field = DCPS_PARAMS_AUTO;
+        return 0;
+    }
+    errno = 0;
+    unsigned long long x = isdigit((unsigned char)*v) ? strtoull(v, &end, 10) : 0;
+    if (!isdigit((unsigned char)*v) || *end || errno == ERANGE || x < 1 || x > UINT32_MAX)
+        return say(why, n, "\"%s\" is not layers, auto or a parameter count in [1, %" PRIu32 "]",
+                   v, UINT32_MAX);
+    *field = x;
+    return 0;
+}
+
 /* Parses v as key k into cfg. Returns 0, or DCPS_E_CONFIG with what is wrong in why. */
 static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, char *why, size_t n)
 {
@@ -423,6 +452,7 @@ static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, cha
     case T_STRING: return parse_string(k, v, field, why, n);
     case T_SHARDS: return parse_shards(cfg, v, why, n);
     case T_LAYERS: return parse_layers(cfg, v, why, n);
+    case T_PARAMS: return parse_params((uint64_t *)field, v, why, n);
     }
     return say(why, n, "bad key type");
 }
@@ -629,13 +659,48 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                    "%s: [compression] momentum_correction (%g) needs [compression] "
                    "error_feedback = true: momentum correction accumulates into the residual",
                    src, cfg->momentum_correction);
+    /* With params = auto the size is checked when it is known: by a shard when
+     * rank 0 says HELLO (server/router.c), by a worker program when it sets it. */
+    char why[160];
+    if (cfg->params == DCPS_PARAMS_AUTO)
+        cfg->n_params = 0;
+    else if (cfg->params == DCPS_PARAMS_LAYERS)
+        cfg->n_params = dcps_config_layers_params(cfg);
+    else
+        cfg->n_params = cfg->params;
+    if (cfg->n_params && dcps_config_check_size(cfg, cfg->n_params, why, sizeof why) != 0) {
+        if (cfg->params == DCPS_PARAMS_LAYERS)
+            return say(err, errlen, "%s: [model] layers give %s", src, why);
+        return say(err, errlen, "%s: [model] params = %" PRIu64 " gives %s", src, cfg->params,
+                   why);
+    }
+    return 0;
+}
+
+uint64_t dcps_config_layers_params(const dcps_config_t *cfg)
+{
+    uint64_t n = 0;
+    for (int i = 1; i < cfg->n_layers; i++)
+        n += (uint64_t)cfg->layers[i - 1] * (uint64_t)cfg->layers[i] + (uint64_t)cfg->layers[i];
+    return n;
+}
+
+int dcps_config_check_size(const dcps_config_t *cfg, uint64_t n, char *why, size_t whylen)
+{
+    if (n == 0 || n > UINT32_MAX) {
+        snprintf(why, whylen, "%" PRIu64 " parameters, outside [1, %" PRIu32 "] (indices are "
+                 "32-bit on the wire)", n, UINT32_MAX);
+        return DCPS_E_SIZE;
+    }
     for (int s = 0; s < cfg->n_shards; s++) {
-        dcps_range_t r = dcps_shardmap_range(cfg->n_params, cfg->n_shards, s);
-        if (r.hi == r.lo)
-            return say(err, errlen,
-                       "%s: [model] layers give %" PRIu64 " parameters, too few for the %d "
-                       "[servers] shards: shard %d would own none",
-                       src, cfg->n_params, cfg->n_shards, s);
+        dcps_range_t r = dcps_shardmap_range(n, cfg->n_shards, s);
+        if (r.hi == r.lo) {
+            snprintf(why, whylen,
+                     "%" PRIu64 " parameters, too few for the %d [servers] shards: shard %d "
+                     "would own none",
+                     n, cfg->n_shards, s);
+            return DCPS_E_SIZE;
+        }
     }
     return 0;
 }
@@ -730,6 +795,14 @@ static void write_value(const struct key *k, const dcps_config_t *cfg, FILE *out
         for (int i = 0; i < cfg->n_layers; i++)
             fprintf(out, "%c%d", i ? ',' : ' ', cfg->layers[i]);
         break;
+    case T_PARAMS: {
+        uint64_t p = *(const uint64_t *)field;
+        if (p == DCPS_PARAMS_LAYERS || p == DCPS_PARAMS_AUTO)
+            fputs(p == DCPS_PARAMS_AUTO ? " auto" : " layers", out);
+        else
+            fprintf(out, " %" PRIu64, p);
+        break;
+    }
     }
 }
 

@@ -22,6 +22,18 @@
 #define DCPS_PATH_MAX 1024
 #define DCPS_NAME_MAX 64
 
+/* [model] params: how the model's size n is known. DCPS_PARAMS_LAYERS (the
+ * default): counted from [model] layers, the built-in MLP. DCPS_PARAMS_AUTO:
+ * the shards learn n from rank 0's HELLO (server/router.c), so that a model of
+ * any shape needs no arithmetic; each worker program knows its own model's n.
+ * Any other value is n itself. */
+#define DCPS_PARAMS_LAYERS 0
+#define DCPS_PARAMS_AUTO UINT64_MAX
+/* The largest n a shard learns from rank 0: a HELLO comes from the network,
+ * and a shard sizes its memory by it. 2^30 is also the largest vector the
+ * Top-k selection handles (kernels/topk.h); a larger model gives params. */
+#define DCPS_PARAMS_AUTO_MAX ((uint64_t)1 << 30)
+
 enum dcps_mode { DCPS_MODE_ASYNC, DCPS_MODE_SYNC, DCPS_MODE_SSP };
 enum dcps_optimizer { DCPS_OPT_SGD, DCPS_OPT_MOMENTUM, DCPS_OPT_DCASGD };
 enum dcps_push { DCPS_PUSH_DENSE, DCPS_PUSH_TOPK };
@@ -45,7 +57,10 @@ typedef struct dcps_config {
     /* [model] */
     int n_layers; /* sizes, input first: 784,256,128,10 gives n_layers = 4 */
     int layers[DCPS_MAX_LAYERS];
-    uint64_t n_params; /* derived: sum over layers of in*out + out */
+    uint64_t params;   /* [model] params as given: DCPS_PARAMS_LAYERS, DCPS_PARAMS_AUTO or n */
+    uint64_t n_params; /* the model's size n: from layers (sum of in*out + out) or params;
+                          0 with params = auto, until the program sets it (a shard
+                          learns it from rank 0; a worker knows its model) */
 
     /* [data] */
     char train_images[DCPS_PATH_MAX];
@@ -104,6 +119,18 @@ typedef struct dcps_config {
     char worker_keys_dir[DCPS_PATH_MAX];
     char worker_secret_key_file[DCPS_PATH_MAX];
 } dcps_config_t;
+
+/* The parameter count of the MLP of [model] layers: the sum over layers of
+ * in*out + out (weights and biases). */
+uint64_t dcps_config_layers_params(const dcps_config_t *cfg);
+
+/* Whether a model of n parameters fits the job: n in [1, 2^32 - 1] (indices
+ * are 32-bit on the wire), and every shard of the shard map owns some (n at
+ * least 64 per shard, common/shardmap.h). Returns 0, or DCPS_E_SIZE with a
+ * sentence in why that starts with n ("110 parameters, too few for the 3
+ * [servers] shards: shard 0 would own none"). The load checks it for layers
+ * and an explicit params; with params = auto, whoever learns n does. */
+int dcps_config_check_size(const dcps_config_t *cfg, uint64_t n, char *why, size_t whylen);
 
 /* Fills cfg with every key's default. */
 void dcps_config_defaults(dcps_config_t *cfg);

@@ -182,7 +182,7 @@ static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t 
         .format = DCPS_CHECKPOINT_FORMAT,
         .header_size = HEADER_SIZE,
         .job_id = cfg->job_id,
-        .n_params = cfg->n_params,
+        .n_params = s->n_params,
         .lo = s->range.lo,
         .hi = s->range.hi,
         .index = (uint32_t)s->index,
@@ -577,7 +577,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
     struct stat st;
     uint32_t crc, stored;
     int rc = 1;
-    bool touched = false;
+    bool touched = false, sized = false;
 
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -608,6 +608,26 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
     if ((stored = get32(head, HEADER_CRC_AT)) != crc) {
         snprintf(why, n, "header checksum mismatch (stored %08x, computed %08x)", stored, crc);
         goto out;
+    }
+    /* params = auto: an unsized shard takes its size from the checkpoint (the
+     * header is checksummed, but checked as a HELLO's would be), then the file
+     * must fit it like any other. */
+    if (!s->n_params && h.job_id == cfg->job_id && h.index == (uint32_t)s->index) {
+        char fit[160];
+        if (h.n_params > DCPS_PARAMS_AUTO_MAX) {
+            snprintf(why, n, "%" PRIu64 " parameters, more than the %" PRIu64 " that [model] "
+                     "params = auto accepts", h.n_params, DCPS_PARAMS_AUTO_MAX);
+            goto out;
+        }
+        if (dcps_config_check_size(cfg, h.n_params, fit, sizeof fit) != 0) {
+            snprintf(why, n, "%s", fit);
+            goto out;
+        }
+        if (dcps_shard_size(s, cfg, h.n_params) != 0) {
+            rc = DCPS_E_NOMEM;
+            goto out;
+        }
+        sized = true;
     }
     header_of(&want, cfg, s, c->mode);
     if (foreign(&h, &want, why, n))
@@ -663,6 +683,8 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
 out:
     if (touched)
         memset(s->w, 0, s->floats * sizeof *s->w);
+    if (sized && rc != 0)
+        dcps_shard_unsize(s);
     free(tail);
     close(fd);
     return rc;

@@ -71,7 +71,10 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
  * refused one (not a checkpoint, other format, truncated, checksum mismatch,
  * other job id, shard, parameter count or range, workers, optimizer, mode, pull
  * or dc_adaptive) is logged with a warning naming the file and the reason, and
- * the next older one is tried.
+ * the next older one is tried. An unsized shard ([model] params = auto: s has
+ * n_params 0) is sized by each file's n_params, which must fit the job
+ * (dcps_config_check_size) and DCPS_PARAMS_AUTO_MAX, and is unsized again when
+ * the file is refused: with no usable file it stays unsized.
  * Returns 1 with the file's path in path (if not NULL); 0 if dir holds no
  * checkpoint of this shard (s and cons unchanged); DCPS_E_DATA if it holds some
  * and none is usable (err names the newest and why; s and cons are as before);

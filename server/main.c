@@ -23,6 +23,11 @@
  * checkpoint_every seconds if the version moved, and a last one on SIGTERM or
  * SIGINT before it stops; if that last one fails it exits 1.
  *
+ * With [model] params = auto the shard starts unsized and learns the model's
+ * size from rank 0's HELLO (server/router.c), or from the checkpoint it
+ * restores; until then its log, STATUS= line and /metrics say that it waits
+ * for rank 0.
+ *
  * SIGHUP reads the job file again (reload below). */
 #include <errno.h>
 #include <getopt.h>
@@ -190,6 +195,12 @@ typedef struct {
 static void log_memory(const dcps_shard_t *s, const char *when)
 {
     dcps_shard_memory_t k;
+    if (!s->n_params) {
+        DCPS_INFO("memory at %s: %zu bytes (sequence numbers): waiting for rank 0 to size the "
+                  "model ([model] params = auto)",
+                  when, dcps_shard_memory(s));
+        return;
+    }
     dcps_shard_memory_kinds(s, &k);
     DCPS_INFO("memory at %s: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu, "
               "sync sum %zu, delta pulls %zu, sequence numbers %zu)",
@@ -300,6 +311,12 @@ static void on_alive(uv_timer_t *h)
 {
     server_t *s = h->data;
     const dcps_shard_t *sh = s->router.shard;
+    if (!sh->n_params) {
+        dcps_notify("%sSTATUS=waiting for rank 0 to size the model; %d of %d workers live",
+                    dcps_notify_watchdog_usec() ? "WATCHDOG=1\n" : "",
+                    dcps_consistency_joined(&s->router.cons), s->cfg->workers);
+        return;
+    }
     dcps_notify("%sSTATUS=version %" PRIu64 ", %" PRIu64 " pushes, %" PRIu64
                 " pulls, %d of %d workers live",
                 dcps_notify_watchdog_usec() ? "WATCHDOG=1\n" : "", sh->version, sh->pushes,
@@ -614,8 +631,13 @@ int main(int argc, char **argv)
     }
     int linger = 0, handover = 1;
     /* A message larger than the biggest valid one (a dense range, or indices and
-     * values of the whole range) is refused by ZeroMQ, which drops the sender. */
-    int64_t maxmsg = (int64_t)shard->n * 8 + 65536;
+     * values of the whole range) is refused by ZeroMQ, which drops the sender.
+     * The limit holds for the connections of this bind: an unsized shard
+     * (params = auto) allows the largest range it may learn, one block more
+     * than its range at DCPS_PARAMS_AUTO_MAX (dcps_shardmap_range). */
+    dcps_range_t most = dcps_shardmap_range(DCPS_PARAMS_AUTO_MAX, cfg->n_shards, opt.shard);
+    uint64_t range_max = shard->n_params ? shard->n : most.hi - most.lo + DCPS_SHARD_ALIGN;
+    int64_t maxmsg = (int64_t)range_max * 8 + 65536;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     /* A worker that reconnects keeps its routing id (worker/client.c): the new
@@ -668,11 +690,17 @@ int main(int argc, char **argv)
         goto fail_loop;
     }
 
-    DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d serves parameters [%" PRIu64 ", %" PRIu64
-                ") of %" PRIu64 " at %s; %d workers, optimizer %s, mode %s",
-                cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, shard->range.lo,
-                shard->range.hi, cfg->n_params, endpoint, cfg->workers,
-                dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
+    if (shard->n_params)
+        DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d serves parameters [%" PRIu64
+                    ", %" PRIu64 ") of %" PRIu64 " at %s; %d workers, optimizer %s, mode %s",
+                    cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, shard->range.lo,
+                    shard->range.hi, shard->n_params, endpoint, cfg->workers,
+                    dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
+    else
+        DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d at %s waits for rank 0 to size the "
+                    "model ([model] params = auto); %d workers, optimizer %s, mode %s",
+                    cfg->job_name, cfg->job_id, opt.shard, cfg->n_shards, endpoint, cfg->workers,
+                    dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
     log_memory(shard, "start");
     dcps_notify("READY=1\nSTATUS=serving shard %d at %s", opt.shard, endpoint);
 

@@ -142,6 +142,10 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
 
     single(&o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
            s->version);
+    single(&o, sh, "dcps_model_params", "gauge",
+           "Parameters of the model; 0 while the shard waits for rank 0 to size it ([model] "
+           "params = auto).",
+           s->n_params);
     single(&o, sh, "dcps_live_workers", "gauge",
            "Workers connected now: said HELLO, no BYE, not silent for dead_after_ms.",
            (uint64_t)dcps_consistency_joined(&r->cons));

@@ -204,20 +204,61 @@ static void on_tick(uv_timer_t *t)
     }
 }
 
+/* [model] params = auto: an unsized shard learns the model's size from rank 0's
+ * HELLO and sizes itself. The size comes from the network: it is bounded
+ * (DCPS_PARAMS_AUTO_MAX) and checked against the shard map before anything is
+ * allocated. Another rank's HELLO before that is answered NOTREADY, which its
+ * client asks again after (worker/client.c). Returns 0 or a code with why. */
+static int learn_size(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    dcps_shard_t *s = r->shard;
+    char fit[160];
+    if (m->rank != 0) {
+        snprintf(why, whylen,
+                 "the model's size is not known yet: [model] params = auto, and rank 0 has not "
+                 "said HELLO to this shard");
+        return DCPS_E_NOTREADY;
+    }
+    if (m->n_params > DCPS_PARAMS_AUTO_MAX) {
+        snprintf(why, whylen,
+                 "rank 0's model has %llu parameters, more than the %llu that [model] params = "
+                 "auto accepts: give the count as [model] params",
+                 (unsigned long long)m->n_params, (unsigned long long)DCPS_PARAMS_AUTO_MAX);
+        return DCPS_E_SIZE;
+    }
+    if (dcps_config_check_size(r->cfg, m->n_params, fit, sizeof fit) != 0) {
+        snprintf(why, whylen, "rank 0's model has %s", fit);
+        return DCPS_E_SIZE;
+    }
+    if (dcps_shard_size(s, r->cfg, m->n_params) != 0) {
+        snprintf(why, whylen, "cannot allocate this shard for rank 0's model of %llu parameters",
+                 (unsigned long long)m->n_params);
+        return DCPS_E_NOMEM;
+    }
+    DCPS_NOTICE("rank 0's model has %llu parameters: this shard serves [%llu, %llu) and holds "
+                "%zu bytes",
+                (unsigned long long)s->n_params, (unsigned long long)s->range.lo,
+                (unsigned long long)s->range.hi, dcps_shard_memory(s));
+    return 0;
+}
+
 static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                     size_t whylen)
 {
     const dcps_shard_t *s = r->shard;
     const dcps_member_t *mb = &r->cons.m[m->rank];
     dcps_peer_t *p = &r->peers[m->rank];
-    if (m->n_params != r->cfg->n_params) {
-        snprintf(why, whylen, "worker's model has %llu parameters, this job has %llu",
-                 (unsigned long long)m->n_params, (unsigned long long)r->cfg->n_params);
-        return DCPS_E_SIZE;
-    }
+    int rc;
     if (m->shard != (uint32_t)s->index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
                  m->shard, s->index);
+        return DCPS_E_SIZE;
+    }
+    if (!s->n_params && (rc = learn_size(r, m, why, whylen)) != 0)
+        return rc;
+    if (m->n_params != s->n_params) {
+        snprintf(why, whylen, "worker's model has %llu parameters, this job has %llu",
+                 (unsigned long long)m->n_params, (unsigned long long)s->n_params);
         return DCPS_E_SIZE;
     }
     if (mb->joined && dcps_consistency_live(&r->cons, m->rank) && !route_eq(&p->hello, id)) {
@@ -227,7 +268,7 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                  m->rank, now_ms(r) - mb->last_seen, r->cfg->dead_after_ms);
         return DCPS_E_LIVE;
     }
-    int rc = route_set(&p->hello, id, why, whylen);
+    rc = route_set(&p->hello, id, why, whylen);
     if (rc != 0)
         return rc;
     if (!mb->joined)
@@ -238,7 +279,7 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_WELCOME);
     reply.shard = (uint32_t)s->index;
-    reply.n_params = r->cfg->n_params;
+    reply.n_params = s->n_params;
     reply.range_lo = s->range.lo;
     reply.range_hi = s->range.hi;
     reply.workers = (uint32_t)r->cfg->workers;
@@ -264,6 +305,8 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         snprintf(why, whylen, "only rank 0 initialises parameters, not rank %u", m->rank);
         return DCPS_E_STATE;
     }
+    if (!r->shard->n_params) /* unsized: nothing to initialise, and no HELLO came first */
+        return not_ready(why, whylen);
     if ((rc = dcps_codec_dense(m, r->shard->n, &w, why, whylen)) != 0)
         return rc;
     int set = dcps_shard_init(r->shard, w);
@@ -305,7 +348,10 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     int rc;
 
     /* The payload is checked first, so a malformed push is refused whatever the
-     * shard's state, and never acknowledged. */
+     * shard's state, and never acknowledged; an unsized shard has no range to
+     * check it against. */
+    if (!s->n_params)
+        return not_ready(why, whylen);
     if (m->nframes == 1)
         rc = dcps_codec_dense(m, s->n, &v, why, whylen);
     else
@@ -472,9 +518,15 @@ static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg
     /* Metadata rides on frames that came off the wire, not on the routing id the
      * ROUTER socket made up. */
     const char *peer = zmq_msg_gets((zmq_msg_t *)&f->part[f->n > 1 ? 1 : 0], "Peer-Address");
-    r->errors[-code < DCPS_ERROR_SLOTS ? -code : 0]++;
-    DCPS_WARN("bad %s from rank %u at %s: %s: %s", dcps_msg_type_name(m->type), m->rank,
-              peer ? peer : "?", dcps_errname(code), why);
+    /* A HELLO before rank 0's (params = auto) is asked again every 100 ms or
+     * so until the shard is sized: a state, not a bad message, so neither
+     * counted nor logged above debug. */
+    bool waiting = code == DCPS_E_NOTREADY && m->type == DCPS_MSG_HELLO;
+    if (!waiting)
+        r->errors[-code < DCPS_ERROR_SLOTS ? -code : 0]++;
+    dcps_log(waiting ? DCPS_LOG_DEBUG : DCPS_LOG_WARNING, "%s %s from rank %u at %s: %s: %s",
+             waiting ? "early" : "bad", dcps_msg_type_name(m->type), m->rank, peer ? peer : "?",
+             dcps_errname(code), why);
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_ERROR);
     reply.job_id = r->cfg->job_id;

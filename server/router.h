@@ -12,6 +12,10 @@
  * each waiting worker that it is still waiting (a HEARTBEAT with the request's
  * seq and flag WAITING), so its client keeps waiting instead of timing out.
  *
+ * With [model] params = auto the shard is unsized until rank 0's HELLO sizes it
+ * (server/shard.h); meanwhile a HELLO of another rank is answered NOTREADY,
+ * which its client asks again after, and is not counted as a bad message.
+ *
  * Single-threaded: everything runs on the loop thread that owns the socket. */
 #ifndef DCPS_ROUTER_H
 #define DCPS_ROUTER_H

@@ -26,24 +26,60 @@ static size_t layout(const dcps_config_t *cfg, int kind, bool adaptive, layout_t
 dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
 {
     dcps_shard_t *s = calloc(1, sizeof *s);
-    layout_t l;
     *err = DCPS_E_NOMEM;
     if (!s)
         return NULL;
     s->index = index;
-    s->range = dcps_shardmap_range(cfg->n_params, cfg->n_shards, index);
-    s->n = (size_t)(s->range.hi - s->range.lo);
     s->workers = cfg->workers;
     s->kind = cfg->opt_kind;
     s->momentum = (float)cfg->momentum;
     s->dc = (dcps_dcasgd_t){0, (float)cfg->dc_lambda, cfg->dc_adaptive,
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
     dcps_shard_set_lr(s, cfg->lr);
-    s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
-    s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
+    s->delta_of = -1;
     s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
     s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
-    if (!s->w || !s->last_seq || !s->behind)
+    if (!s->last_seq || !s->behind || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
+        goto fail;
+    *err = 0;
+    return s;
+
+fail:
+    dcps_shard_destroy(&s);
+    return NULL;
+}
+
+void dcps_shard_unsize(dcps_shard_t *s)
+{
+    dcps_topk_ws_destroy(&s->topk);
+    free(s->delta_val);
+    free(s->delta_idx);
+    free(s->tag);
+    free(s->w);
+    s->delta_val = s->w = s->state = s->bak = s->acc = s->mirror = s->diff = NULL;
+    s->delta_idx = NULL;
+    s->tag = NULL;
+    s->delta = false;
+    s->k_pull = s->k_max = s->delta_k = s->floats = s->n = 0;
+    s->delta_of = -1;
+    s->range = (dcps_range_t){0, 0};
+    s->n_params = 0;
+}
+
+int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params)
+{
+    layout_t l;
+    int err = DCPS_E_NOMEM;
+    if (s->n_params != 0)
+        return DCPS_E_STATE;
+    if (n_params == 0)
+        return DCPS_E_INVAL;
+    s->n_params = n_params;
+    s->range = dcps_shardmap_range(n_params, cfg->n_shards, s->index);
+    s->n = (size_t)(s->range.hi - s->range.lo);
+    s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
+    s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
+    if (!s->w)
         goto fail;
     float *at = s->w + s->n;
     s->state = l.state ? at : NULL;
@@ -55,7 +91,6 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->mirror = l.mirror ? at : NULL;
     at += s->n * l.mirror;
     s->diff = l.diff ? at : NULL;
-    s->delta_of = -1;
     s->delta = l.diff && s->n > 0;
     if (s->delta) {
         double rho = dcps_config_pull_density(cfg);
@@ -65,16 +100,15 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
         s->tag = calloc(s->mirror ? 1 : (size_t)cfg->workers, sizeof *s->tag);
         s->delta_idx = malloc(s->k_max * sizeof *s->delta_idx);
         s->delta_val = malloc(s->k_max * sizeof *s->delta_val);
-        s->topk = dcps_topk_ws_new(s->n, err);
+        s->topk = dcps_topk_ws_new(s->n, &err);
         if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk)
             goto fail;
     }
-    return s;
+    return 0;
 
 fail:
-    dcps_shard_destroy(&s);
-    *err = DCPS_E_NOMEM;
-    return NULL;
+    dcps_shard_unsize(s);
+    return DCPS_E_NOMEM;
 }
 
 void dcps_shard_destroy(dcps_shard_t **sp)
@@ -82,13 +116,9 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     dcps_shard_t *s = *sp;
     if (!s)
         return;
-    dcps_topk_ws_destroy(&s->topk);
-    free(s->delta_val);
-    free(s->delta_idx);
-    free(s->tag);
+    dcps_shard_unsize(s);
     free(s->behind);
     free(s->last_seq);
-    free(s->w);
     free(s);
     *sp = NULL;
 }

@@ -12,6 +12,13 @@
  * momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a (2 + P) n, plus n in sync
  * mode, all in one allocation made at start.
  *
+ * Sizing: the range and the allocation follow from the model's size n
+ * (n_params). With [model] params = auto a shard starts unsized (n_params 0:
+ * an empty range, nothing allocated) and is sized once, when it learns n from
+ * rank 0's HELLO (server/router.c) or from a checkpoint (server/checkpoint.h);
+ * every other job's shard is sized by dcps_shard_new. An unsized shard is never
+ * initialised, so no push, pull or INIT reaches it.
+ *
  * Pull = delta (DESIGN §4): a worker holds the shard's mirror of it, tagged
  * with the version the mirror was last brought to. A pull from a worker that
  * holds the current tag is answered with a delta: the top k entries of
@@ -54,6 +61,7 @@ typedef struct {
 
 typedef struct dcps_shard {
     int index;
+    uint64_t n_params;   /* the model's size; 0: unsized (params = auto, not learnt yet) */
     dcps_range_t range;
     size_t n;            /* hi − lo */
     float *w;            /* n parameters; one allocation with state and bak */
@@ -89,9 +97,21 @@ typedef struct dcps_shard {
     dcps_staleness_t staleness;
 } dcps_shard_t;
 
-/* Allocates the store of shard `index` for cfg. Returns NULL on allocation
- * failure (DCPS_E_NOMEM in *err). */
+/* Allocates the store of shard `index` for cfg, sized for cfg->n_params, or
+ * unsized if that is 0 (params = auto). Returns NULL on allocation failure
+ * (DCPS_E_NOMEM in *err). */
 dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err);
+
+/* Sizes an unsized shard for a model of n_params parameters (n_params >= 1, and
+ * every shard of cfg owning some: dcps_config_check_size): its range of the
+ * shard map and the allocation dcps_shard_new makes for a sized one, once.
+ * Returns 0; DCPS_E_STATE if s is sized already, DCPS_E_INVAL if n_params is 0
+ * (nothing changes); DCPS_E_NOMEM if an allocation fails (s stays unsized). */
+int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params);
+
+/* Frees what dcps_shard_size allocated: s is unsized again (a checkpoint that
+ * sized it was refused). Counters, sequence numbers and version stay. */
+void dcps_shard_unsize(dcps_shard_t *s);
 
 /* Frees the store and sets *s to NULL. */
 void dcps_shard_destroy(dcps_shard_t **s);

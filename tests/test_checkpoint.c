@@ -2,9 +2,10 @@
  * that give the same state bit for bit, the choice of the newest usable file,
  * refusals (flipped byte, truncation, another job, shard, size or rule),
  * pruning, no temporary file left, dense pulls after a restore, the checks of
- * the directory; then through the daemon: a restart serves the parameters it
- * had, and a checkpoint_dir that is a file or holds only unusable checkpoints
- * stops it. */
+ * the directory, the size of an unsized shard (params = auto) taken from a
+ * file; then through the daemon: a restart serves the parameters it had, an
+ * auto shard keeps the size rank 0 gave, and a checkpoint_dir that is a file
+ * or holds only unusable checkpoints stops it. */
 #include <check.h>
 
 #include <dirent.h>
@@ -439,6 +440,39 @@ START_TEST(checkpoint_of_another_job_shard_size_or_rule_is_refused)
 }
 END_TEST
 
+/* [model] params = auto: an unsized shard takes its size from the file it
+ * restores, and is unsized again when that file is refused. */
+START_TEST(unsized_shard_is_sized_by_the_checkpoint_it_restores)
+{
+    box_t a, b, c;
+    char p[1024], got[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 7);
+    save(&a, 3, p);
+    const char *auto_[] = {"model.params=auto"};
+    ck_assert_int_eq(restore(&b, auto_, 1, got), 1);
+    ck_assert_str_eq(got, p);
+    ck_assert_uint_eq(b.s->n_params, 220);
+    ck_assert_uint_eq(b.s->range.lo, a.s->range.lo);
+    ck_assert_uint_eq(b.s->range.hi, a.s->range.hi);
+    assert_same(&a, &b);
+    ck_assert(b.s->initialized);
+
+    /* Refused after it was sized: unsized again, nothing allocated. */
+    const char *other[] = {"model.params=auto", "job.workers=4"};
+    ck_assert_int_eq(restore(&c, other, 2, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "3 workers, this job has 4"), "%s", err);
+    ck_assert_uint_eq(c.s->n_params, 0);
+    ck_assert_ptr_null(c.s->w);
+    ck_assert_uint_eq(c.s->n, 0);
+    ck_assert_uint_eq(dcps_shard_memory(c.s), (size_t)c.s->workers * 9);
+    box_free(&a);
+    box_free(&b);
+    box_free(&c);
+}
+END_TEST
+
 START_TEST(a_file_that_is_no_checkpoint_is_refused)
 {
     box_t b;
@@ -694,6 +728,97 @@ START_TEST(restarted_server_serves_exactly_the_parameters_it_had)
 }
 END_TEST
 
+/* A client of rank 0 whose model has n parameters, for a job with params =
+ * auto (dcps_client_open has no size to give). NULL with *rc and e if refused. */
+static dcps_client_t *connect_sized(const char *job, const char *endpoint, uint64_t n, int *rc,
+                                    char *e, size_t elen)
+{
+    char set[300];
+    dcps_config_t cfg;
+    snprintf(set, sizeof set, "servers.shards=%s", endpoint);
+    const char *ov[] = {set};
+    ck_assert_int_eq(dcps_config_load(&cfg, job, ov, 1, e, elen), 0);
+    ck_assert_uint_eq(cfg.n_params, 0);
+    cfg.n_params = n;
+    return dcps_client_new(&cfg, 0, rc, e, elen);
+}
+
+/* Starts shard 0 of job into *srv (its endpoint in ep) and returns its log so far. */
+static const char *restart(const char *job, char *ep, pid_t *srv)
+{
+    *srv = h_server(job, 0, ep);
+    ck_assert_msg(*srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    return h_slurp(h_path("server0", "err"));
+}
+
+/* [model] params = auto: the size rank 0 gave survives a restart through the
+ * checkpoint (a worker of another size is refused, naming both); a restart
+ * without a checkpoint is unsized again. */
+START_TEST(auto_shard_restarted_from_a_checkpoint_keeps_its_size)
+{
+    char ep[256], e[512], job[512];
+    int rc;
+    const char *dir = ckdir();
+    const char *text = h_slurp(server_job(dir));
+    char with_auto[4096];
+    snprintf(with_auto, sizeof with_auto, "%s[model]\n", text);
+    /* server_job's [model] section comes before; a second [model] header is
+     * the same section to libinih. */
+    snprintf(with_auto + strlen(with_auto), sizeof with_auto - strlen(with_auto),
+             "params = auto\n");
+    snprintf(job, sizeof job, "%s", h_write("auto.ini", with_auto));
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    /* 300, not the 210 of the job's layers: the size comes from rank 0. */
+    dcps_client_t *c = connect_sized(job, ep, 300, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    float w[300], g[300], before[300], after[300];
+    for (size_t j = 0; j < 300; j++)
+        w[j] = (float)cos(0.3 * (double)j);
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    for (int step = 0; step < 4; step++) {
+        ck_assert_int_eq(dcps_client_pull(c, w), 0);
+        for (size_t j = 0; j < 300; j++)
+            g[j] = w[j] * 0.5f + 0.01f * (float)step;
+        ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    }
+    ck_assert_int_eq(dcps_client_pull(c, before), 0);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0); /* the final checkpoint */
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "waits for rank 0 to size the model"), "%s", log);
+    ck_assert_msg(strstr(log, "rank 0's model has 300 parameters: this shard serves [0, 300)"),
+                  "%s", log);
+    ck_assert_msg(strstr(log, "final checkpoint "), "%s", log);
+
+    log = restart(job, ep, &srv);
+    ck_assert_msg(strstr(log, "(version 4, initialised)") &&
+                      strstr(log, "serves parameters [0, 300) of 300"),
+                  "%s", log);
+    /* Whoever comes first, the size is the checkpoint's. */
+    ck_assert_ptr_null(connect_sized(job, ep, 210, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "worker's model has 210 parameters, this job has 300"), "%s", e);
+    c = connect_sized(job, ep, 300, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_int_eq(dcps_client_initialized(c), 1);
+    ck_assert_int_eq(dcps_client_pull(c, after), 0);
+    ck_assert_int_eq(memcmp(before, after, sizeof before), 0);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+
+    /* Without a checkpoint, nothing says the size: unsized until rank 0. */
+    char moved[600];
+    snprintf(moved, sizeof moved, "%s/../ckpt-old", dir);
+    ck_assert_int_eq(rename(dir, moved), 0);
+    log = restart(job, ep, &srv);
+    ck_assert_msg(strstr(log, "no checkpoint in ") &&
+                      strstr(log, "waits for rank 0 to size the model"),
+                  "%s", log);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+}
+END_TEST
+
 START_TEST(failed_final_checkpoint_makes_the_exit_status_1)
 {
     char ep[256], job[512], moved[600];
@@ -772,6 +897,7 @@ int main(void)
     tcase_add_test(tc, flipped_byte_is_refused_and_the_previous_one_is_used);
     tcase_add_test(tc, truncated_checkpoint_is_refused);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
+    tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);
     tcase_add_test(tc, empty_directory_means_starting_fresh);
     tcase_add_test(tc, restore_into_a_shard_that_has_parameters_is_refused);
@@ -784,6 +910,7 @@ int main(void)
     tcase_add_checked_fixture(daemon, setup, teardown);
     tcase_set_timeout(daemon, 60);
     tcase_add_test(daemon, restarted_server_serves_exactly_the_parameters_it_had);
+    tcase_add_test(daemon, auto_shard_restarted_from_a_checkpoint_keeps_its_size);
     tcase_add_test(daemon, failed_final_checkpoint_makes_the_exit_status_1);
     tcase_add_test(daemon, server_with_a_checkpoint_dir_that_is_a_file_does_not_start);
     tcase_add_test(daemon, server_with_only_unusable_checkpoints_does_not_start);

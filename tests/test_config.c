@@ -556,6 +556,103 @@ START_TEST(more_shards_than_parameter_blocks_are_refused)
 }
 END_TEST
 
+/* [model] params: layers (the default: n from the layers, as before the key
+ * existed), auto (n unknown, 0, until a program learns it) or n itself. */
+START_TEST(params_is_layers_auto_or_a_count)
+{
+    expect_ok("[model]\nlayers = 10,10\n");
+    ck_assert_uint_eq(cfg.params, DCPS_PARAMS_LAYERS);
+    ck_assert_uint_eq(cfg.n_params, 110);
+    expect_ok("[model]\nlayers = 10,10\nparams = layers\n");
+    ck_assert_uint_eq(cfg.n_params, 110);
+    expect_ok("[model]\nlayers = 10,10\nparams = auto\n");
+    ck_assert_uint_eq(cfg.params, DCPS_PARAMS_AUTO);
+    ck_assert_uint_eq(cfg.n_params, 0);
+    ck_assert_uint_eq(dcps_config_layers_params(&cfg), 110); /* what dcps-worker's MLP has */
+    expect_ok("[model]\nlayers = 10,10\nparams = 4294967295\n");
+    ck_assert_uint_eq(cfg.n_params, 4294967295u);
+    const char *ov[] = {"model.params=AUTO"};
+    ck_assert_int_eq(load(NULL, 1, ov), 0);
+    ck_assert_uint_eq(cfg.n_params, 0);
+    /* The last word wins, in either direction. */
+    const char *back[] = {"model.params=auto", "model.params=1000"};
+    ck_assert_int_eq(load(NULL, 2, back), 0);
+    ck_assert_uint_eq(cfg.n_params, 1000);
+}
+END_TEST
+
+START_TEST(bad_params_are_named_in_the_error)
+{
+    static const char *const bad[] = {"0", "-1", "4294967296", "12k", "automatic", "", "1e6"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[128], want[256];
+        snprintf(text, sizeof text, "[model]\nparams = %s\n", bad[i]);
+        snprintf(want, sizeof want,
+                 ":2: [model] params: \"%s\" is not layers, auto or a parameter count in "
+                 "[1, 4294967295]",
+                 bad[i]);
+        expect_file_error(text, want);
+    }
+    expect_set_error("model.params=none",
+                     "--set 2: [model] params: \"none\" is not layers, auto or a parameter count "
+                     "in [1, 4294967295]");
+}
+END_TEST
+
+/* An explicit count is checked against the shards as layers are; auto is
+ * checked once n is known (dcps_config_check_size, by the shard). */
+START_TEST(params_too_few_for_the_shards_are_refused_when_known)
+{
+    expect_file_error("[servers]\nshards = inproc://a,inproc://b,inproc://c\n[model]\n"
+                      "params = 128\n",
+                      ": [model] params = 128 gives 128 parameters, too few for the 3 [servers] "
+                      "shards: shard 0 would own none");
+    expect_ok("[servers]\nshards = inproc://a,inproc://b,inproc://c\n[model]\nparams = 129\n");
+    expect_ok("[servers]\nshards = inproc://a,inproc://b,inproc://c\n[model]\nlayers = 10,10\n"
+              "params = auto\n");
+    char why[256];
+    ck_assert_int_eq(dcps_config_check_size(&cfg, 110, why, sizeof why), DCPS_E_SIZE);
+    ck_assert_str_eq(why, "110 parameters, too few for the 3 [servers] shards: shard 0 would own "
+                          "none");
+    ck_assert_int_eq(dcps_config_check_size(&cfg, 0, why, sizeof why), DCPS_E_SIZE);
+    ck_assert_str_eq(why, "0 parameters, outside [1, 4294967295] (indices are 32-bit on the wire)");
+    ck_assert_int_eq(dcps_config_check_size(&cfg, 129, why, sizeof why), 0);
+    ck_assert_int_eq(dcps_config_check_size(&cfg, 1ull << 32, why, sizeof why), DCPS_E_SIZE);
+}
+END_TEST
+
+/* The key reads back as written, and cannot change on SIGHUP. */
+START_TEST(params_writes_back_and_is_not_reloaded)
+{
+    static const char *const values[] = {"layers", "auto", "123456"};
+    for (size_t i = 0; i < 3; i++) {
+        char set[64], written[256];
+        snprintf(set, sizeof set, "model.params=%s", values[i]);
+        const char *ov[] = {set};
+        ck_assert_int_eq(load(NULL, 1, ov), 0);
+        dcps_config_t want = cfg;
+        snprintf(written, sizeof written, "%s/params.ini", dir);
+        FILE *f = fopen(written, "w");
+        ck_assert_ptr_nonnull(f);
+        dcps_config_write(&want, f);
+        fclose(f);
+        ck_assert_int_eq(dcps_config_load(&cfg, written, NULL, 0, err, sizeof err), 0);
+        ck_assert_uint_eq(cfg.params, want.params);
+        ck_assert_uint_eq(cfg.n_params, want.n_params);
+        unlink(written);
+    }
+    dcps_config_t run, next;
+    char changes[256], refused[256];
+    const char *a[] = {"model.params=auto"}, *b[] = {"model.params=layers"};
+    ck_assert_int_eq(dcps_config_load(&run, NULL, a, 1, err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_load(&next, NULL, b, 1, err, sizeof err), 0);
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused,
+                                        sizeof refused),
+                     DCPS_E_CONFIG);
+    ck_assert_str_eq(refused, "[model] params auto -> layers");
+}
+END_TEST
+
 START_TEST(dead_after_must_exceed_heartbeat)
 {
     expect_file_error("[server]\nheartbeat_ms = 1000\ndead_after_ms = 1000\n",
@@ -851,8 +948,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 54);
-    ck_assert_int_eq(docs, 54);
+    ck_assert_int_eq(keys, 55);
+    ck_assert_int_eq(docs, 55);
     free(text);
 }
 END_TEST
@@ -977,6 +1074,10 @@ int main(void)
     tcase_add_test(tc, too_many_layers_are_refused);
     tcase_add_test(tc, model_with_2_to_the_32_parameters_is_refused);
     tcase_add_test(tc, more_shards_than_parameter_blocks_are_refused);
+    tcase_add_test(tc, params_is_layers_auto_or_a_count);
+    tcase_add_test(tc, bad_params_are_named_in_the_error);
+    tcase_add_test(tc, params_too_few_for_the_shards_are_refused_when_known);
+    tcase_add_test(tc, params_writes_back_and_is_not_reloaded);
     tcase_add_test(tc, dead_after_must_exceed_heartbeat);
     tcase_add_test(tc, curve_is_refused_only_by_a_libzmq_without_it);
     tcase_add_test(tc, compressed_push_and_pull_and_the_pipeline_are_supported);

@@ -1,17 +1,23 @@
 /* dcps — integration tests: real dcps-server and dcps-worker processes on
- * 127.0.0.1, trained on the real Fashion-MNIST files. */
+ * 127.0.0.1, trained on the real Fashion-MNIST files; and [model] params =
+ * auto, the shards learning the model's size from rank 0, with dcps-worker and
+ * with the client library in this process. */
 #include <check.h>
 
 #include "tests/check_run.h"
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "kernels/gpu.h"
 #include "tests/harness.h"
+#include "worker/dcps.h"
 #include "worker/trainer.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
@@ -309,6 +315,229 @@ START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
 }
 END_TEST
 
+/* --- [model] params = auto: the shards learn the model's size from rank 0 ------- */
+
+/* The MLP 784,64,10 of job(): what dcps-worker's model has. */
+#define MLP_PARAMS 50890
+
+/* Writes the job of these tests, job() with params = auto, into j (512 bytes:
+ * a copy, since h_path's buffers rotate) if j is empty; starts both its shards
+ * and puts "servers.shards=..." in shards (600). */
+static void two_shards(char *j, pid_t *s, char *shards)
+{
+    char ep0[256], ep1[256];
+    if (!*j)
+        snprintf(j, 512, "%s", job("auto.ini", "[model]\nparams = auto\n"));
+    s[0] = h_server(j, 0, ep0);
+    s[1] = h_server(j, 1, ep1);
+    ck_assert_int_gt(s[0], 0);
+    ck_assert_int_gt(s[1], 0);
+    snprintf(shards, 600, "servers.shards=%s,%s", ep0, ep1);
+}
+
+/* A client of `rank` for job j on those shards, its model of n parameters
+ * (params = auto: the caller gives n). NULL with *rc and e if refused. */
+static dcps_client_t *client(const char *j, const char *shards, int rank, uint64_t n,
+                             bool impatient, int *rc, char *e, size_t elen)
+{
+    dcps_config_t cfg;
+    /* Impatient: asks for at most 100 + 200 ms. */
+    const char *ov[] = {shards, "worker.timeout_ms=100", "worker.retries=1"};
+    ck_assert_int_eq(dcps_config_load(&cfg, j, ov, impatient ? 3 : 1, e, elen), 0);
+    ck_assert_uint_eq(cfg.n_params, 0);
+    cfg.n_params = n;
+    return dcps_client_new(&cfg, rank, rc, e, elen);
+}
+
+/* Rank 1 starts first and waits for rank 0 to size the shards, then both
+ * train the MLP to the end: no job file gives the size. */
+START_TEST(auto_sized_job_trains_to_the_end_whichever_rank_starts_first)
+{
+    char shards[600], j[512] = "";
+    pid_t s[2], w[2];
+    two_shards(j, s, shards);
+    for (int r = 1; r >= 0; r--) {
+        char rank[16], tag[32];
+        snprintf(rank, sizeof rank, "%d", r);
+        snprintf(tag, sizeof tag, "auto%d", r);
+        const char *argv[] = {"--config", j, "--rank", rank, "--set", shards, "--set",
+                              "data.train_limit=4000", "--set", "data.epochs=1", NULL};
+        w[r] = h_spawn("dcps-worker", tag, argv);
+        if (r == 1) {
+            /* It says it waits, and goes on waiting. */
+            for (int i = 0; i < 500 && !strstr(h_slurp(h_path(tag, "err")), "waiting up to"); i++)
+                usleep(10000);
+            ck_assert_msg(strstr(h_slurp(h_path(tag, "err")), "rank 0 has not said HELLO"),
+                          "rank 1 said: %s", h_slurp(h_path(tag, "err")));
+            usleep(300000);
+            ck_assert_int_eq(h_running(w[1]), 1);
+        }
+    }
+    double acc[2];
+    for (int r = 0; r < 2; r++) {
+        const char *tag = r ? "auto1" : "auto0";
+        int st = h_wait(w[r], 300000);
+        ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, h_slurp(h_path(tag, "err")));
+        const char *out = h_slurp(h_path(tag, "out"));
+        acc[r] = h_final(out, "test_acc");
+        ck_assert_msg(acc[r] >= 0.6, "worker %d test_acc %g", r, acc[r]);
+        ck_assert_double_eq(h_final(out, "steps"), 2000 / 32 + 1); /* the last batch partial */
+        ck_assert_double_ge(h_final(out, "bytes_pushed"), 63.0 * MLP_PARAMS * 4);
+    }
+    ck_assert_double_eq(acc[0], acc[1]);
+    for (int i = 0; i < 2; i++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "server%d", i);
+        ck_assert_int_eq(h_stop(s[i], 5000), 0);
+        const char *log = h_slurp(h_path(tag, "err"));
+        ck_assert_msg(strstr(log, "waits for rank 0 to size the model") &&
+                          strstr(log, "rank 0's model has 50890 parameters: this shard serves ") &&
+                          strstr(log, i ? "[25472, 50890)" : "[0, 25472)"),
+                      "%s", log);
+        /* The early HELLOs are not bad messages. */
+        ck_assert_msg(strstr(log, " 0 bad messages"), "%s", log);
+    }
+}
+END_TEST
+
+/* A worker whose model is not the size rank 0 gave stops at HELLO, with a
+ * sentence naming both sizes, and pushes nothing: rank 0 initialised the
+ * shards, so it would otherwise have trained. */
+START_TEST(worker_of_another_size_is_refused_before_its_first_push)
+{
+    char shards[600], e[1024], j[512] = "";
+    pid_t s[2];
+    int rc;
+    two_shards(j, s, shards);
+    dcps_client_t *c0 = client(j, shards, 0, MLP_PARAMS, false, &rc, e, sizeof e);
+    ck_assert_msg(c0 != NULL, "%s", e);
+    float *w = calloc(MLP_PARAMS, sizeof *w);
+    ck_assert_int_eq(dcps_client_init(c0, w), 0);
+    free(w);
+    /* dcps-worker with a smaller MLP: 784*32+32+32*10+10 = 25450. */
+    const char *argv[] = {"--config", j, "--rank", "1", "--set", shards, "--set",
+                          "model.layers=784,32,10", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "other", argv), 60000);
+    const char *err = h_slurp(h_path("other", "err"));
+    ck_assert_msg(st == 1, "exit status %d: %s", st, err);
+    ck_assert_msg(strstr(err, "refused HELLO") &&
+                      strstr(err, "worker's model has 25450 parameters, this job has 50890"),
+                  "worker said: %s", err);
+    /* The library says the same to its caller. */
+    ck_assert_ptr_null(client(j, shards, 1, 1000, false, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "worker's model has 1000 parameters, this job has 50890"), "%s", e);
+    dcps_client_close(&c0);
+    for (int i = 0; i < 2; i++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "server%d", i);
+        ck_assert_int_eq(h_stop(s[i], 5000), 0);
+        const char *log = h_slurp(h_path(tag, "err"));
+        ck_assert_msg(strstr(log, "stopped: version 0, 0 pushes") &&
+                          strstr(log, "0 dropped), 0 pulls"),
+                      "%s", log);
+    }
+}
+END_TEST
+
+/* Rank 0's size is untrusted: too few for the shards, or more than auto
+ * accepts, is refused with a sentence, the shard stays unsized and serves the
+ * next HELLO; a size of 0 is refused by the client itself. */
+START_TEST(rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on)
+{
+    char shards[600], e[1024], j[512] = "";
+    pid_t s[2];
+    int rc;
+    two_shards(j, s, shards);
+    ck_assert_ptr_null(client(j, shards, 0, 64, false, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "rank 0's model has 64 parameters, too few for the 2 [servers] "
+                            "shards: shard 0 would own none"),
+                  "%s", e);
+    ck_assert_ptr_null(client(j, shards, 0, DCPS_PARAMS_AUTO_MAX + 1, false, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "rank 0's model has 1073741825 parameters, more than the 1073741824 "
+                            "that [model] params = auto accepts"),
+                  "%s", e);
+    ck_assert_ptr_null(client(j, shards, 0, 0, false, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_CONFIG);
+    ck_assert_msg(strstr(e, "params = auto") && strstr(e, "n_params"), "%s", e);
+    dcps_client_t *c = client(j, shards, 0, 129, false, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_uint_eq(dcps_client_num_params(c), 129);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(s[0], 5000), 0);
+    ck_assert_int_eq(h_stop(s[1], 5000), 0);
+    ck_assert_ptr_nonnull(
+        strstr(h_slurp(h_path("server1", "err")), "rank 0's model has 129 parameters"));
+}
+END_TEST
+
+/* dcps-worker trains the MLP of [model] layers: an explicit params of another
+ * size is refused before anything starts (emulated compute takes any size). */
+START_TEST(worker_refuses_a_params_that_is_not_its_mlps)
+{
+    const char *j = job("job.ini", "[model]\nparams = 1000\n");
+    const char *argv[] = {"--config", j, "--rank", "0", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "params", argv), 10000);
+    const char *err = h_slurp(h_path("params", "err"));
+    ck_assert_msg(st == 2, "exit status %d: %s", st, err);
+    ck_assert_msg(strstr(err, "[model] params = 1000, but the MLP of [model] layers has 50890 "
+                              "parameters"),
+                  "worker said: %s", err);
+}
+END_TEST
+
+struct early {
+    const char *job, *shards;
+    int rc;
+    bool done;
+    dcps_client_t *c;
+    char e[1024];
+};
+
+static void *early_hello(void *arg)
+{
+    struct early *x = arg;
+    x->c = client(x->job, x->shards, 1, MLP_PARAMS, false, &x->rc, x->e, sizeof x->e);
+    __atomic_store_n(&x->done, true, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* dcps_client_new of rank 1 before rank 0 has said HELLO waits (the shards
+ * answer NOTREADY, and it asks again) and returns once rank 0 has; with no
+ * rank 0 it gives up after the bounded wait, saying why. */
+START_TEST(hello_before_rank_0_waits_then_succeeds)
+{
+    char shards[600], e[1024], j[512] = "";
+    pid_t s[2];
+    int rc;
+    two_shards(j, s, shards);
+    struct early x = {.job = j, .shards = shards};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, early_hello, &x), 0);
+    usleep(700000);
+    ck_assert_msg(!__atomic_load_n(&x.done, __ATOMIC_ACQUIRE), "rank 1 did not wait: %s", x.e);
+    dcps_client_t *c0 = client(j, shards, 0, MLP_PARAMS, false, &rc, e, sizeof e);
+    ck_assert_msg(c0 != NULL, "%s", e);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_msg(x.c != NULL, "rank 1: %s", x.e);
+    ck_assert_uint_eq(dcps_client_num_params(x.c), MLP_PARAMS);
+    dcps_client_close(&x.c);
+    dcps_client_close(&c0);
+    ck_assert_int_eq(h_stop(s[0], 5000), 0);
+    ck_assert_int_eq(h_stop(s[1], 5000), 0);
+
+    /* Bounded: 100 + 200 ms, the retries of an unanswered request. */
+    two_shards(j, s, shards);
+    ck_assert_ptr_null(client(j, shards, 1, MLP_PARAMS, true, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_NOTREADY);
+    ck_assert_msg(strstr(e, "rank 0 has not said HELLO to this shard; asked for 0.") &&
+                      strstr(e, "is rank 0 running?"),
+                  "%s", e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("integration");
@@ -323,6 +552,11 @@ int main(void)
     tcase_add_test(tc, worker_with_a_bad_data_file_exits_naming_it);
     tcase_add_test(tc, synthetic_gradients_are_seeded_per_rank_and_move_each_step);
     tcase_add_test(tc, emulated_compute_sleeps_and_pushes_model_sized_gradients);
+    tcase_add_test(tc, auto_sized_job_trains_to_the_end_whichever_rank_starts_first);
+    tcase_add_test(tc, worker_of_another_size_is_refused_before_its_first_push);
+    tcase_add_test(tc, rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on);
+    tcase_add_test(tc, hello_before_rank_0_waits_then_succeeds);
+    tcase_add_test(tc, worker_refuses_a_params_that_is_not_its_mlps);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -526,26 +526,51 @@ static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
     return 0;
 }
 
+/* How often a HELLO is asked again while a shard waits for rank 0 to size the
+ * model (NOTREADY), at most. */
+#define NOTREADY_EVERY_MS 100
+
 /* Says HELLO to every shard. A shard that still hears this rank's previous
  * process refuses (DCPS_E_LIVE) until that one has been silent for
- * dead_after_ms: asked again until then. The clock starts at the earliest step
- * a shard expects from this rank. */
+ * dead_after_ms: asked again until then. A shard of a [model] params = auto
+ * job that has not heard rank 0 yet does not know the model's size and answers
+ * DCPS_E_NOTREADY: asked again every NOTREADY_EVERY_MS (or heartbeat_ms, if
+ * shorter) for as long as the retries of an unanswered request would wait, so
+ * the ranks may start in any order. The clock starts at the earliest step a
+ * shard expects from this rank. */
 static int hello(dcps_client_t *c)
 {
     slot_t slots[DCPS_MAX_SHARDS];
-    double until = now_ms() + c->cfg.dead_after_ms + 2.0 * c->cfg.heartbeat_ms;
+    double start = now_ms(), until = start + c->cfg.dead_after_ms + 2.0 * c->cfg.heartbeat_ms;
+    double patience = 0;
+    for (int a = 0; a <= c->cfg.retries; a++)
+        patience += attempt_wait(c->cfg.timeout_ms, a);
+    int every = c->cfg.heartbeat_ms < NOTREADY_EVERY_MS ? c->cfg.heartbeat_ms : NOTREADY_EVERY_MS;
     uint64_t first = UINT64_MAX;
     int rc;
+    bool told = false;
     for (;;) {
         slots_all(c, slots, DCPS_MSG_HELLO, DCPS_MSG_WELCOME);
         for (int s = 0; s < c->cfg.n_shards; s++)
             slots[s].req.n_params = c->cfg.n_params;
         rc = exchange(c, slots, on_welcome, &first, c->cfg.timeout_ms, c->cfg.retries + 1);
-        if (rc != DCPS_E_LIVE || now_ms() > until)
+        if (rc == DCPS_E_LIVE && now_ms() <= until) {
+            nanosleep(&(struct timespec){c->cfg.heartbeat_ms / 1000,
+                                         (c->cfg.heartbeat_ms % 1000) * 1000000L},
+                      NULL);
+        } else if (rc == DCPS_E_NOTREADY && now_ms() <= start + patience) {
+            if (!told)
+                DCPS_INFO("%s; waiting up to %.1f s", c->err, patience / 1000);
+            told = true;
+            nanosleep(&(struct timespec){every / 1000, (every % 1000) * 1000000L}, NULL);
+        } else {
             break;
-        nanosleep(&(struct timespec){c->cfg.heartbeat_ms / 1000,
-                                     (c->cfg.heartbeat_ms % 1000) * 1000000L},
-                  NULL);
+        }
+    }
+    if (rc == DCPS_E_NOTREADY) {
+        char why[sizeof c->err];
+        snprintf(why, sizeof why, "%s", c->err);
+        fail(c, rc, "%s; asked for %.1f s: is rank 0 running?", why, (now_ms() - start) / 1000);
     }
     if (rc == 0 && first != UINT64_MAX && first > c->clock)
         c->clock = first;
@@ -610,6 +635,13 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
     }
     c->cfg = *cfg;
     c->rank = rank;
+    if (cfg->n_params == 0) {
+        rc = fail(c, DCPS_E_CONFIG,
+                  "the model's size is not known: with [model] params = auto, the program "
+                  "sets the configuration's n_params to its model's parameter count before "
+                  "it opens the client");
+        goto fail;
+    }
     /* Sequence numbers start from the clock, so a restarted worker's pushes are
      * never mistaken for retries of its previous life's. */
     struct timespec ts;

@@ -7,6 +7,7 @@
  * file or option (nothing was started), a [security] key missing included. */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,21 @@ int main(int argc, char **argv)
     if (rank >= cfg->workers) {
         fprintf(stderr, "dcps-worker: --rank %ld: %s has [job] workers = %d (ranks 0 to %d)\n",
                 rank, config, cfg->workers, cfg->workers - 1);
+        free(cfg);
+        return 2;
+    }
+    /* This program's model is the MLP of [model] layers; with params = auto the
+     * shards learn its size from rank 0. Only emulated compute (no model) takes
+     * another size. */
+    uint64_t mlp = dcps_config_layers_params(cfg);
+    if (cfg->params == DCPS_PARAMS_AUTO)
+        cfg->n_params = mlp;
+    if (cfg->n_params != mlp && cfg->compute_ms == 0) {
+        fprintf(stderr,
+                "dcps-worker: %s: [model] params = %" PRIu64 ", but the MLP of [model] layers "
+                "has %" PRIu64 " parameters: use params = layers or auto, or --compute-ms to "
+                "emulate a model of that size\n",
+                config, cfg->n_params, mlp);
         free(cfg);
         return 2;
     }
