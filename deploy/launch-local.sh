@@ -12,10 +12,9 @@
 #   -e       ephemeral ports: the shards bind tcp://127.0.0.1:* instead of the job's
 #            endpoints, so that several jobs (or test runs) can share the host
 #   -q       quiet: do not echo the workers' progress, only their final lines
-#   -- CMD   run CMD as each worker instead of dcps-worker (a PyTorch script, say), with
-#            DCPS_JOB (the job file), DCPS_RANK, DCPS_WORKERS and DCPS_SET (the -s
-#            overrides and the shards' endpoints, one SECTION.KEY=VALUE a line, which
-#            dcps.torch applies) in its environment
+#   -- CMD   run CMD as each worker instead of the built-in MLP (a PyTorch script with
+#            dcps.torch, say): dcps-worker -- CMD sets DCPS_JOB, DCPS_RANK, DCPS_WORKERS
+#            and DCPS_SET (the -s overrides and the shards' endpoints, one a line)
 #
 # It starts one dcps-server per entry of the job's [servers] shards, waits until each
 # has written its endpoint file (--endpoint-file), starts the workers (ranks 0 to N-1)
@@ -65,14 +64,13 @@ run=run
 ephemeral=0
 quiet=0
 sets=()
-setvals=()
 cmd=()
 [ $# -ge 1 ] || usage
 case "$1" in -h | --help) usage ;; -*) ;; *) job=$1; shift ;; esac
 while getopts ':w:s:b:d:eqh' opt; do
     case $opt in
     w) workers=$OPTARG ;;
-    s) sets+=(--set "$OPTARG"); setvals+=("$OPTARG") ;;
+    s) sets+=(--set "$OPTARG") ;;
     b) bindir=$OPTARG ;;
     d) run=$OPTARG ;;
     e) ephemeral=1 ;;
@@ -108,7 +106,6 @@ nshards=$(printf '%s' "${shards:-tcp://127.0.0.1:17001,tcp://127.0.0.1:17002}" |
 if [ -n "$workers" ]; then
     case $workers in '' | *[!0-9]* | 0) echo "launch-local.sh: -w: \"$workers\" is not a worker count" >&2; exit 2 ;; esac
     sets+=(--set "job.workers=$workers")
-    setvals+=("job.workers=$workers")
 else
     workers=${job_workers:-2}
 fi
@@ -165,7 +162,7 @@ bound=$(printf '%s\n' "${endpoints[@]}" | paste -sd, -)
 
 say "$workers worker(s) training; output in $run/worker<rank>.out"
 # One BLAS thread per worker: several workers on one host would fight over the cores.
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 wpids=()
 for ((r = 0; r < workers; r++)); do
     # stdout goes through tee on its own descriptor, not `worker | tee`: $! must be
@@ -176,14 +173,10 @@ for ((r = 0; r < workers; r++)); do
     else
         exec {out}>"$run/worker$r.out"
     fi
-    if [ ${#cmd[@]} -gt 0 ]; then
-        DCPS_JOB=$job DCPS_RANK=$r DCPS_WORKERS=$workers \
-            DCPS_SET=$(printf '%s\n' "${setvals[@]}" "servers.shards=$bound") \
-            "${cmd[@]}" >&$out 2>"$run/worker$r.log" &
-    else
-        "$bindir/dcps-worker" --config "$job" --rank "$r" --metrics "$run/worker$r.csv" \
-            "${sets[@]}" --set "servers.shards=$bound" >&$out 2>"$run/worker$r.log" &
-    fi
+    # With a command, dcps-worker checks the job and hands the worker's place to it.
+    "$bindir/dcps-worker" --config "$job" --rank "$r" --metrics "$run/worker$r.csv" \
+        "${sets[@]}" --set "servers.shards=$bound" ${cmd[@]+-- "${cmd[@]}"} \
+        >&$out 2>"$run/worker$r.log" &
     wpids+=($!)
     live[$!]=1
     exec {out}>&-

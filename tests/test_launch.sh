@@ -7,6 +7,8 @@
 # - deploy/slurm/dcps.sbatch, under stand-ins for scontrol and srun that run the
 #   tasks on this host (two "nodes" named localhost): both workers finish, the shards
 #   stop.
+# - both with "-- CMD": each worker runs CMD (through dcps-worker -- CMD) with the
+#   job, its rank and the overrides in DCPS_JOB, DCPS_RANK, DCPS_WORKERS, DCPS_SET.
 # Exit 77 (skip) without the Fashion-MNIST files.
 set -uo pipefail
 
@@ -46,6 +48,25 @@ else
     cat "$tmp/out"
 fi
 [ -z "$(leftovers)" ] && pass "no process left after a run" || fail "left running: $(leftovers)"
+
+# Any command as the workers (a dcps.torch script, say): dcps-worker -- CMD hands
+# it the job file, its rank, the worker count and the overrides with the shards'
+# bound endpoints.
+rc=0
+bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" -- \
+    sh -c 'printf "%s\n" "$DCPS_SET" >"$0/set$DCPS_RANK"
+           echo "final: rank=$DCPS_RANK workers=$DCPS_WORKERS job=$DCPS_JOB"' "$tmp" \
+    >"$tmp/out" 2>&1 || rc=$?
+if [ $rc -eq 0 ] && grep -q "^final: rank=0 workers=2 job=$(realpath "$job")\$" "$tmp/out" &&
+    grep -q '^final: rank=1 workers=2 ' "$tmp/out" &&
+    grep -qE '^servers\.shards=tcp://127\.0\.0\.1:[0-9]+,tcp://127\.0\.0\.1:[0-9]+$' "$tmp/set1" &&
+    grep -qx 'data.train_limit=2000' "$tmp/set0"; then
+    pass "launch-local.sh -- CMD: each worker runs CMD with DCPS_JOB, DCPS_RANK, DCPS_WORKERS, DCPS_SET"
+else
+    fail "launch-local.sh -- CMD: exit $rc"
+    cat "$tmp/out" "$tmp"/set* 2>/dev/null
+fi
+[ -z "$(leftovers)" ] && pass "no process left after a command run" || fail "left running: $(leftovers)"
 
 rc=0
 bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q -s optimizer.lr=99 >"$tmp/out" 2>&1 || rc=$?
@@ -130,4 +151,21 @@ else
     cat "$tmp/out" "$tmp"/submit/dcps-1/*.log
 fi
 [ -z "$(leftovers)" ] && pass "no process left after dcps.sbatch" || fail "left running: $(leftovers)"
+
+# dcps.sbatch JOB --set ... -- CMD: the overrides reach CMD too, with the shards.
+rc=0
+(cd "$tmp/submit" &&
+    PATH=$tmp/bin:$PATH SLURM_JOB_NODELIST=localhost SLURM_JOB_ID=2 SLURM_SUBMIT_DIR=$tmp/submit \
+        DCPS_BINDIR=$DCPS_BUILDDIR DCPS_PORT=$((20000 + RANDOM % 20000)) \
+        bash "$DCPS_SRCDIR/deploy/slurm/dcps.sbatch" "$job" --set data.epochs=1 -- \
+        sh -c 'echo "final: rank=$DCPS_RANK set=$(printf "%s" "$DCPS_SET" | tr "\n" " ")"' \
+        >"$tmp/out" 2>&1) || rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^final: rank=[01] set=servers.shards=tcp://[^ ]* .*data.epochs=1 $' \
+    "$tmp/out")" -eq 2 ]; then
+    pass "dcps.sbatch -- CMD: both workers run CMD with the overrides and the shards"
+else
+    fail "dcps.sbatch -- CMD: exit $rc"
+    cat "$tmp/out"
+fi
+[ -z "$(leftovers)" ] && pass "no process left after dcps.sbatch -- CMD" || fail "left running: $(leftovers)"
 exit $status

@@ -1,16 +1,23 @@
 /* dcps-worker — one worker rank of a training job.
  *
  * dcps-worker --config FILE --rank R [--set section.key=value]... [--metrics F]
+ * dcps-worker --config FILE --rank R [--set section.key=value]... -- COMMAND [ARG]...
+ *
+ * The first form trains the built-in MLP; the second checks the job and runs
+ * COMMAND (a PyTorch script with dcps.torch, say) as the worker instead.
  *
  * Exit status: 0 after the `final:` line, 1 when training fails (the reason is
  * logged: a shard that refuses this worker's CURVE key, say), 2 for a bad job
- * file or option (nothing was started), a [security] key missing included. */
+ * file or option (nothing was started), a [security] key missing included; with
+ * COMMAND, the command's own status, or 126/127 if it cannot be run. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -23,7 +30,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: dcps-worker --config FILE --rank R [options]\n"
+            "usage: dcps-worker --config FILE --rank R [options] [-- COMMAND [ARG]...]\n"
             "  -c, --config FILE        job file (INI)\n"
             "  -r, --rank R             this worker's rank, 0 to [job] workers - 1\n"
             "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
@@ -32,7 +39,49 @@ static void usage(FILE *out)
             "                           seeded synthetic gradient (= --set worker.compute_ms=MS)\n"
             "      --dump-config        print every key with default, range and doc\n"
             "  -V, --version            print the version\n"
-            "  -h, --help               this text\n");
+            "  -h, --help               this text\n"
+            "  -- COMMAND [ARG]...      run COMMAND as this worker instead of the built-in MLP,\n"
+            "                           with DCPS_JOB, DCPS_RANK, DCPS_WORKERS and DCPS_SET (the\n"
+            "                           --set overrides, one a line) in its environment\n");
+}
+
+/* Runs command as worker `rank` of the job in config, in place of this
+ * process (so that a service manager or srun signals the command itself). Its
+ * environment says which job and rank, as dcps.torch reads them: DCPS_JOB (the
+ * job file, absolute), DCPS_RANK, DCPS_WORKERS and DCPS_SET (the --set
+ * overrides, one a line). Returns only on failure: 127 if there is no such
+ * program, else 126, as a shell does. */
+static int run_command(char **command, const char *config, long rank, int workers,
+                       const char *const *overrides, size_t n_overrides)
+{
+    char path[PATH_MAX], num[32];
+    if (!realpath(config, path)) {
+        fprintf(stderr, "dcps-worker: %s: %s\n", config, strerror(errno));
+        return 2;
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < n_overrides; i++)
+        len += strlen(overrides[i]) + 1;
+    char *set = malloc(len), *at = set;
+    if (!set) {
+        fprintf(stderr, "dcps-worker: out of memory\n");
+        return 1;
+    }
+    *at = '\0';
+    for (size_t i = 0; i < n_overrides; i++)
+        at += sprintf(at, "%s\n", overrides[i]);
+    snprintf(num, sizeof num, "%ld", rank);
+    setenv("DCPS_JOB", path, 1);
+    setenv("DCPS_RANK", num, 1);
+    snprintf(num, sizeof num, "%d", workers);
+    setenv("DCPS_WORKERS", num, 1);
+    setenv("DCPS_SET", set, 1);
+    free(set);
+    fflush(stdout);
+    execvp(command[0], command);
+    int e = errno;
+    fprintf(stderr, "dcps-worker: cannot run %s: %s\n", command[0], strerror(e));
+    return e == ENOENT ? 127 : 126;
 }
 
 int main(int argc, char **argv)
@@ -106,7 +155,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind < argc) {
+    /* "-- COMMAND [ARG]...": the rest is the worker's program. */
+    char **command = NULL;
+    if (optind < argc && optind > 1 && strcmp(argv[optind - 1], "--") == 0)
+        command = argv + optind;
+    else if (optind < argc) {
         fprintf(stderr, "dcps-worker: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
@@ -133,6 +186,11 @@ int main(int argc, char **argv)
                 rank, config, cfg->workers, cfg->workers - 1);
         free(cfg);
         return 2;
+    }
+    if (command) {
+        int workers = cfg->workers;
+        free(cfg);
+        return run_command(command, config, rank, workers, overrides, n_overrides);
     }
     /* This program's model is the MLP of [model] layers; with params = auto the
      * shards learn its size from rank 0. Only emulated compute (no model) takes
