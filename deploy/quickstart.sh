@@ -5,6 +5,11 @@
 #                                (2 shards + 2 workers on 127.0.0.1), print the final lines
 #   deploy/quickstart.sh check   install what is missing, build, run the whole test suite,
 #                                then `make distcheck` with the CPU-only variant
+#   deploy/quickstart.sh torch-demo
+#                                install what is missing (python3-torch included), build,
+#                                train the PyTorch CNN of examples/torch/ with dcps.torch
+#                                (2 shards + 2 workers, Top-k 1% + error feedback, delta
+#                                pulls, DC-ASGD-a), print both workers' final: lines
 #
 # Both are idempotent: packages already there are not reinstalled and the build is
 # incremental (in build/). The demo stops everything it started, also on Ctrl-C.
@@ -111,11 +116,25 @@ do_demo() {
     exec deploy/launch-local.sh deploy/jobs/local.ini -b "$build" -d run
 }
 
+# The PyTorch demo: launch-local.sh runs examples/torch/fashion_cnn.py as each
+# worker (dcps-worker -- COMMAND), with the package from the build tree.
+do_torch_demo() {
+    if [ ! -f "$build/python/dcps/_dcps.so" ]; then
+        echo "quickstart.sh: $build has no Python package (configured without Python 3" \
+            "headers?): remove $build and run this again" >&2
+        exit 1
+    fi
+    say "2 shards and 2 dcps.torch workers train a CNN on Fashion-MNIST (examples/torch/fashion_cnn.ini)"
+    PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" exec deploy/launch-local.sh \
+        examples/torch/fashion_cnn.ini -b "$build" -d run -- "$py" examples/torch/fashion_cnn.py
+}
+
 case "${1:-}" in
 demo) install_missing && build_tree && do_demo ;;
+torch-demo) install_missing && build_tree && do_torch_demo ;;
 check) install_missing && build_tree && do_check ;;
 *)
-    echo "usage: $0 demo|check" >&2
+    echo "usage: $0 demo|check|torch-demo" >&2
     exit 2
     ;;
 esac

@@ -29,12 +29,14 @@ fi
 # Every installed file is where it belongs.
 expect=(
     "$bindir/dcps-server" "$bindir/dcps-worker"
-    "$includedir/dcps/dcps.h" "$includedir/dcps/error.h"
+    "$includedir/dcps/dcps.h" "$includedir/dcps/error.h" "$includedir/dcps/step.h"
     "$libdir/pkgconfig/dcps.pc" "$libdir/libdcps.la"
     "$mandir/man8/dcps-server.8" "$mandir/man1/dcps-worker.1" "$mandir/man5/dcps.conf.5"
     "$docdir/examples/local.ini" "$docdir/examples/cluster.ini"
     "$docdir/examples/launch-local.sh" "$docdir/examples/dcps.sbatch"
 )
+[ -n "$pkgpyexecdir" ] &&
+    expect+=("$pkgpyexecdir/__init__.py" "$pkgpyexecdir/torch.py" "$pkgpyexecdir/_dcps.so")
 [ -n "$systemdsystemunitdir" ] &&
     expect+=("$systemdsystemunitdir/dcps-server@.service" "$systemdsystemunitdir/dcps-worker@.service")
 missing=0
@@ -72,6 +74,7 @@ export PKG_CONFIG_PATH=$stage$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
 cat >"$tmp/prog.c" <<'EOF'
 #include <dcps/dcps.h>
 #include <dcps/error.h>
+#include <dcps/step.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,6 +89,10 @@ int main(int argc, char **argv)
     int code = 0;
     dcps_client_t *c = dcps_client_open(argc > 1 ? argv[1] : "", 0, NULL, 0, &code, err, sizeof err);
     if (c || code != DCPS_E_CONFIG || !new_fn || !close_fn)
+        return 1;
+    dcps_step_t *s = dcps_step_open(argc > 1 ? argv[1] : "", 0, NULL, 0, 100, &code, err,
+                                    sizeof err);
+    if (s || code != DCPS_E_CONFIG)
         return 1;
     printf("%s: %s\n", dcps_strerror(code), err);
     return strlen(err) > 0 ? 0 : 1;
@@ -102,6 +109,17 @@ elif ! out=$(LD_LIBRARY_PATH=$stage$libdir "$tmp/prog" "$tmp/no-such-job.ini"); 
     fail "the program built against libdcps misbehaves: $out"
 else
     pass "built with \`pkg-config --cflags --libs dcps\` ($flags); it says: $out"
+fi
+# The Python package, from the staged tree alone.
+if [ -n "$pkgpyexecdir" ]; then
+    if out=$(cd "$tmp" && PYTHONPATH=$stage${pkgpyexecdir%/dcps} "$PYTHON" -c \
+        'import dcps; print(dcps.__version__, dcps.__file__)' 2>&1) &&
+        [ "${out%% *}" = "$("$DCPS_BUILDDIR/dcps-server" --version | awk '{print $2}')" ] &&
+        case $out in *"$stage$pkgpyexecdir/__init__.py") true ;; *) false ;; esac; then
+        pass "the staged Python package imports: $out"
+    else
+        fail "the staged Python package: $out"
+    fi
 fi
 version=$($PKG_CONFIG --modversion dcps 2>/dev/null)
 [ "$version" = "$("$DCPS_BUILDDIR/dcps-server" --version | awk '{print $2}')" ] &&
