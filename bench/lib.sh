@@ -16,7 +16,7 @@
 : "${BUILD:?set BUILD to the build directory}"
 
 bench_machine() {
-    echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+    echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores"
 }
 
 bench_job() {

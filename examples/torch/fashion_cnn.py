@@ -14,6 +14,7 @@ import argparse
 import gzip
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -91,13 +92,14 @@ def main():
     train, test = load(args.data, "train"), load(args.data, "t10k")
     model = FashionCNN()
     worker = dt.Worker(model)  # job from DCPS_JOB, rank from DCPS_RANK
+    t0 = time.monotonic()
     epoch = worker.epoch
     for x, y in dt.shard(train):
         if worker.epoch != epoch:  # report the epoch just finished
             worker.wait()
             loss, acc = evaluate(model, test)
             print(f"rank={worker.rank} epoch={epoch} done: test_loss={loss:.4f} "
-                  f"test_acc={acc:.4f}", flush=True)
+                  f"test_acc={acc:.4f} elapsed_s={time.monotonic() - t0:.2f}", flush=True)
             epoch = worker.epoch
         loss = F.cross_entropy(model(x), y)
         loss.backward()

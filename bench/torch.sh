@@ -1,0 +1,177 @@
+#!/bin/bash
+# bench/torch.sh — dcps.torch against DistributedDataParallel, and its overhead over
+# dcps-worker, on this host's loopback.
+#
+#   bench/torch.sh [-b BUILD] [-o OUT] [-P "2 4"] [-e EPOCHS] [-x tta|overhead|all]
+#
+#   tta       time to accuracy on examples/torch/fashion_cnn.py's CNN (about 215,000
+#             parameters), batch 32 a worker, lr 0.1, EPOCHS epochs (default 5), for P
+#             in -P (default "2"), three systems:
+#               ddp        torch.nn.parallel.DistributedDataParallel over gloo, SGD
+#                          (bench/ddp_cnn.py; synchronous: gradients averaged)
+#               dcps_dense dcps.torch, 2 shards, async DC-ASGD-a, dense push and pull
+#               dcps_topk  dcps.torch, 2 shards, async DC-ASGD-a, Top-k 1% with error
+#                          feedback and delta pulls (examples/torch/fashion_cnn.ini)
+#             Each rank evaluates the whole test set after every epoch; rank 0's
+#             (elapsed_s, test_acc) pairs go to OUT/tta.csv, and the time to 0.88 is
+#             rank 0's elapsed time at the end of the first epoch at or above it
+#             (epoch granularity). Every run shares this machine's cores.
+#   overhead  the same MLP (784-256-128-10, one epoch of 60,000 examples, batch 64,
+#             async, dense, 2 shards, 1 worker) through dcps-worker (OpenBLAS computes)
+#             and through dcps.torch (python/tests/mlp_worker.py; PyTorch computes), 3
+#             runs each, alternating, and PyTorch's forward and backward alone (the
+#             same loop without dcps). OUT/overhead.csv: one row per run with the
+#             steady samples/s (the median of the progress windows of 32 steps, the
+#             first left out). dcps.torch's cost per step beyond its computation is
+#             its ms/step minus torch-compute-only's.
+#
+# Writes OUT/tta.csv, OUT/overhead.csv, OUT/summary.txt (with the machine) and, when
+# gnuplot is present, OUT/tta.png. OUT defaults to bench/results/<date>-torch.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$here/build
+OUT=
+PLIST="2"
+EPOCHS=5
+EXP=all
+while getopts 'b:o:P:e:x:' o; do
+    case $o in
+    b) BUILD=$(cd "$OPTARG" && pwd) ;;
+    o) OUT=$OPTARG ;;
+    P) PLIST=$OPTARG ;;
+    e) EPOCHS=$OPTARG ;;
+    x) EXP=$OPTARG ;;
+    *) sed -n '4,6p' "$0" >&2; exit 2 ;;
+    esac
+done
+export BUILD
+# shellcheck source=bench/lib.sh
+. "$here/bench/lib.sh"
+OUT=${OUT:-$here/bench/results/$(date +%F)-torch}
+mkdir -p "$OUT"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+"$py" -c 'import torch, dcps' || { echo "torch.sh: needs python3-torch and a build with Python" >&2; exit 1; }
+data=/usr/share/datasets/fashion-mnist
+run=$(mktemp -d)
+trap 'rm -rf "$run"' EXIT
+
+# rank 0's "epoch=E done: ... test_acc=A elapsed_s=T" lines as CSV rows
+epochs_of() { # SYSTEM P FILE
+    sed -n "s/^rank=0 epoch=\([0-9]*\) done: .*test_acc=\([0-9.]*\) elapsed_s=\([0-9.]*\).*/$1,$2,\1,\3,\2/p" "$3"
+}
+
+tta() {
+    echo "system,P,epoch,elapsed_s,test_acc" >"$OUT/tta.csv"
+    local P sys
+    for P in $PLIST; do
+        # DDP: P processes, a fresh port each time.
+        local port=$((20000 + RANDOM % 20000)) pids=()
+        for ((r = 0; r < P; r++)); do
+            "$py" "$here/bench/ddp_cnn.py" --world "$P" --rank "$r" --port "$port" \
+                --epochs "$EPOCHS" >"$run/ddp$r.out" 2>"$run/ddp$r.err" &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do wait "$p" || { cat "$run"/ddp*.err >&2; exit 1; }; done
+        epochs_of ddp "$P" "$run/ddp0.out" >>"$OUT/tta.csv"
+        for sys in dcps_dense dcps_topk; do
+            local sets=(-s "data.epochs=$EPOCHS")
+            [ $sys = dcps_dense ] && sets+=(-s compression.push=dense -s compression.pull=dense)
+            bash "$here/deploy/launch-local.sh" "$here/examples/torch/fashion_cnn.ini" -w "$P" \
+                -b "$BUILD" -d "$run/$sys" -e -q "${sets[@]}" -- \
+                "$py" "$here/examples/torch/fashion_cnn.py" >"$run/$sys.launch" 2>&1 ||
+                { cat "$run/$sys.launch" >&2; exit 1; }
+            epochs_of "$sys" "$P" "$run/$sys/worker0.out" >>"$OUT/tta.csv"
+            grep '^final:' "$run/$sys/worker0.out" | sed "s/^/$sys P=$P /" >>"$OUT/finals.txt"
+        done
+    done
+}
+
+overhead() {
+    local job=$run/mlp.ini i
+    bench_job "$job" torch-overhead 1 2 1 0.1 784,256,128,10
+    sed -i 's/^log_every = .*/log_every = 32/' "$job"
+    echo "path,run,samples_per_s" >"$OUT/overhead.csv"
+    local img=$data/train-images-idx3-ubyte.gz lab=$data/train-labels-idx1-ubyte.gz
+    for i in 1 2 3; do
+        bash "$here/deploy/launch-local.sh" "$job" -b "$BUILD" -d "$run/c" -e -q >/dev/null 2>&1
+        echo "dcps-worker,$i,$(steady "$run/c/worker0.out")" >>"$OUT/overhead.csv"
+        bash "$here/deploy/launch-local.sh" "$job" -b "$BUILD" -d "$run/t" -e -q -- "$py" \
+            "$here/python/tests/mlp_worker.py" --layers 784,256,128,10 --images "$img" \
+            --labels "$lab" >/dev/null 2>&1
+        echo "dcps.torch,$i,$(steady "$run/t/worker0.out")" >>"$OUT/overhead.csv"
+        "$py" - "$img" "$lab" "$i" <<'EOF' >>"$OUT/overhead.csv"
+import sys, time, numpy as np, torch, torch.nn.functional as F
+sys.path.insert(0, "examples/torch")
+from fashion_cnn import read_idx
+torch.set_num_threads(1)
+x = torch.from_numpy(read_idx(sys.argv[1]).reshape(-1, 784).astype(np.float32) / 255)
+y = torch.from_numpy(read_idx(sys.argv[2]).astype(np.int64))
+m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
+                        torch.nn.ReLU(), torch.nn.Linear(128, 10))
+perm = torch.randperm(len(y))
+t0 = time.monotonic()
+for at in range(0, len(y) - 63, 64):
+    sel = perm[at:at + 64]
+    F.cross_entropy(m(x[sel]), y[sel]).backward()
+    m.zero_grad()
+print(f"torch-compute-only,{sys.argv[3]},{(len(y) // 64 * 64) / (time.monotonic() - t0):.0f}")
+EOF
+    done
+}
+
+# The median samples_per_s of a worker's progress lines, the first window left out.
+steady() {
+    grep '^rank=0 step=' "$1" | sed -n '2,$s/.* samples_per_s=\([0-9]*\).*/\1/p' | sort -n |
+        awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+case $EXP in
+tta) tta ;;
+overhead) (cd "$here" && overhead) ;;
+all) tta; (cd "$here" && overhead) ;;
+*) echo "torch.sh: -x tta|overhead|all" >&2; exit 2 ;;
+esac
+
+{
+    echo "# bench/torch.sh -x $EXP -P \"$PLIST\" -e $EPOCHS, $(date -u +%FT%TZ)"
+    echo "# machine: $(bench_machine); loopback; every process shares these cores"
+    echo "# $("$py" -c 'import torch; print("torch", torch.__version__)')"
+    if [ -s "$OUT/tta.csv" ]; then
+        echo "time to test_acc >= 0.88 (rank 0, end of the first epoch at or above):"
+        awk -F, 'NR > 1 && $5 >= 0.88 && !(($1 "," $2) in seen) { seen[$1 "," $2] = 1
+                 printf "  %-10s P=%s  %7.1f s (epoch %s, test_acc %s)\n", $1, $2, $4, $3, $5 }' \
+            "$OUT/tta.csv"
+    fi
+    if [ -s "$OUT/overhead.csv" ]; then
+        echo "MLP 784-256-128-10, 1 worker, 2 shards, dense, batch 64: samples/s in the steady"
+        echo "state (median of the progress windows; median of 3 runs) and ms per step:"
+        for p in dcps-worker dcps.torch torch-compute-only; do
+            awk -F, -v p="$p" '$1 == p { print $3 }' "$OUT/overhead.csv" | sort -n |
+                awk -v p="$p" '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]
+                    printf "  %-20s %7.0f samples/s  %.3f ms/step\n", p, m, 64000 / m }'
+        done
+    fi
+} | tee "$OUT/summary.txt"
+
+command -v gnuplot >/dev/null && [ -s "$OUT/tta.csv" ] || exit 0
+for P in $PLIST; do
+    {
+        echo "set terminal pngcairo size 900,500 noenhanced"
+        echo "set output '$OUT/tta_P$P.png'"
+        echo "set title 'Fashion-MNIST CNN, P = $P workers, loopback, $(nproc --all) cores shared'"
+        echo "set xlabel 'elapsed s (rank 0)'; set ylabel 'test accuracy (rank 0)'; set key bottom right"
+        echo "set datafile separator ','; set grid"
+        printf "plot "
+        sep=
+        for sys in ddp dcps_dense dcps_topk; do
+            printf "%s'< grep \"^%s,%s,\" %s' using 4:5 with linespoints title '%s'" \
+                "$sep" "$sys" "$P" "$OUT/tta.csv" "$sys"
+            sep=", "
+        done
+        echo
+    } | gnuplot
+done
