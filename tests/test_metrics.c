@@ -304,6 +304,48 @@ START_TEST(scrape_counts_what_a_worker_did)
 }
 END_TEST
 
+/* [model] params = auto: before rank 0's HELLO the shard holds no parameters
+ * and says the model has 0; after it, the size rank 0 gave. */
+START_TEST(unsized_shard_reports_no_model_until_rank_0_sizes_it)
+{
+    int port = free_port(), rc;
+    char ep[256], shards[300], err[512];
+    const char *j = job_with(port, 1, "", "[model]\nparams = auto\n");
+    pid_t server = h_server(j, 0, ep);
+    ck_assert_msg(server > 0, "server did not start: %s", h_slurp(h_path("server0", "err")));
+    const char *r = "";
+    for (int i = 0; i < 100 && status_of(r) != 200; i++) {
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+        r = http(port, "GET", "/metrics");
+    }
+    const char *t = body_of(r);
+    check_format(t);
+    ck_assert_double_eq(sample(t, "dcps_model_params{shard=\"0\"}"), 0);
+    ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"parameters\"}"), 0);
+    ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
+                        8 + 1);
+
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+    const char *ov[] = {shards};
+    dcps_config_t cfg;
+    ck_assert_msg(dcps_config_load(&cfg, j, ov, 1, err, sizeof err) == 0, "%s", err);
+    cfg.n_params = 300; /* the caller's model: not the 210 of the job's layers */
+    dcps_client_t *cl = dcps_client_new(&cfg, 0, &rc, err, sizeof err);
+    ck_assert_msg(cl != NULL, "%s", err);
+    for (int i = 0; i < 100; i++) {
+        t = body_of(http(port, "GET", "/metrics"));
+        if (sample(t, "dcps_model_params{shard=\"0\"}") == 300)
+            break;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    ck_assert_double_eq(sample(t, "dcps_model_params{shard=\"0\"}"), 300);
+    ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"parameters\"}"),
+                        4 * 300);
+    dcps_client_close(&cl);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+}
+END_TEST
+
 /* Sync mode with one worker: every push closes a round, whose apply is timed
  * on its own. */
 START_TEST(sync_rounds_are_timed_apart_from_the_pushes)
@@ -428,6 +470,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, scrape_counts_what_a_worker_did);
     tcase_add_test(tc, sync_rounds_are_timed_apart_from_the_pushes);
+    tcase_add_test(tc, unsized_shard_reports_no_model_until_rank_0_sizes_it);
     tcase_add_test(tc, other_paths_get_404_other_methods_405_and_sigterm_frees_the_port);
     tcase_add_test(tc, taken_metrics_port_stops_the_server_before_it_binds);
     tcase_add_test(tc, metrics_listen_on_loopback_unless_told_otherwise);

@@ -183,6 +183,16 @@ START_TEST(under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads)
     ck_assert_int_eq(h_stop(srv, 10000), 0);
     read_notifications(sock, 200, got, sizeof got);
     ck_assert_msg(strstr(got, "STOPPING=1"), "got %s", got);
+
+    /* [model] params = auto: until rank 0 sizes the model, STATUS= says so. */
+    srv = h_server(h_write("auto.ini", "[job]\nname = reload\nworkers = 1\n[servers]\n"
+                                       "shards = tcp://127.0.0.1:*\n[model]\nparams = auto\n"),
+                   0, ep);
+    ck_assert_int_gt(srv, 0);
+    read_notifications(sock, 500, got, sizeof got);
+    ck_assert_msg(strstr(got, "STATUS=waiting for rank 0 to size the model; 0 of 1 workers live"),
+                  "got %s", got);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
     close(sock);
 }
 END_TEST
