@@ -180,6 +180,34 @@ class Refusals(unittest.TestCase):
                 os.environ.pop(k, None)
             job.close()
 
+    def test_params_auto_rank_1_of_another_size_is_refused_by_the_shards(self):
+        """[model] params = auto: rank 0's model sizes the shards; rank 1 with
+        another model is refused by them (SIZE, both sizes named) before it
+        pushes anything, and rank 0's model is left as it was."""
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        job = harness.Job(harness.job_text(model={"layers": None, "params": "auto"}), shards=2)
+        try:
+            torch.manual_seed(3)
+            big = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.Linear(64, 10))
+            small = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.Linear(32, 10))
+            before = [p.detach().clone() for p in big.parameters()]
+            w0 = dt.Worker(big, job=job.path, rank=0, overrides=[job.shards])
+            with self.assertRaises(dcps.SizeError) as cm:
+                dt.Worker(small, job=job.path, rank=1, overrides=[job.shards])
+            text = str(cm.exception)
+            self.assertIn(str(N), text)
+            self.assertIn(str(784 * 32 + 32 + 32 * 10 + 10), text)
+            self.assertEqual(w0.stats()["pushes"], 0)
+            w0.finish()  # exact pull: what the shards hold
+            for b, p in zip(before, big.parameters()):
+                self.assertTrue(torch.equal(b, p.detach()), "the shards' model changed")
+        finally:
+            job.close()
+
     def test_float64_and_missing_rank_are_refused_naming_the_parameter(self):
         import torch
 
