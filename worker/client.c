@@ -863,12 +863,13 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
 
 static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
+    const dcps_pull_sink_t *sink = arg;
     conn_t *k = &c->conn[s];
     const dcps_range_t *r = &k->range;
     const float *v;
     const uint32_t *idx;
     size_t n;
-    char why[DCPS_ERROR_TEXT_MAX];
+    char why[DCPS_ERROR_TEXT_MAX] = "";
     int rc;
     bool held = k->holds;
     k->holds = false; /* until this reply is known good */
@@ -879,12 +880,15 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
             rc = DCPS_E_STATE;
         }
         if (rc == 0)
-            dcps_scatter_add_cpu(arg, idx, v, n, 1.0f); /* as the shard did to its mirror */
+            rc = sink->delta(sink->arg, idx, v, n);
     } else {
         rc = dcps_codec_dense(m, r->hi - r->lo, &v, why, sizeof why);
         if (rc == 0)
-            memcpy((float *)arg + r->lo, v, (r->hi - r->lo) * sizeof *v);
+            rc = sink->dense(sink->arg, r->lo, v, r->hi - r->lo);
     }
+    if (rc != 0 && *why == '\0') /* the sink's own failure */
+        return fail(c, rc, "shard %d (%s): taking its PULL_REPLY: %s", s, c->cfg.shards[s],
+                    dcps_strerror(rc));
     if (rc != 0)
         return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY: %s", s, c->cfg.shards[s], why);
     k->pulled_version = m->param_version;
@@ -892,7 +896,20 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
     return 0;
 }
 
-static int pull(dcps_client_t *c, float *params, bool exact)
+/* The sink of a pull into a host array: what the shard sent, in place. */
+static int host_dense(void *arg, uint64_t lo, const float *v, size_t n)
+{
+    memcpy((float *)arg + lo, v, n * sizeof *v);
+    return 0;
+}
+
+static int host_delta(void *arg, const uint32_t *idx, const float *val, size_t k)
+{
+    dcps_scatter_add_cpu(arg, idx, val, k, 1.0f); /* as the shard did to its mirror */
+    return 0;
+}
+
+static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
 {
     slot_t slots[DCPS_MAX_SHARDS];
     slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
@@ -906,7 +923,8 @@ static int pull(dcps_client_t *c, float *params, bool exact)
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
     }
-    int rc = exchange(c, slots, on_pull_reply, params, c->cfg.timeout_ms, c->cfg.retries + 1);
+    int rc = exchange(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
+                      c->cfg.retries + 1);
     if (rc == 0) {
         c->stats.pulls++;
         c->stats.version = 0;
@@ -923,12 +941,19 @@ void dcps_client_set_pull_density(dcps_client_t *c, double density)
 
 int dcps_client_pull(dcps_client_t *c, float *params)
 {
-    return pull(c, params, false);
+    dcps_pull_sink_t sink = {host_dense, host_delta, params};
+    return pull(c, &sink, false);
 }
 
 int dcps_client_pull_exact(dcps_client_t *c, float *params)
 {
-    return pull(c, params, true);
+    dcps_pull_sink_t sink = {host_dense, host_delta, params};
+    return pull(c, &sink, true);
+}
+
+int dcps_client_pull_to(dcps_client_t *c, const dcps_pull_sink_t *sink, int exact)
+{
+    return pull(c, sink, exact != 0);
 }
 
 int dcps_client_done(dcps_client_t *c)

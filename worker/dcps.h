@@ -126,6 +126,23 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
  * restarted worker). The copy is then the shard's mirror, not exactly w. */
 int dcps_client_pull(dcps_client_t *c, float *params);
 
+/* A pull's destination other than a host array (device memory, say): each
+ * shard's reply that passed every check is handed over once, on the calling
+ * thread, before dcps_client_pull_to returns. dense: the range [lo, lo + n) of
+ * the model is v; delta: add val[j] at global index idx[j] (ascending, within
+ * one shard's range), as the shard did to its mirror. v, idx and val are valid
+ * only during the call. A nonzero return fails the pull with that code. */
+typedef struct {
+    int (*dense)(void *arg, uint64_t lo, const float *v, size_t n);
+    int (*delta)(void *arg, const uint32_t *idx, const float *val, size_t k);
+    void *arg;
+} dcps_pull_sink_t;
+
+/* dcps_client_pull (exact = 0) or dcps_client_pull_exact (exact != 0) into a
+ * sink. The same rules: with pull = delta the sink's target must be what the
+ * previous pull left there. */
+int dcps_client_pull_to(dcps_client_t *c, const dcps_pull_sink_t *sink, int exact);
+
 /* With pull = delta: asks each shard for deltas of ⌈density · its range⌉
  * entries from now on (a shard allows up to its k_max); 0 (the start): the
  * job's [compression] pull_density. */
