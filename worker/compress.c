@@ -147,9 +147,9 @@ static bool clip(float *g, size_t n, double limit)
     return true;
 }
 
-/* No NaN or Inf in x[0..n): their exponent bits are all ones. Reads all of x,
+/* Exponent bits all ones are NaN or Inf: the largest exponent field decides,
  * without a branch per entry. */
-static bool all_finite(const float *x, size_t n)
+bool dcps_compress_finite(const float *x, size_t n)
 {
     uint32_t top = 0;
     for (size_t i = 0; i < n; i++) {
@@ -184,7 +184,7 @@ static int encode_dense(dcps_compress_t *c, float *g, dcps_encoded_t *out)
         dcps_residual_add_cpu(c->r, entering(c, g), c->n);
         send = c->r;
     }
-    if (!all_finite(send, c->n))
+    if (!dcps_compress_finite(send, c->n))
         return DCPS_E_NONFINITE;
     if (c->ef) {
         c->r = c->spare;

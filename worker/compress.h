@@ -73,6 +73,10 @@ int dcps_compress_encode(dcps_compress_t *c, float *g, long step, int epoch, dcp
  * When density >= 0.25 it is always density. */
 double dcps_compress_density(const dcps_compress_t *c, int epoch);
 
+/* Whether x[0..n) holds no NaN and no Inf; reads all of it. The check every
+ * encoder makes on what it is about to send. */
+bool dcps_compress_finite(const float *x, size_t n);
+
 /* The residual, n floats, for tests: all zero when nothing is held back (no error
  * feedback, a dense push, or just after a dense step). Valid until the next encode
  * or destroy. */
