@@ -22,7 +22,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "config.h"
+#include "kernels/gpu.h"
 #include "worker/compress.h"
+#include "worker/step_gpu.h"
 
 #define READY_TIMEOUT_MS 120000 /* how long ranks > 0 wait for rank 0's INIT */
 
@@ -41,7 +44,10 @@ struct dcps_step {
     int rank;
     size_t n;
     dcps_client_t *client;
+    /* Host arrays: comp; device arrays (dcps_step_use_stream): gpu instead. */
     dcps_compress_t *comp;
+    dcps_step_gpu_t *gpu;
+    bool started;   /* dcps_step_start was called */
     bool pipe;      /* the CD-SGD pipeline runs */
     float local_lr; /* of the pipeline's local update */
     float *pulled;  /* pipeline: what pulls fill (n) */
@@ -82,7 +88,22 @@ static int push_encoded(dcps_step_t *s, const dcps_encoded_t *e)
 
 static int pull(dcps_step_t *s, float *into, bool exact, const char *what)
 {
-    int rc = exact ? dcps_client_pull_exact(s->client, into) : dcps_client_pull(s->client, into);
+    int rc;
+    if (s->gpu) { /* into is a device pointer: the pull lands through pinned staging */
+        dcps_pull_sink_t sink;
+        if ((rc = dcps_step_gpu_sink(s->gpu, into, &sink)) == 0) {
+            rc = dcps_client_pull_to(s->client, &sink, exact);
+            int end = dcps_step_gpu_pull_end(s->gpu); /* also after a failure: see step_gpu.h */
+            if (rc == 0 && end != 0)
+                return dcps_say(s->err, sizeof s->err, end, "%s: landing it in device memory: %s",
+                                what, dcps_strerror(end));
+        } else {
+            return dcps_say(s->err, sizeof s->err, rc, "%s: waiting for the last uploads: %s",
+                            what, dcps_strerror(rc));
+        }
+    } else {
+        rc = exact ? dcps_client_pull_exact(s->client, into) : dcps_client_pull(s->client, into);
+    }
     return rc == 0 ? 0 : fail(s, rc, what);
 }
 
@@ -245,6 +266,7 @@ void dcps_step_close(dcps_step_t **sp)
     comm_stop(s);
     dcps_client_close(&s->client);
     dcps_compress_destroy(&s->comp);
+    dcps_step_gpu_destroy(&s->gpu);
     free(s->pulled);
     for (size_t j = 0; j < s->n_names; j++)
         free(s->names[j]);
@@ -287,12 +309,45 @@ int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const
     return 0;
 }
 
+/* Why dcps_gpu_count() is 0, as far as this file can tell. */
+static const char *no_gpu(void)
+{
+#ifdef HAVE_CUDA
+    return "the CUDA runtime finds none usable here (no device, or no driver or an old one)";
+#else
+    return "this libdcps was built without CUDA";
+#endif
+}
+
 int dcps_step_use_stream(dcps_step_t *s, void *stream)
 {
-    (void)stream;
-    return dcps_say(s->err, sizeof s->err, DCPS_E_NOGPU,
-                    "device arrays are not supported by this version of libdcps: pass host "
-                    "(CPU) arrays");
+    int rc;
+    char key[128];
+    s->err[0] = '\0';
+    if (s->gpu) { /* already on device arrays: another stream */
+        if ((rc = dcps_step_gpu_set_stream(s->gpu, stream)) != 0)
+            return dcps_say(s->err, sizeof s->err, rc,
+                            "changing streams: waiting for the old one's uploads: %s",
+                            dcps_strerror(rc));
+        return 0;
+    }
+    if (s->started || s->failed)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "device arrays are chosen before dcps_step_start; this step has "
+                        "started with host arrays");
+    /* The job first: what it asks for is refused the same with or without a GPU. */
+    if ((rc = dcps_step_gpu_refuses(&s->cfg, key, sizeof key)) != 0)
+        return dcps_say(s->err, sizeof s->err, rc,
+                        "%s is not supported with device arrays in this version: change it, or "
+                        "pass host (CPU) arrays",
+                        key);
+    if (dcps_gpu_count() == 0)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_NOGPU,
+                        "device arrays need a GPU, and %s: pass host (CPU) arrays", no_gpu());
+    if (!(s->gpu = dcps_step_gpu_new(&s->cfg, s->n, stream, &rc, s->err, sizeof s->err)))
+        return rc;
+    dcps_compress_destroy(&s->comp); /* the host encoder's n floats are not needed */
+    return 0;
 }
 
 /* "the gradient of NAME, entry e (model entry i)" or "model entry i". */
@@ -313,7 +368,7 @@ static void name_entry(const dcps_step_t *s, size_t i, char *buf, size_t len)
 static int nonfinite(dcps_step_t *s, const float *grad, uint64_t step)
 {
     char name[160];
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; grad && i < s->n; i++)
         if (!isfinite(grad[i])) {
             name_entry(s, i, name, sizeof name);
             return dcps_say(s->err, sizeof s->err, DCPS_E_NONFINITE,
@@ -321,6 +376,11 @@ static int nonfinite(dcps_step_t *s, const float *grad, uint64_t step)
                             "[optimizer] lr?",
                             step, name, (double)grad[i]);
         }
+    if (!grad) /* a device gradient that could not be copied to look */
+        return dcps_say(s->err, sizeof s->err, DCPS_E_NONFINITE,
+                        "step %" PRIu64 ": the gradient, or the error-feedback residual it adds "
+                        "to, holds NaN or Inf; lower [optimizer] lr?",
+                        step);
     return dcps_say(s->err, sizeof s->err, DCPS_E_NONFINITE,
                     "step %" PRIu64 ": the gradient is finite but the error-feedback residual "
                     "(or momentum) it adds to is not; lower [optimizer] lr?",
@@ -331,8 +391,14 @@ int dcps_step_start(dcps_step_t *s, float *params)
 {
     int rc;
     s->err[0] = '\0';
+    s->started = true;
     if (s->rank == 0 && !dcps_client_initialized(s->client)) {
-        if ((rc = dcps_client_init(s->client, params)) != 0)
+        const float *init = params;
+        if (s->gpu && (rc = dcps_step_gpu_download(s->gpu, params, &init)) != 0)
+            return dcps_say(s->err, sizeof s->err, rc,
+                            "initialising the shards: copying the device parameters: %s",
+                            dcps_strerror(rc));
+        if ((rc = dcps_client_init(s->client, init)) != 0)
             return fail(s, rc, "initialising the shards");
         DCPS_INFO("initialised the shards with %zu parameters", s->n);
     } else if ((rc = dcps_client_wait_ready(s->client, READY_TIMEOUT_MS)) != 0) {
@@ -369,9 +435,13 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
     uint64_t step = dcps_step_clock(s) + 1; /* the step being pushed, from 1 */
     if (epoch < 1)
         epoch = 1;
-    rc = dcps_compress_encode(s->comp, grad, (long)step, epoch, &e);
+    rc = s->gpu ? dcps_step_gpu_encode(s->gpu, grad, (long)step, epoch, &e)
+                : dcps_compress_encode(s->comp, grad, (long)step, epoch, &e);
     if (rc == DCPS_E_NONFINITE) {
-        rc = nonfinite(s, grad, step);
+        const float *host = grad; /* a device gradient is copied to name the entry */
+        if (s->gpu && dcps_step_gpu_download(s->gpu, grad, &host) != 0)
+            host = NULL;
+        rc = nonfinite(s, host, step);
         goto failed;
     }
     if (rc != 0) {

@@ -29,8 +29,9 @@
  * used by one thread (with the pipeline it runs a second one of its own, which
  * only it touches). The library never exits the process.
  *
- * CPU arrays only in this version: the device (CUDA) arrays of DESIGN §10 are
- * refused by dcps_step_use_stream() with DCPS_E_NOGPU and a sentence. */
+ * Arrays are host (CPU) arrays, or after dcps_step_use_stream() CUDA device
+ * arrays on the caller's stream (DESIGN §10): see there for what then runs
+ * where, what crosses PCIe and what is ordered on the stream. */
 #ifndef DCPS_STEP_H
 #define DCPS_STEP_H
 
@@ -69,15 +70,47 @@ void dcps_step_close(dcps_step_t **s);
 int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const *names,
                         size_t count);
 
-/* Device arrays: from now on params and grad are CUDA device pointers, used in
- * order on `stream` (a cudaStream_t). Not in this version: returns DCPS_E_NOGPU
- * with a sentence, and the step keeps taking host arrays. */
+/* Device arrays: from now on params and grad (of start, run and finish) are
+ * CUDA device pointers on the current device, used in order on `stream` (a
+ * cudaStream_t; NULL is the legacy default stream). Call it before
+ * dcps_step_start; called again, it only moves the step to another stream
+ * (after the uploads queued on the old one). The step allocates, once:
+ * on the device, the error-feedback residual (n floats, a top-k push with
+ * error feedback only), the top-k workspace (about 4n bytes, top-k push only)
+ * and k indices and k values; pinned host memory for n floats and k indices
+ * and values (k: the first epoch's top-k k or delta-pull entries, whichever
+ * is larger); and it frees the host encoder's arrays.
+ *
+ * What runs where, per step: the residual update and the Top-k selection run
+ * on the device (kernels/topk.h, bit for bit what the host path computes);
+ * only the k indices and values cross PCIe to be pushed. A dense step
+ * (push = dense, warm-up, correction_every) downloads n values (with error
+ * feedback r + g, and clears r). A pull uploads what the shards sent: a dense
+ * range as it is, a delta as its (index, value) pairs, added on the device.
+ * What is sent is checked on the host for NaN and Inf, as on the host path.
+ *
+ * Ordering: the step reads grad and params after the work the caller queued
+ * on the stream before the call, and waits for the stream where it must read
+ * on the host (so the caller's queued work has run when run() returns). The
+ * pulled parameters are written by copies and a kernel queued on the stream:
+ * when start(), run() and finish() return they are complete for work queued
+ * later on that stream, not yet for the host or for other streams (record an
+ * event, or synchronise the stream). grad may be overwritten in stream order
+ * as soon as run() returns.
+ *
+ * Refused: DCPS_E_NOGPU with a sentence when no GPU is usable (or libdcps was
+ * built without CUDA); DCPS_E_STATE after dcps_step_start with host arrays;
+ * DCPS_E_CONFIG, naming the key, for what the device path does not do in this
+ * version: [compression] pipeline = true, momentum_correction > 0 (DGC) with
+ * push = topk, and clip_norm > 0; DCPS_E_NOMEM or DCPS_E_CUDA when the
+ * allocations fail. After a refusal the step keeps taking host arrays. */
 int dcps_step_use_stream(dcps_step_t *s, void *stream);
 
 /* Starts training: rank 0 initialises the shards from params (n values) if
  * they have no parameters yet; the other ranks wait for that (up to 120 s).
  * Then every rank pulls: params become the shards' parameters. A restarted
- * worker resumes at the step the shards hold for its rank (dcps_step_clock). */
+ * worker resumes at the step the shards hold for its rank (dcps_step_clock).
+ * With device arrays rank 0's params are copied to the host once for that. */
 int dcps_step_start(dcps_step_t *s, float *params);
 
 /* One step of epoch `epoch` (from 1): encodes grad (n values; clipping may
