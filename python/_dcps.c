@@ -9,6 +9,12 @@
  * a second Python thread that calls the same Step while one call is waiting
  * gets dcps.StateError (a step object is used by one thread at a time).
  *
+ * After Step.use_stream(stream) (device arrays, dcps_step_use_stream) start,
+ * run and finish take CUDA device pointers as Python ints instead of buffers
+ * (torch: tensor.data_ptr() of a contiguous float32 CUDA tensor of n
+ * elements): the binding cannot see their dtype, size or device, so the
+ * caller answers for them; 0 and non-ints are refused with dcps.ArrayError.
+ *
  * Failures raise dcps.Error or a subclass by kind, with .code (the negative
  * DCPS_E_… value), .name ("TIMEOUT") and the library's sentence as the message. */
 #define PY_SSIZE_T_CLEAN
@@ -19,6 +25,7 @@
 
 #include "common/error.h"
 #include "config.h"
+#include "kernels/gpu.h"
 #include "worker/mlp.h"
 #include "worker/step.h"
 
@@ -83,7 +90,8 @@ typedef struct {
     PyObject_HEAD
     dcps_step_t *step;
     dcps_step_job_t job;
-    int busy; /* a call runs without the GIL: no other thread may enter */
+    int busy;   /* a call runs without the GIL: no other thread may enter */
+    int device; /* use_stream succeeded: arrays are device pointers (ints) */
 } StepObject;
 
 /* Takes the buffer of obj as `what`: float32, C-contiguous, n elements,
@@ -123,6 +131,40 @@ static int get_array(PyObject *obj, Py_buffer *view, size_t n, int writable, con
 refuse:
     PyBuffer_Release(view);
     return -1;
+}
+
+/* Device arrays: obj is a device pointer as a nonzero int. Returns 0, or -1
+ * with dcps.ArrayError set. */
+static int get_pointer(PyObject *obj, void **ptr, const char *what)
+{
+    *ptr = PyLong_Check(obj) ? PyLong_AsVoidPtr(obj) : NULL;
+    if (*ptr)
+        return 0;
+    PyErr_Clear();
+    PyErr_Format(ArrayError,
+                 "%s: with device arrays (use_stream) a CUDA device pointer is needed, as a "
+                 "nonzero int (tensor.data_ptr()), not %s",
+                 what, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* Takes obj as `what`: a buffer (get_array) or, with device arrays, a device
+ * pointer; *ptr is where it starts. view->obj is NULL for a pointer. */
+static int get_arg(StepObject *s, PyObject *obj, Py_buffer *view, void **ptr, const char *what)
+{
+    view->obj = NULL;
+    if (s->device)
+        return get_pointer(obj, ptr, what);
+    if (get_array(obj, view, s->job.n, 1, what) != 0)
+        return -1;
+    *ptr = view->buf;
+    return 0;
+}
+
+static void release(Py_buffer *view)
+{
+    if (view->obj)
+        PyBuffer_Release(view);
 }
 
 /* Marks s busy for a call without the GIL; -1 with StateError when it is. */
@@ -233,17 +275,18 @@ static PyObject *one_array_call(StepObject *self, PyObject *arg, int (*fn)(dcps_
                                 const char *what)
 {
     Py_buffer p;
+    void *ptr;
     if (enter(self) != 0)
         return NULL;
-    if (get_array(arg, &p, self->job.n, 1, what) != 0) {
+    if (get_arg(self, arg, &p, &ptr, what) != 0) {
         self->busy = 0;
         return NULL;
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = fn(self->step, p.buf);
+    rc = fn(self->step, ptr);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&p);
+    release(&p);
     return done(self, rc);
 }
 
@@ -263,33 +306,34 @@ static PyObject *Step_run(StepObject *self, PyObject *args, PyObject *kw)
     PyObject *g_obj, *p_obj;
     int epoch = 1;
     Py_buffer g, p;
+    void *gp, *pp;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:run", kwlist, &g_obj, &p_obj, &epoch))
         return NULL;
     if (epoch < 1)
         return PyErr_Format(PyExc_ValueError, "epoch %d: epochs count from 1", epoch);
     if (enter(self) != 0)
         return NULL;
-    if (get_array(g_obj, &g, self->job.n, 1, "grad") != 0) {
+    if (get_arg(self, g_obj, &g, &gp, "grad") != 0) {
         self->busy = 0;
         return NULL;
     }
-    if (get_array(p_obj, &p, self->job.n, 1, "params") != 0) {
-        PyBuffer_Release(&g);
+    if (get_arg(self, p_obj, &p, &pp, "params") != 0) {
+        release(&g);
         self->busy = 0;
         return NULL;
     }
-    if (g.buf == p.buf) {
-        PyBuffer_Release(&p);
-        PyBuffer_Release(&g);
+    if (gp == pp) {
+        release(&p);
+        release(&g);
         self->busy = 0;
         return raise_code(ArrayError, DCPS_E_INVAL, "grad and params are the same array");
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = dcps_step_run(self->step, g.buf, p.buf, epoch);
+    rc = dcps_step_run(self->step, gp, pp, epoch);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&p);
-    PyBuffer_Release(&g);
+    release(&p);
+    release(&g);
     return done(self, rc);
 }
 
@@ -321,7 +365,13 @@ static PyObject *Step_use_stream(StepObject *self, PyObject *arg)
         return NULL;
     if (enter(self) != 0)
         return NULL;
-    return done(self, dcps_step_use_stream(self->step, stream));
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* it may wait for the old stream's uploads */
+    rc = dcps_step_use_stream(self->step, stream);
+    Py_END_ALLOW_THREADS
+    if (rc == 0)
+        self->device = 1;
+    return done(self, rc);
 }
 
 static PyObject *Step_set_names(StepObject *self, PyObject *args)
@@ -449,7 +499,10 @@ static PyMethodDef Step_methods[] = {
      "wait(): with the pipeline, wait for the step in flight."},
     {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},
     {"use_stream", (PyCFunction)Step_use_stream, METH_O,
-     "use_stream(stream): device arrays on a CUDA stream (not in this version)."},
+     "use_stream(stream): device arrays on the CUDA stream whose handle is the int stream "
+     "(torch: torch.cuda.current_stream().cuda_stream; 0: the default stream), before start; "
+     "then start, run and finish take device pointers as ints (tensor.data_ptr()). "
+     "dcps.NoGPUError without a usable GPU."},
     {"set_names", (PyCFunction)Step_set_names, METH_VARARGS,
      "set_names(offsets, names): name the tensors of the flat vector for errors."},
     {"stats", (PyCFunction)Step_stats, METH_NOARGS, "stats(): the client's counters."},
@@ -538,6 +591,13 @@ static PyObject *mod_mlp_init(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_gpu_count(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return PyLong_FromLong(dcps_gpu_count());
+}
+
 static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
 {
     (void)mod;
@@ -553,6 +613,8 @@ static PyMethodDef module_methods[] = {
      "takes it, into the uint32 array order."},
     {"_mlp_init", mod_mlp_init, METH_VARARGS,
      "_mlp_init(layers, seed, params): dcps-worker's initial MLP parameters (for tests)."},
+    {"gpu_count", mod_gpu_count, METH_NOARGS,
+     "gpu_count(): usable GPUs for device arrays (0 without CUDA, driver or device)."},
     {"strerror", mod_strerror, METH_O, "strerror(code): the sentence for a DCPS_E_ code."},
     {NULL, NULL, 0, NULL},
 };

@@ -137,6 +137,54 @@ class Arrays(unittest.TestCase):
         self.assertAlmostEqual(self.params[0], 0.5 - 0.1 * (after["clock"]), places=5)
 
 
+class DeviceArrays(unittest.TestCase):
+    """Step.use_stream: device arrays on a CUDA stream. What the job asks for
+    that the device path does not do is refused anywhere; without a GPU, device
+    arrays are refused; after a refusal the step still takes host arrays."""
+
+    def refused_then_host_arrays_work(self, overrides, error, code, words):
+        job = harness.Job(harness.job_text(workers=1), shards=2)
+        try:
+            step = dcps.Step(job.path, 0, N, [job.shards] + overrides)
+            with self.assertRaises(error) as cm:
+                step.use_stream(0)
+            self.assertEqual(cm.exception.code, code)
+            for w in words:
+                self.assertIn(w, str(cm.exception))
+            params = floats(N, 0.5)
+            step.start(params)
+            step.run(floats(N, 1.0), params)
+            self.assertAlmostEqual(params[0], 0.5 - 0.1, places=5)
+            step.close()
+        finally:
+            job.close()
+
+    def test_an_option_the_device_path_lacks_is_a_config_error_naming_the_key(self):
+        self.refused_then_host_arrays_work(["compression.clip_norm=1000"], dcps.ConfigError,
+                                           dcps._dcps.E_CONFIG,
+                                           ["[compression] clip_norm", "device arrays"])
+
+    @unittest.skipIf(dcps._dcps.gpu_count() > 0, "a GPU is usable here")
+    def test_without_a_gpu_device_arrays_are_refused_with_a_sentence(self):
+        self.refused_then_host_arrays_work([], dcps.NoGPUError, dcps._dcps.E_NOGPU,
+                                           ["device arrays need a GPU", "host (CPU) arrays"])
+
+    @unittest.skipIf(dcps._dcps.gpu_count() == 0, "no GPU")
+    def test_with_device_arrays_buffers_are_refused_before_anything_is_sent(self):
+        job = harness.Job(harness.job_text(workers=1), shards=2)
+        try:
+            step = dcps.Step(job.path, 0, N, [job.shards])
+            step.use_stream(0)
+            with self.assertRaises(dcps.ArrayError) as cm:
+                step.start(floats(N))
+            self.assertIn("device pointer", str(cm.exception))
+            self.assertEqual(step.stats()["bytes_sent"], step.stats()["bytes_sent"])
+            self.assertEqual(step.stats()["pushes"], 0)
+            step.close()
+        finally:
+            job.close()
+
+
 class Threads(unittest.TestCase):
     def test_gil_is_released_while_start_waits_for_rank_0(self):
         """Rank 1's start() waits for rank 0 to initialise the shards. Rank 0 is
