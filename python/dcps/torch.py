@@ -16,7 +16,15 @@ libdcps's step (``dcps.Step``), which compresses, pushes and pulls in place:
 no copy of the model per step, and no optimizer in the script (the shards apply
 the job's update rule). Everything a step does is the C library's; this module
 only flattens, shards the data and reports.
+
+A model on the CPU uses host buffers. A model on one CUDA device gets its two
+buffers on that device and libdcps's device path (``Step.use_stream``): error
+feedback and the Top-k selection run on the GPU, only the k pushed pairs and
+what the pull brings cross PCIe, and the step works on the device's current
+stream (``torch.cuda.current_stream``) at each call, so it is ordered with the
+script's own work there.
 """
+import contextlib
 import math
 import os
 import sys
@@ -46,7 +54,10 @@ class Worker:
     (default: ``$DCPS_RANK``); ``overrides``: ``"section.key=value"`` strings, as
     ``--set``, after those in ``$DCPS_SET`` (one a line; deploy/launch-local.sh
     puts the shards' endpoints there). Rank 0's parameters initialise the shards; every rank starts from
-    the shards' parameters. Only float32 CPU parameters in this version.
+    the shards' parameters. Parameters must be float32, all on the CPU or all
+    on one CUDA device (then the device path, see the module's text; without a
+    usable GPU or with a job option the device path does not do, the Step
+    refuses with dcps.NoGPUError or dcps.ConfigError naming the key).
     """
 
     def __init__(self, model, job=None, rank=None, overrides=()):
@@ -64,6 +75,7 @@ class Worker:
         self.model = model
         named = []
         seen = set()
+        devices = set()
         for name, p in model.named_parameters():
             if id(p) in seen:
                 continue
@@ -71,17 +83,24 @@ class Worker:
             if p.dtype != torch.float32:
                 raise ArrayError(f"parameter {name} is {p.dtype}; dcps trains float32 "
                                  "parameters only (model.float())")
-            if p.device.type != "cpu":
-                raise ArrayError(f"parameter {name} is on {p.device}; this version of dcps "
-                                 "takes CPU tensors only (model.cpu())")
+            if p.device.type not in ("cpu", "cuda"):
+                raise ArrayError(f"parameter {name} is on {p.device}; dcps takes CPU or CUDA "
+                                 "tensors")
+            if devices and p.device not in devices:
+                raise ArrayError(f"parameter {name} is on {p.device}, others on "
+                                 f"{next(iter(devices))}; a dcps worker's model is on one "
+                                 "device")
+            devices.add(p.device)
             named.append((name, p))
         if not named:
             raise ArrayError("the model has no parameters")
         n = sum(p.numel() for _, p in named)
         self._params = [p for _, p in named]
+        self.device = next(iter(devices))
+        self._cuda = self.device.type == "cuda"
         # One buffer each for parameters and gradients; the tensors become views.
-        self._flat = torch.empty(n, dtype=torch.float32)
-        self._grad = torch.zeros(n, dtype=torch.float32)
+        self._flat = torch.empty(n, dtype=torch.float32, device=self.device)
+        self._grad = torch.zeros(n, dtype=torch.float32, device=self.device)
         self._slices = []
         offsets, names, at = [], [], 0
         with torch.no_grad():
@@ -94,10 +113,15 @@ class Worker:
                 offsets.append(at)
                 names.append(name)
                 at += k
-        self._flat_np = self._flat.numpy()
-        self._grad_np = self._grad.numpy()
         self._step = Step(os.fspath(job), rank, n, overrides)
         self._step.set_names(offsets, names)
+        if self._cuda:
+            # Device pointers on the current stream; the buffers never move.
+            self._stream = None
+            self._use_current_stream()
+            self._p_arg, self._g_arg = self._flat.data_ptr(), self._grad.data_ptr()
+        else:
+            self._p_arg, self._g_arg = self._flat.numpy(), self._grad.numpy()
         job_values = self._step.job
         self.rank = job_values["rank"]
         self.workers = job_values["workers"]
@@ -112,9 +136,23 @@ class Worker:
         self._loss_sum, self._loss_count = 0.0, 0
         self._epoch_loss, self._epoch_count, self._epoch_of_loss = 0.0, 0, 1
         self._t_win, self._win_samples = time.monotonic(), 0
-        self._step.start(self._flat_np)
+        with self._on_device():
+            self._step.start(self._p_arg)
         self.resumed = self._step.resumed
         _current = self
+
+    def _on_device(self):
+        """The model's CUDA device as the current one (libdcps launches its
+        kernels there); nothing for a CPU model."""
+        return torch.cuda.device(self.device) if self._cuda else contextlib.nullcontext()
+
+    def _use_current_stream(self):
+        """Hands the device's current stream to the Step when it changed."""
+        stream = torch.cuda.current_stream(self.device)
+        if self._stream is None or stream.cuda_stream != self._stream.cuda_stream:
+            with torch.cuda.device(self.device):
+                self._step.use_stream(stream.cuda_stream)
+            self._stream = stream
 
     @property
     def clock(self):
@@ -141,9 +179,15 @@ class Worker:
     def step(self, loss=None):
         """Pushes the gradients accumulated since the last step and pulls the
         parameters in place; then zeroes the gradients. ``loss`` (a float or a
-        one-element tensor) is reported in the progress lines and the final line."""
+        one-element tensor) is reported in the progress lines and the final line.
+        With a CUDA model the step runs on the device's current stream: the new
+        parameters (and the zeroed gradients) are queued there when it returns,
+        so the next forward pass on that stream sees them."""
         self._gather_grads()
-        self._step.run(self._grad_np, self._flat_np, self.epoch)
+        if self._cuda:
+            self._use_current_stream()
+        with self._on_device():
+            self._step.run(self._g_arg, self._p_arg, self.epoch)
         self._grad.zero_()
         if loss is not None:
             value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
@@ -183,7 +227,10 @@ class Worker:
         given (returning accuracy, or (loss, accuracy)), prints the ``final:``
         line (as dcps-worker's) and closes. Returns the line's values as a dict."""
         global _current
-        self._step.finish(self._flat_np)
+        if self._cuda:
+            self._use_current_stream()
+        with self._on_device():
+            self._step.finish(self._p_arg)
         if evaluate is not None:
             result = evaluate(self.model)
             if isinstance(result, tuple):
@@ -195,7 +242,8 @@ class Worker:
         line = self._step.summary(
             test_acc=nan if test_acc is None else float(test_acc),
             test_loss=nan if test_loss is None else float(test_loss),
-            train_loss=train_loss, epochs=self.epoch, samples=self.samples, device="cpu")
+            train_loss=train_loss, epochs=self.epoch, samples=self.samples,
+            device="gpu" if self._cuda else "cpu")
         print(line, file=out, flush=True)
         self.close()
         if _current is self:

@@ -208,7 +208,7 @@ class Refusals(unittest.TestCase):
         finally:
             job.close()
 
-    def test_float64_and_missing_rank_are_refused_naming_the_parameter(self):
+    def test_float64_other_devices_and_missing_rank_are_refused_naming_the_parameter(self):
         import torch
 
         import dcps
@@ -219,6 +219,11 @@ class Refusals(unittest.TestCase):
             dt.Worker(model, job="/nonexistent.ini", rank=0)
         self.assertIn("1.weight", str(cm.exception))
         self.assertIn("float64", str(cm.exception))
+        # neither CPU nor CUDA: refused naming the parameter and its device
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2, device="meta"))
+        with self.assertRaises(dcps.ArrayError) as cm:
+            dt.Worker(model, job="/nonexistent.ini", rank=0)
+        self.assertIn("1.weight is on meta", str(cm.exception))
         os.environ.pop("DCPS_RANK", None)
         with self.assertRaises(dcps.ConfigError) as cm:
             dt.Worker(torch.nn.Linear(2, 2), job="/nonexistent.ini")
