@@ -137,6 +137,30 @@ class Arrays(unittest.TestCase):
         self.assertAlmostEqual(self.params[0], 0.5 - 0.1 * (after["clock"]), places=5)
 
 
+class Order(unittest.TestCase):
+    def test_calls_out_of_order_are_refused_with_a_sentence(self):
+        job = harness.Job(harness.job_text(workers=1), shards=2)
+        try:
+            s = dcps.Step(job.path, 0, N, [job.shards])
+            params = floats(N, 0.5)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.run(floats(N), params)
+            self.assertIn("dcps_step_start has not been called", str(cm.exception))
+            self.assertEqual(s.stats()["bytes_pushed"], 0)
+            s.start(params)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.start(params)
+            self.assertIn("was called already", str(cm.exception))
+            s.run(floats(N), params)
+            s.finish(params)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.run(floats(N), params)
+            self.assertIn("dcps_step_finish was called already", str(cm.exception))
+            s.close()
+        finally:
+            job.close()
+
+
 class Threads(unittest.TestCase):
     def test_gil_is_released_while_start_waits_for_rank_0(self):
         """Rank 1's start() waits for rank 0 to initialise the shards. Rank 0 is
