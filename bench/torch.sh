@@ -22,8 +22,10 @@
 #             runs each, alternating, and PyTorch's forward and backward alone (the
 #             same loop without dcps). OUT/overhead.csv: one row per run with the
 #             steady samples/s (the median of the progress windows of 32 steps, the
-#             first left out). dcps.torch's cost per step beyond its computation is
-#             its ms/step minus torch-compute-only's.
+#             first left out). Then bench/torch_step.py times a dcps.torch step in
+#             parts (PyTorch's compute, libdcps's step, dcps.torch's own wrapper) in
+#             OUT/step_breakdown.csv: the wrapper's share is dcps.torch's overhead over
+#             the C step that dcps-worker runs.
 #
 # Writes OUT/tta.csv, OUT/overhead.csv, OUT/summary.txt (with the machine) and, when
 # gnuplot is present, OUT/tta.png. OUT defaults to bench/results/<date>-torch.
@@ -121,6 +123,7 @@ for at in range(0, len(y) - 63, 64):
 print(f"torch-compute-only,{sys.argv[3]},{(len(y) // 64 * 64) / (time.monotonic() - t0):.0f}")
 EOF
     done
+    DCPS_BUILDDIR=$BUILD "$py" "$here/bench/torch_step.py" 3 >"$OUT/step_breakdown.csv" 2>/dev/null
 }
 
 # The median samples_per_s of a worker's progress lines, the first window left out.
@@ -153,6 +156,14 @@ esac
             awk -F, -v p="$p" '$1 == p { print $3 }' "$OUT/overhead.csv" | sort -n |
                 awk -v p="$p" '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]
                     printf "  %-20s %7.0f samples/s  %.3f ms/step\n", p, m, 64000 / m }'
+        done
+    fi
+    if [ -s "$OUT/step_breakdown.csv" ]; then
+        echo "a dcps.torch step in parts (bench/torch_step.py; ms per step, median of the runs):"
+        for c in 3 4 5 6; do
+            awk -F, -v c=$c 'NR == 1 { name = $c; next } { print name, $c }' \
+                "$OUT/step_breakdown.csv" | sort -k2 -n |
+                awk '{ n = $1; v[NR] = $2 } END { printf "  %-12s %s\n", n, v[int((NR + 1) / 2)] }'
         done
     fi
 } | tee "$OUT/summary.txt"

@@ -263,10 +263,10 @@ static void close_step(StepObject *self)
     Py_END_ALLOW_THREADS
 }
 
+/* A call in progress holds a reference to self, so a busy Step is never freed. */
 static void Step_dealloc(StepObject *self)
 {
-    if (!self->busy) /* else another thread is in a call: leak rather than crash */
-        close_step(self);
+    close_step(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -426,14 +426,20 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
     }
     for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
+        int wait = attempt_wait(attempt_ms, attempt);
         for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
             if (slots[s].active && !slots[s].done) {
+                /* A silent shard is said at once, not only when the retries run out. */
+                if (attempt > 0)
+                    DCPS_WARN("shard %d (%s) has not answered %s for %.1f s; asking again "
+                              "(attempt %d of %d), waiting up to %d ms",
+                              s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type),
+                              waited / 1000.0, attempt + 1, attempts, wait);
                 rc = send_slot(c, s, &slots[s]);
                 pending++;
             }
         if (attempt > 0)
             c->stats.retries += (uint64_t)pending;
-        int wait = attempt_wait(attempt_ms, attempt);
         waited += wait;
         double deadline = now_ms() + wait;
         while (rc == 0 && pending > 0) {

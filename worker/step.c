@@ -53,7 +53,7 @@ struct dcps_step {
     float *pulled;  /* pipeline: what pulls fill (n) */
     float *staged;  /* pipeline: a dense push of the caller's gradient, copied (n) */
     comm_t comm;
-    bool failed;    /* a step failed: only close remains */
+    enum { NEW, STARTED, FINISHED, FAILED } state; /* FAILED: only close remains */
     int epoch;      /* of the last step; its pull density is set */
     uint64_t resumed;
     double t0;      /* when dcps_step_start returned */
@@ -331,7 +331,7 @@ int dcps_step_use_stream(dcps_step_t *s, void *stream)
                             dcps_strerror(rc));
         return 0;
     }
-    if (s->started || s->failed)
+    if (s->started || s->state != NEW)
         return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
                         "device arrays are chosen before dcps_step_start; this step has "
                         "started with host arrays");
@@ -387,9 +387,26 @@ static int nonfinite(dcps_step_t *s, const float *grad, uint64_t step)
                     step);
 }
 
+/* DCPS_E_STATE unless s is in state `want`; a failed step keeps its sentence. */
+static int check_state(dcps_step_t *s, int want, const char *what)
+{
+    static const char *const says[] = {
+        [NEW] = "dcps_step_start has not been called",
+        [STARTED] = "dcps_step_start was called already",
+        [FINISHED] = "dcps_step_finish was called already",
+    };
+    if ((int)s->state == want)
+        return 0;
+    if (s->state == FAILED) /* s->err still says why */
+        return DCPS_E_STATE;
+    return dcps_say(s->err, sizeof s->err, DCPS_E_STATE, "cannot %s: %s", what, says[s->state]);
+}
+
 int dcps_step_start(dcps_step_t *s, float *params)
 {
     int rc;
+    if ((rc = check_state(s, NEW, "start")) != 0)
+        return rc;
     s->err[0] = '\0';
     s->started = true;
     if (s->rank == 0 && !dcps_client_initialized(s->client)) {
@@ -419,6 +436,7 @@ int dcps_step_start(dcps_step_t *s, float *params)
             return rc;
     }
     s->t0 = now_s();
+    s->state = STARTED;
     return 0;
 }
 
@@ -426,8 +444,8 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
 {
     dcps_encoded_t e;
     int rc;
-    if (s->failed) /* s->err still says why */
-        return DCPS_E_STATE;
+    if ((rc = check_state(s, STARTED, "run a step")) != 0)
+        return rc;
     /* The pipeline's thread may write s->err: it is idle from here on. */
     if ((rc = comm_wait(s)) != 0)
         goto failed;
@@ -476,16 +494,21 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
     comm_post(s, &e);
     return 0;
 failed:
-    s->failed = true;
+    s->state = FAILED;
     return rc;
 }
 
 int dcps_step_finish(dcps_step_t *s, float *params)
 {
     int rc;
-    if ((rc = comm_wait(s)) != 0)
+    if ((rc = check_state(s, STARTED, "finish")) != 0)
         return rc;
+    if ((rc = comm_wait(s)) != 0) {
+        s->state = FAILED;
+        return rc;
+    }
     comm_stop(s);
+    s->state = FINISHED;
     s->err[0] = '\0';
     if ((rc = dcps_client_done(s->client)) != 0)
         return fail(s, rc, "saying done");

@@ -127,7 +127,9 @@ int dcps_step_start(dcps_step_t *s, float *params);
  * Returns 0; DCPS_E_NONFINITE when grad (or the residual) holds NaN or Inf,
  * naming the tensor and entry, before anything is sent; or a client error
  * (dcps.h). After a failure the step object can only be closed: later calls
- * return DCPS_E_STATE and dcps_step_error() keeps the first failure's sentence. */
+ * return DCPS_E_STATE and dcps_step_error() keeps the first failure's sentence.
+ * Out of order (run before start, start twice, run after finish): DCPS_E_STATE
+ * with a sentence, and nothing sent. */
 int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
 
 /* Ends training: waits for the pipeline, tells the shards this worker is

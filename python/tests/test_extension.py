@@ -178,9 +178,32 @@ class DeviceArrays(unittest.TestCase):
             with self.assertRaises(dcps.ArrayError) as cm:
                 step.start(floats(N))
             self.assertIn("device pointer", str(cm.exception))
-            self.assertEqual(step.stats()["bytes_sent"], step.stats()["bytes_sent"])
             self.assertEqual(step.stats()["pushes"], 0)
             step.close()
+        finally:
+            job.close()
+
+
+class Order(unittest.TestCase):
+    def test_calls_out_of_order_are_refused_with_a_sentence(self):
+        job = harness.Job(harness.job_text(workers=1), shards=2)
+        try:
+            s = dcps.Step(job.path, 0, N, [job.shards])
+            params = floats(N, 0.5)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.run(floats(N), params)
+            self.assertIn("dcps_step_start has not been called", str(cm.exception))
+            self.assertEqual(s.stats()["bytes_pushed"], 0)
+            s.start(params)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.start(params)
+            self.assertIn("was called already", str(cm.exception))
+            s.run(floats(N), params)
+            s.finish(params)
+            with self.assertRaises(dcps.StateError) as cm:
+                s.run(floats(N), params)
+            self.assertIn("dcps_step_finish was called already", str(cm.exception))
+            s.close()
         finally:
             job.close()
 
