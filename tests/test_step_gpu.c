@@ -3,11 +3,12 @@
  * arrays, each the one worker of its own job on real shards, push and pull the
  * same bytes and hold bit-identical parameters after every step and after the
  * final pull, with Top-k + error feedback + delta pulls, the density schedule,
- * warm-up and periodic dense steps, and also with dense pushes and pulls; a
- * non-finite device gradient is refused naming the entry, before anything is
- * sent; an option the device path does not do is refused naming the key.
- * Without a GPU the program exits 77 (SKIP); python/tests/test_extension.py
- * checks the refusals that need no GPU. */
+ * warm-up and periodic dense steps, and also with dense pushes and pulls, the
+ * caller changing streams halfway; a non-finite device gradient (top-k or
+ * dense step) is refused naming the entry, before anything is sent; an option
+ * the device path does not do is refused naming the key. Without a GPU the
+ * program exits 77 (SKIP); python/tests/test_extension.py checks the refusals
+ * that need no GPU. */
 #include "worker/step.h"
 
 #include <check.h>
@@ -120,6 +121,14 @@ static void compare_paths(const char *compression)
     ck_assert_msg(rc == 0, "host start: %s", dcps_step_error(host));
     for (int t = 1; t <= STEPS; t++) {
         int epoch = 1 + (t - 1) / 5;
+        if (t == STEPS / 2) { /* the caller moves to another stream */
+            dcps_stream_t other = NULL;
+            ck_assert_int_eq(dcps_gpu_stream_new(&other), 0);
+            rc = dcps_step_use_stream(dev, other);
+            ck_assert_msg(rc == 0, "use_stream again: %s", dcps_step_error(dev));
+            dcps_gpu_stream_destroy(&stream);
+            stream = other;
+        }
         ck_assert_int_eq(dcps_gpu_to_host(p_d, d_params, N * sizeof(float), stream), 0);
         ck_assert_int_eq(dcps_gpu_sync(stream), 0);
         same_bits(p_d, p_h, "parameters before the step", t);
@@ -187,10 +196,14 @@ START_TEST(dense_push_and_pull_match_the_host_path)
 }
 END_TEST
 
+/* _i 0: a NaN on a top-k step; 1: an Inf on a dense step (warm-up). */
 START_TEST(a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sending)
 {
     char sh[600];
-    const char *j = job("nan.ini", "push = topk\ndensity = 0.01\npull = delta\n", sh);
+    const char *j = job("nan.ini",
+                        _i ? "push = topk\nwarmup_steps = 1\npull = delta\n"
+                           : "push = topk\ndensity = 0.01\npull = delta\n",
+                        sh);
     dcps_step_t *s = open_step(j, sh, NULL);
     ck_assert_int_eq(dcps_step_use_stream(s, NULL), 0);
     const size_t offsets[] = {0, 12000};
@@ -201,7 +214,7 @@ START_TEST(a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sendin
     ck_assert_int_eq(dcps_gpu_alloc((void **)&d_grad, N * sizeof(float)), 0);
     ck_assert_int_eq(dcps_gpu_to_device(d_params, h, N * sizeof(float), NULL), 0);
     ck_assert_int_eq(dcps_step_start(s, d_params), 0);
-    h[12345] = NAN;
+    h[12345] = _i ? -INFINITY : NAN;
     ck_assert_int_eq(dcps_gpu_to_device(d_grad, h, N * sizeof(float), NULL), 0);
     dcps_client_stats_t before, after;
     dcps_step_stats(s, &before);
@@ -209,7 +222,8 @@ START_TEST(a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sendin
     dcps_step_stats(s, &after);
     ck_assert_uint_eq(before.bytes_sent, after.bytes_sent);
     const char *why = dcps_step_error(s);
-    ck_assert_msg(strstr(why, "fc2.weight, entry 345 (model entry 12345)") && strstr(why, "nan"),
+    ck_assert_msg(strstr(why, "fc2.weight, entry 345 (model entry 12345)") &&
+                      strstr(why, _i ? "inf" : "nan"),
                   "%s", why);
     ck_assert_int_eq(dcps_step_run(s, d_grad, d_params, 1), DCPS_E_STATE);
     dcps_step_close(&s);
@@ -246,7 +260,8 @@ static Suite *suite(void)
     tcase_add_test(tc, topk_error_feedback_and_delta_pulls_match_the_host_path_bit_for_bit);
     tcase_add_test(tc, topk_without_error_feedback_matches_the_host_path);
     tcase_add_test(tc, dense_push_and_pull_match_the_host_path);
-    tcase_add_test(tc, a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sending);
+    tcase_add_loop_test(tc, a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sending,
+                        0, 2);
     tcase_add_test(tc, options_the_device_path_lacks_are_refused_naming_the_key);
     suite_add_tcase(s, tc);
     return s;
