@@ -30,7 +30,7 @@
  * only it touches). The library never exits the process.
  *
  * Arrays are host (CPU) arrays, or after dcps_step_use_stream() CUDA device
- * arrays on the caller's stream (DESIGN §10): see there for what then runs
+ * arrays on the caller's stream (DESIGN §10); its comment says what then runs
  * where, what crosses PCIe and what is ordered on the stream. */
 #ifndef DCPS_STEP_H
 #define DCPS_STEP_H
