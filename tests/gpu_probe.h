@@ -25,27 +25,35 @@
  * and an odd count; each with its own seed. */
 static const char *const dcps_test_emu_configs[][2] = {{"1", "2"}, {"2", "132"}, {"3", "7"}};
 
-/* Unless EMU_SEED is set (then it returns -1 and main() goes on to run the
- * suite once, under that seed), runs this program again once per configuration
- * with EMU_SEED and EMU_SMS set, and the stand-in cuBLAS of
- * tests/cuda-emu/fake first in LD_LIBRARY_PATH; returns main()'s exit status:
- * 1 if any run failed, 77 if all skipped, else 0. */
+/* First makes sure that the stand-in cuBLAS of tests/cuda-emu/fake comes first
+ * in LD_LIBRARY_PATH (the dynamic loader reads it at start, so the program
+ * runs itself again with it). Then, if EMU_SEED is set, returns -1: main() goes
+ * on to run the suite once, under that seed. Else it runs this program again
+ * once per configuration with EMU_SEED and EMU_SMS set, and returns main()'s
+ * exit status: 1 if any run failed, 77 if all skipped, else 0. */
 static inline int dcps_test_emu_sweep(void)
 {
-    char self[PATH_MAX], fake[PATH_MAX + 64], path[2 * PATH_MAX];
+    char self[PATH_MAX], dir[PATH_MAX], fake[PATH_MAX + 64], path[2 * PATH_MAX + 64];
     ssize_t len;
     int worst = 77;
-    if (getenv("EMU_SEED"))
-        return -1;
     if ((len = readlink("/proc/self/exe", self, sizeof self - 1)) < 0) {
         perror("readlink /proc/self/exe");
         return 1;
     }
     self[len] = '\0';
-    snprintf(fake, sizeof fake, "%s/cuda-emu/fake", dirname(strdup(self)));
+    memcpy(dir, self, (size_t)len + 1);
+    snprintf(fake, sizeof fake, "%s/cuda-emu/fake", dirname(dir));
     const char *old = getenv("LD_LIBRARY_PATH");
-    snprintf(path, sizeof path, "%s%s%s", fake, old && *old ? ":" : "", old ? old : "");
-    setenv("LD_LIBRARY_PATH", path, 1);
+    if (!old || strncmp(old, fake, strlen(fake)) != 0) {
+        snprintf(path, sizeof path, "%s%s%s", fake, old && *old ? ":" : "", old ? old : "");
+        setenv("LD_LIBRARY_PATH", path, 1);
+        fflush(stdout);
+        execl(self, self, (char *)NULL);
+        perror(self);
+        return 1;
+    }
+    if (getenv("EMU_SEED"))
+        return -1;
     for (size_t i = 0; i < sizeof dcps_test_emu_configs / sizeof dcps_test_emu_configs[0]; i++) {
         int status = 0;
         printf("emulator: EMU_SEED=%s EMU_SMS=%s\n", dcps_test_emu_configs[i][0],
