@@ -17,7 +17,10 @@
  *
  * Errors: DCPS_E_INVAL for bad arguments or labels, DCPS_E_NOGPU when there is
  * no usable GPU or cuBLAS (and always when built without CUDA), DCPS_E_CUDA
- * (logged) when the runtime or cuBLAS fails, DCPS_E_NOMEM. */
+ * (logged) when the runtime or cuBLAS fails, DCPS_E_NOMEM (also when the GPU's
+ * memory is taken, so that device = auto can fall back to the CPU). A call that
+ * fails after queuing work waits for that work before it returns, so the caller
+ * may free its arrays on any error. */
 #ifndef DCPS_MLP_GPU_H
 #define DCPS_MLP_GPU_H
 
@@ -79,7 +82,7 @@ int dcps_mlp_gpu_evaluate(dcps_mlp_gpu_t *m, const float *d_params, const dcps_d
  * rounded product and one rounded difference per element (no fused
  * multiply-add), bit for bit the plain C loop `w[i] -= lr * g[i]` compiled
  * without contraction. Returns after the launch; n = 0 is a no-op. Returns 0,
- * DCPS_E_CUDA or DCPS_E_NOGPU. */
+ * DCPS_E_CUDA or DCPS_E_NOGPU (without a usable GPU, whatever n). */
 int dcps_mlp_gpu_sgd(float *d_w, const float *d_g, size_t n, float lr, dcps_stream_t stream);
 
 #ifdef __cplusplus

@@ -383,9 +383,8 @@ static int setup(trainer_t *t, const char *metrics_path)
 
     int gpus = dcps_gpu_count();
     if (cfg->device == DCPS_DEVICE_GPU && gpus == 0) {
-        snprintf(t->err, t->errlen,
-                 "[worker] device = gpu, but no GPU is usable (none present, no driver, or "
-                 "built --without-cuda); use device = auto or cpu");
+        snprintf(t->err, t->errlen, "[worker] device = gpu, but no GPU is usable: %s; use "
+                 "device = auto or cpu", dcps_gpu_why());
         return DCPS_E_NOGPU;
     }
     /* Emulated compute runs no model, so there is nothing for a GPU to do. */
