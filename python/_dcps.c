@@ -19,7 +19,7 @@
 
 #include "common/error.h"
 #include "config.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 #include "worker/step.h"
 
 #define MAX_OVERRIDES 256

@@ -22,7 +22,7 @@
 #include "config.h"
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 #include "kernels/residual.h"
 #include "kernels/topk.h"
 #include "tests/gpu_probe.h"

@@ -1,12 +1,12 @@
-/* Tests for kernels/mlp_gpu and kernels/blas_gpu: the GPU MLP gives the CPU
- * MLP's gradients, loss and count (worker/mlp.c is the reference) for several
+/* Tests for model/mlp_gpu and kernels/blas_gpu: the GPU MLP gives the CPU
+ * MLP's gradients, loss and count (model/mlp.c is the reference) for several
  * shapes and batch sizes, the same bits on every run and on any stream; its
  * evaluation over a host data set agrees with the CPU's; the SGD kernel is the
  * C loop bit for bit; bad arguments and labels are DCPS_E_INVAL. Checks that
  * need no GPU (a missing cuBLAS, argument checks, no GPU at all) always run;
  * without a usable GPU and cuBLAS the rest is skipped and the program exits 77
  * (SKIP) once those have passed. */
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 
 #include <check.h>
 #include <math.h>
@@ -21,7 +21,7 @@
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
 #include "tests/gpu_probe.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -13,10 +13,10 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 #include "worker/step.h"
-#include "worker/idx.h"
-#include "worker/mlp.h"
+#include "model/idx.h"
+#include "model/mlp.h"
 
 #define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 

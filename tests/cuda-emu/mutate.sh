@@ -51,18 +51,18 @@ mutant() {
     dir=$out/$name
     rm -rf "$dir" && mkdir -p "$dir" || return 1
     base=${file##*/}
-    cp "$srcdir/kernels/$file" "$dir/$base" || return 1
+    cp "$srcdir/$file" "$dir/$base" || return 1
     for e in "$@"; do
         sed -i -e "$e" "$dir/$base" || return 1
     done
-    if cmp -s "$srcdir/kernels/$file" "$dir/$base"; then
+    if cmp -s "$srcdir/$file" "$dir/$base"; then
         echo "$name: NOT APPLIED ($file unchanged: the kernel moved on; update the mutant)"
         status=1
         return
     fi
     case $file in
     *.cu)
-        { echo "#line 1 \"$srcdir/kernels/$file\""; sed -E "$EMU_LAUNCH_RE" "$dir/$base"; } \
+        { echo "#line 1 \"$srcdir/$file\""; sed -E "$EMU_LAUNCH_RE" "$dir/$base"; } \
             >"$dir/${base%.cu}.cpp" &&
             $EMU_CXX $EMU_CXXFLAGS -c -o "$dir/mutant.o" "$dir/${base%.cu}.cpp" ;;
     *.c)
@@ -81,20 +81,20 @@ mutant() {
     fi
 }
 
-mutant emit-sync topk_gpu.cu topk_gpu \
+mutant emit-sync kernels/topk_gpu.cu topk_gpu \
     "emit's __syncthreads between two block scans on one TempStorage removed" \
     '/__syncthreads(); \/\* tmp is used again next round \*\//d'
-mutant ballot-after-return topk_gpu.cu topk_gpu \
+mutant ballot-after-return kernels/topk_gpu.cu topk_gpu \
     "cand_count: lanes past the candidates return before the full-mask ballots" \
     's/^\( *\)\(unsigned int gt = __ballot_sync(FULL, j < ncand && kk > t)\)/\1if (j >= ncand)\n\1    return;\n\1\2/'
-mutant tie-rule topk_gpu.cu topk_gpu \
+mutant tie-rule kernels/topk_gpu.cu topk_gpu \
     "emit's tie rule my_eq < need made my_eq <= need" \
     's/(kk == t \&\& my_eq < need)/(kk == t \&\& my_eq <= need)/'
-mutant blas-unswapped blas_gpu.c mlp_gpu \
+mutant blas-unswapped kernels/blas_gpu.c mlp_gpu \
     "dcps_blas_sgemm passes the row-major operands to column-major cuBLAS unswapped" \
     's/op(tb), op(ta), n, m, k, &alpha, d_b, ldb, d_a,/op(ta), op(tb), m, n, k, \&alpha, d_a, lda, d_b,/' \
     's/^\( *\)lda, &beta, d_c, ldc));/\1ldb, \&beta, d_c, ldc));/'
-mutant eval-no-wait mlp_gpu.cu mlp_gpu \
+mutant eval-no-wait model/mlp_gpu.cu mlp_gpu \
     "evaluate(): the compute stream no longer waits for the chunk's upload (copied[k])" \
     '/(rc = DCPS_CUDA_CHECK(cudaStreamWaitEvent(st, m->copied\[k\], 0))) != 0 ||/d'
 

@@ -1,7 +1,7 @@
 /* dcps — the MLP on the GPU; see mlp_gpu.h.
  *
  * Part one holds the kernels, part two the model and its launchers. Notation as
- * in worker/mlp.c: B samples in a batch; for layer l, a_l is B x L(l), row-major,
+ * in model/mlp.c: B samples in a batch; for layer l, a_l is B x L(l), row-major,
  * with a_0 = x. Forward: z_l = a_(l-1) W_l^T + b_l, a_l = relu(z_l) on hidden
  * layers, z_n the logits. Backward with d_l = dLoss/dz_l: for the mean loss,
  * d_n = (softmax(z_n) - onehot(y)) / B; dW_l = d_l^T a_(l-1); db_l = column sums
@@ -24,8 +24,8 @@ extern "C" {
 #include "common/error.h"
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
-#include "kernels/mlp_gpu.h"
-#include "worker/mlp.h"
+#include "model/mlp_gpu.h"
+#include "model/mlp.h"
 }
 
 #define THREADS 256        /* block size of the elementwise kernels */
@@ -281,7 +281,7 @@ extern "C" dcps_mlp_gpu_t *dcps_mlp_gpu_new(const int *layers, int n_layers, int
         rc = DCPS_E_NOGPU;
         goto fail;
     }
-    /* The struct and its index arrays in one block, as in worker/mlp.c. */
+    /* The struct and its index arrays in one block, as in model/mlp.c. */
     m = (dcps_mlp_gpu_t *)calloc(1,
                                  sizeof *m + nl * (sizeof(float *) + sizeof(size_t) + sizeof(int)));
     if (!m) {

@@ -5,7 +5,7 @@
  * (logits). Backward with d_l = dLoss/dz_l: for the mean loss,
  * d_n = (softmax(z_n) - onehot(y)) / B; dW_l = d_l^T a_(l-1); db_l = column sums
  * of d_l; d_(l-1) = (d_l W_l) masked where a_(l-1) == 0 (ReLU's derivative). */
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #include "common/error.h"
 #include "common/rng.h"

@@ -1,11 +1,11 @@
 /* dcps — the reference MLP on the GPU: CUDA kernels and cuBLAS.
  *
- * The contract of worker/mlp.h, on device memory: the same layer sizes, the
+ * The contract of model/mlp.h, on device memory: the same layer sizes, the
  * same flat parameter layout (per layer W_l, out x in row-major, then b_l),
  * ReLU on hidden layers, the mean softmax cross-entropy over the batch, and the
  * same count of samples whose argmax (ties to the lowest class) equals the
  * label. Inputs are floats as the CPU path gets them (pixel / 255, see
- * worker/idx.h), labels are bytes. tests/test_mlp_gpu.c holds the two paths
+ * model/idx.h), labels are bytes. tests/test_mlp_gpu.c holds the two paths
  * together with stated tolerances: matrix products sum in a different order.
  *
  * A dcps_mlp_gpu_t owns device scratch for activations and gradients, a cuBLAS
@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "kernels/gpu.h"
-#include "worker/idx.h"
+#include "model/idx.h"
 
 #ifdef __cplusplus
 extern "C" {
