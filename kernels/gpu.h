@@ -1,10 +1,14 @@
 /* dcps — the GPU runtime behind a plain C interface.
  *
  * The only place outside the kernels/ .cu files that talks to the CUDA runtime. Built
- * without CUDA, or run on a machine without a GPU or driver, every function
- * here fails with DCPS_E_NOGPU and dcps_gpu_count() is 0: callers choose the CPU
- * path. CUDA failures become DCPS_E_CUDA with the runtime's message in the log,
- * never an abort. Streams are opaque (dcps_stream_t; NULL is the default stream). */
+ * without CUDA, or run on a machine without a GPU or with a driver too old for the
+ * runtime, every function here fails with DCPS_E_NOGPU and dcps_gpu_count() is 0
+ * (dcps_gpu_why() says why): callers choose the CPU path. Out of device memory is
+ * DCPS_E_NOMEM, so that callers can fall back as for a missing GPU. Other CUDA
+ * failures become DCPS_E_CUDA with the runtime's message in the log, never an
+ * abort. A failure that reached the caller as a code is cleared from the
+ * runtime's last error, so no later launch check reports it again. Streams are
+ * opaque (dcps_stream_t; NULL is the default stream). */
 #ifndef DCPS_GPU_H
 #define DCPS_GPU_H
 
@@ -12,14 +16,26 @@
 
 typedef void *dcps_stream_t;
 
-/* Usable GPUs; 0 without CUDA, driver or device. Never fails. */
+/* Usable GPUs; 0 without CUDA, driver or device. Never fails. The runtime is
+ * asked once per process; when the answer is none, the reason is logged once
+ * (a warning when a driver is present but too old for the runtime). */
 int dcps_gpu_count(void);
+
+/* Why dcps_gpu_count() is 0, as a phrase for an error message: the runtime's own
+ * words and the driver and runtime versions ("CUDA driver version is
+ * insufficient for CUDA runtime version: the driver supports CUDA 12.4, this
+ * build links the CUDA 13.0 runtime ..."); "" when a GPU is usable. Static
+ * storage, valid for the life of the process. */
+const char *dcps_gpu_why(void);
 
 /* The name of device 0 into buf ("NVIDIA H100 80GB HBM3"); DCPS_E_NOGPU if none. */
 int dcps_gpu_name(char *buf, size_t len);
 
+/* Device memory: *dptr is NULL on failure (DCPS_E_NOGPU, DCPS_E_NOMEM or
+ * DCPS_E_CUDA). free() waits for the device's work first and takes NULL. */
 int dcps_gpu_alloc(void **dptr, size_t bytes);
 void dcps_gpu_free(void *dptr);
+/* Copies in stream order; to_host into pageable memory returns when done. */
 int dcps_gpu_to_device(void *dst, const void *src, size_t bytes, dcps_stream_t stream);
 int dcps_gpu_to_host(void *dst, const void *src, size_t bytes, dcps_stream_t stream);
 int dcps_gpu_sync(dcps_stream_t stream);
@@ -56,8 +72,10 @@ int dcps_gpu_event_wait(dcps_stream_t stream, dcps_event_t ev);
 /* Blocks the host until ev (last recorded) has completed. */
 int dcps_gpu_event_sync(dcps_event_t ev);
 
-/* Turns a CUDA runtime status into 0 or DCPS_E_CUDA, logging the runtime's
- * message with the caller's file and line. For kernels/ only. */
+/* Turns a CUDA runtime status into 0, DCPS_E_NOMEM (out of memory), DCPS_E_NOGPU
+ * (no usable driver or device) or DCPS_E_CUDA, logging the runtime's message
+ * with the caller's file and line, and clears the runtime's last error. For
+ * kernels/ only. */
 int dcps_gpu_check(int status, const char *what, const char *file, int line);
 #define DCPS_CUDA_CHECK(call) dcps_gpu_check((int)(call), #call, __FILE__, __LINE__)
 

@@ -17,7 +17,7 @@ void dcps_residual_add_cpu(float *r, const float *g, size_t n);
 
 /* The same on the GPU: d_r and d_g are device pointers; runs on stream and
  * returns after the launch (not after completion). Returns 0, DCPS_E_CUDA, or
- * DCPS_E_NOGPU when built without CUDA. */
+ * DCPS_E_NOGPU when built without CUDA or without a usable GPU (even for n 0). */
 int dcps_residual_add_gpu(float *d_r, const float *d_g, size_t n, dcps_stream_t stream);
 
 #endif

@@ -2,6 +2,7 @@
  *
  * Part one is the kernel, part two its launcher. */
 extern "C" {
+#include "common/error.h"
 #include "kernels/residual.h"
 }
 
@@ -18,6 +19,8 @@ __global__ static void residual_add(float *__restrict__ r, const float *__restri
 
 extern "C" int dcps_residual_add_gpu(float *d_r, const float *d_g, size_t n, dcps_stream_t stream)
 {
+    if (dcps_gpu_count() == 0)
+        return DCPS_E_NOGPU;
     if (n == 0)
         return 0;
     const int threads = 256;

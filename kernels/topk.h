@@ -68,8 +68,10 @@ float dcps_topk_read_cpu(const float *x, size_t n);
 
 /* --- GPU -------------------------------------------------------------------------
  * The same operations on device pointers, on a stream, with the same results bit
- * for bit. Built without CUDA every function fails with DCPS_E_NOGPU (the
- * constructor returns NULL with that code); CUDA failures give DCPS_E_CUDA. */
+ * for bit. Built without CUDA, or without a usable GPU, every function fails
+ * with DCPS_E_NOGPU (the constructor returns NULL with that code); out of device
+ * memory gives DCPS_E_NOMEM, other CUDA failures DCPS_E_CUDA. A call that fails
+ * after queuing work waits for that work before it returns. */
 
 typedef struct dcps_topk_gpu_ws dcps_topk_gpu_ws_t;
 

@@ -322,12 +322,8 @@ static int setup(dcps_topk_gpu_ws_t *ws, size_t max_n)
     size_t at_cnt = align(sizeof(ctl_t)), at_off = at_cnt + align(nc * sizeof *ws->cnt);
     size_t at_tmp = at_off + align(nc * sizeof *ws->off);
     size_t at_cand = at_tmp + align(ws->scan_bytes);
-    cudaError_t st = cudaMalloc(&ws->mem, at_cand + max_n * sizeof *ws->cand);
-    if (st == cudaErrorMemoryAllocation) {
-        cudaGetLastError(); /* not sticky: clear it */
-        return DCPS_E_NOMEM;
-    }
-    if ((rc = DCPS_CUDA_CHECK(st)))
+    /* Out of memory is DCPS_E_NOMEM, and cleared (dcps_gpu_check). */
+    if ((rc = DCPS_CUDA_CHECK(cudaMalloc(&ws->mem, at_cand + max_n * sizeof *ws->cand))))
         return rc;
     char *base = (char *)ws->mem;
     ws->ctl = (ctl_t *)base;
@@ -370,15 +366,17 @@ extern "C" void dcps_topk_gpu_ws_destroy(dcps_topk_gpu_ws_t **ws)
 }
 
 /* The selection after the argument checks: over x, or over r ← r + g when r is given
- * (then x is r, and g may be NULL); selected entries of r are cleared. */
+ * (then x is r, and g may be NULL); selected entries of r are cleared. On any
+ * error the stream is drained first: the kernels queued before the failure use
+ * the caller's arrays, which the caller may free as soon as it sees the error. */
 static int topk(const float *x, float *r, const float *g, size_t n, size_t k, uint32_t *idx,
                 float *val, dcps_topk_gpu_ws_t *ws, cudaStream_t st)
 {
     ctl_t *c = ws->ctl;
-    unsigned int grid = grid_for(n, ws->grid), nc = (unsigned int)chunks(n);
+    unsigned int grid = grid_for(n, ws->grid), nc = (unsigned int)chunks(n), nonfinite = 0;
     int rc = DCPS_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof *c, st));
     if (rc)
-        return rc;
+        goto drain;
     hist_top<<<grid, THREADS, 0, st>>>(x, r, g, n, c);
     pick<TOP_BITS><<<1, THREADS, 0, st>>>(c, (unsigned int)k);
     collect<<<nc, THREADS, 0, st>>>(x, n, c, ws->cand, ws->cnt);
@@ -392,15 +390,20 @@ static int topk(const float *x, float *r, const float *g, size_t n, size_t k, ui
     if ((rc = DCPS_CUDA_CHECK(cudaGetLastError())) ||
         (rc = DCPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws->scan_tmp, ws->scan_bytes,
                                                             ws->cnt, ws->off, (int)nc, st))))
-        return rc;
+        goto drain;
     emit<<<nc, THREADS, 0, st>>>(x, r, n, k, c, ws->off, idx, val);
-    unsigned int nonfinite = 0;
     if ((rc = DCPS_CUDA_CHECK(cudaGetLastError())) ||
         (rc = DCPS_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, &c->nonfinite, sizeof nonfinite,
                                               cudaMemcpyDeviceToHost, st))) ||
         (rc = DCPS_CUDA_CHECK(cudaStreamSynchronize(st))))
-        return rc;
+        goto drain;
     return nonfinite ? DCPS_E_NONFINITE : 0;
+
+drain:
+    /* The failure was logged and cleared; whatever the wait meets was caused by it. */
+    cudaStreamSynchronize(st);
+    cudaGetLastError();
+    return rc;
 }
 
 static int bad_args(size_t n, size_t k, const void *idx, const void *val,
@@ -435,6 +438,8 @@ static unsigned int simple_grid(size_t count)
 extern "C" int dcps_scatter_add_gpu(float *d_w, const uint32_t *d_idx, const float *d_val,
                                     size_t k, float alpha, dcps_stream_t stream)
 {
+    if (dcps_gpu_count() == 0)
+        return DCPS_E_NOGPU;
     if (k == 0)
         return 0;
     scatter_add<<<simple_grid(k), THREADS, 0, (cudaStream_t)stream>>>(d_w, d_idx, d_val, k,
@@ -445,6 +450,8 @@ extern "C" int dcps_scatter_add_gpu(float *d_w, const uint32_t *d_idx, const flo
 extern "C" int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k, float *d_out,
                                dcps_stream_t stream)
 {
+    if (dcps_gpu_count() == 0)
+        return DCPS_E_NOGPU;
     if (k == 0)
         return 0;
     gather<<<simple_grid(k), THREADS, 0, (cudaStream_t)stream>>>(d_w, d_idx, k, d_out);
@@ -453,6 +460,8 @@ extern "C" int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k
 
 extern "C" int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, dcps_stream_t stream)
 {
+    if (dcps_gpu_count() == 0)
+        return DCPS_E_NOGPU;
     read_pass<<<simple_grid(n), THREADS, 0, (cudaStream_t)stream>>>(d_x, n, d_sum);
     return DCPS_CUDA_CHECK(cudaGetLastError());
 }

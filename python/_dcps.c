@@ -26,7 +26,7 @@
 #include "common/error.h"
 #include "config.h"
 #include "kernels/gpu.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 #include "worker/step.h"
 
 #define MAX_OVERRIDES 256

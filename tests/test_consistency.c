@@ -21,8 +21,8 @@
 #include "tests/check_run.h"
 #include "tests/harness.h"
 #include "worker/dcps.h"
-#include "worker/idx.h"
-#include "worker/mlp.h"
+#include "model/idx.h"
+#include "model/mlp.h"
 #include "worker/step.h"
 #include "worker/trainer.h"
 

@@ -1,11 +1,15 @@
 /* Tests for kernels/gpu (streams, pinned memory, memset, events) and for the
- * worker's GPU training path. Without a GPU: every runtime call answers
- * DCPS_E_NOGPU and clears its output, and the destroy/free calls take NULL;
- * then the program exits 77 (SKIP) for the rest. With one: copies ordered by an
- * event across two streams arrive whole, memset clears, events never recorded
- * count as complete; and a one-worker job trained with device = gpu reports
+ * worker's GPU training path. Without a GPU (in every build, with CUDA or
+ * without): every runtime call, the copies, sync, and the scatter-add,
+ * residual-add and SGD launchers answer DCPS_E_NOGPU and clear their outputs,
+ * the destroy/free calls take NULL, and dcps_gpu_why() gives a reason; then the
+ * program exits 77 (SKIP) for the rest. With one: copies ordered by an event
+ * across two streams arrive whole, memset clears, events never recorded count
+ * as complete; and a one-worker job trained with device = gpu reports
  * device=gpu, takes the CPU's number of steps, lands near the CPU's accuracy
- * and repeats itself exactly. */
+ * and repeats itself exactly. Under the emulator (DCPS_EMU) also: a driver too
+ * old for the runtime is "no GPU" with the runtime's reason, and running out of
+ * device memory is DCPS_E_NOMEM and leaves no error pending. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,32 +22,54 @@
 #include "config.h"
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
+#include "model/mlp_gpu.h"
+#include "kernels/residual.h"
+#include "kernels/topk.h"
+#include "tests/gpu_probe.h"
 #include "tests/harness.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
 
 /* ---- checks that need no GPU ----------------------------------------------- */
 
-START_TEST(without_a_gpu_every_runtime_call_is_nogpu_and_clears_outputs)
+/* What gpu.h, topk.h, residual.h and mlp_gpu.h promise where no GPU is usable:
+ * DCPS_E_NOGPU from every call (even with nothing to do), outputs cleared, and
+ * a reason to give the user. */
+static void every_call_is_nogpu(void)
 {
-    /* Only meaningful where no GPU is usable; with one the cases below run. */
-    if (dcps_gpu_count() > 0)
-        return;
     dcps_stream_t s = (dcps_stream_t)&s;
     dcps_event_t ev = (dcps_event_t)&ev;
     void *p = &p;
+    float host[4] = {0};
+    ck_assert_int_eq(dcps_gpu_count(), 0);
+    ck_assert_msg(*dcps_gpu_why() != '\0', "no reason given for the missing GPU");
     ck_assert_int_eq(dcps_gpu_stream_new(&s), DCPS_E_NOGPU);
     ck_assert_ptr_null(s);
     ck_assert_int_eq(dcps_gpu_event_new(&ev), DCPS_E_NOGPU);
     ck_assert_ptr_null(ev);
     ck_assert_int_eq(dcps_gpu_host_alloc(&p, 4096), DCPS_E_NOGPU);
     ck_assert_ptr_null(p);
-#ifndef HAVE_CUDA
+    p = &p;
+    ck_assert_int_eq(dcps_gpu_alloc(&p, 4096), DCPS_E_NOGPU);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(dcps_gpu_to_device(host, host, sizeof host, NULL), DCPS_E_NOGPU);
+    ck_assert_int_eq(dcps_gpu_to_host(host, host, sizeof host, NULL), DCPS_E_NOGPU);
+    ck_assert_int_eq(dcps_gpu_sync(NULL), DCPS_E_NOGPU);
     ck_assert_int_eq(dcps_gpu_memset(NULL, 0, 0, NULL), DCPS_E_NOGPU);
     ck_assert_int_eq(dcps_gpu_event_record(NULL, NULL), DCPS_E_NOGPU);
     ck_assert_int_eq(dcps_gpu_event_wait(NULL, NULL), DCPS_E_NOGPU);
     ck_assert_int_eq(dcps_gpu_event_sync(NULL), DCPS_E_NOGPU);
-#endif
+    ck_assert_int_eq(dcps_scatter_add_gpu(NULL, NULL, NULL, 0, 1.0f, NULL), DCPS_E_NOGPU);
+    ck_assert_int_eq(dcps_residual_add_gpu(NULL, NULL, 0, NULL), DCPS_E_NOGPU);
+    ck_assert_int_eq(dcps_mlp_gpu_sgd(NULL, NULL, 0, 0.1f, NULL), DCPS_E_NOGPU);
+}
+
+START_TEST(without_a_gpu_every_runtime_call_is_nogpu_and_clears_outputs)
+{
+    /* Only meaningful where no GPU is usable; with one the cases below run. */
+    if (dcps_gpu_count() > 0)
+        return;
+    every_call_is_nogpu();
 }
 END_TEST
 
@@ -61,13 +87,51 @@ START_TEST(destroy_and_free_take_null)
 }
 END_TEST
 
+#ifdef DCPS_EMU
+#include "tests/cuda-emu/emu_hooks.h"
+
+/* An R535-R570 driver under the CUDA 13 runtime: cudaGetDeviceCount fails with
+ * "insufficient driver". That is no GPU (so device = auto trains on the CPU),
+ * but not a silent one: the reason names the driver's and the runtime's CUDA
+ * versions and the driver needed. */
+START_TEST(emu_an_old_driver_is_nogpu_with_the_runtimes_reason)
+{
+    emu_set_old_driver();
+    every_call_is_nogpu();
+    const char *why = dcps_gpu_why();
+    ck_assert_msg(strstr(why, "insufficient") && strstr(why, "12.4") && strstr(why, "13.0") &&
+                      strstr(why, "R580"),
+                  "reason: %s", why);
+}
+END_TEST
+
+/* Out of device memory is DCPS_E_NOMEM, with the pointer cleared; the failure
+ * is handled there, so a later launch does not report it as its own. */
+START_TEST(emu_out_of_memory_is_nomem_and_not_left_pending)
+{
+    float host[4] = {1.0f, 2.0f, 3.0f, 4.0f}, back[4];
+    void *big = &big;
+    float *d = NULL;
+    emu_set_device_bytes(1 << 20);
+    ck_assert_int_eq(dcps_gpu_alloc(&big, 2 << 20), DCPS_E_NOMEM);
+    ck_assert_ptr_null(big);
+    ck_assert_int_eq(dcps_gpu_alloc((void **)&d, sizeof host), 0);
+    ck_assert_int_eq(dcps_gpu_to_device(d, host, sizeof host, NULL), 0);
+    ck_assert_int_eq(dcps_residual_add_gpu(d, d, 4, NULL), 0);
+    ck_assert_int_eq(dcps_gpu_to_host(back, d, sizeof back, NULL), 0);
+    ck_assert_float_eq(back[3], 8.0f);
+    dcps_gpu_free(d);
+}
+END_TEST
+#endif
+
 /* ---- the runtime on a GPU -------------------------------------------------- */
 
 START_TEST(an_upload_ordered_by_an_event_arrives_whole_on_the_other_stream)
 {
     /* Large enough that a download not ordered after the upload would see a
      * part of the old contents. */
-    enum { N = 16 << 20 };
+    enum { N = DCPS_TEST_SIZE(16 << 20, 1 << 18) };
     size_t bytes = N * sizeof(float);
     dcps_stream_t xs = NULL, cs = NULL;
     dcps_event_t up = NULL, never = NULL;
@@ -205,6 +269,9 @@ static int probe(void)
 
 int main(void)
 {
+    /* Under the emulator dcps-worker, a program of its own, has no GPU. */
+    const int emulated = DCPS_TEST_SIZE(0, 1);
+    DCPS_TEST_EMU_SWEEP();
     int gpu = probe(), forking = gpu >= 0;
     /* Without fork the tests share this process: ask here, and leave the
      * worker test (which needs cuBLAS) out rather than load it here. */
@@ -220,9 +287,15 @@ int main(void)
         TCase *tc = tcase_create("gpu");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, an_upload_ordered_by_an_event_arrives_whole_on_the_other_stream);
+#ifdef DCPS_EMU
+        tcase_add_test(tc, emu_an_old_driver_is_nogpu_with_the_runtimes_reason);
+        tcase_add_test(tc, emu_out_of_memory_is_nomem_and_not_left_pending);
+#endif
         suite_add_tcase(s, tc);
     }
-    if (gpu == 2) {
+    if (gpu == 2 && emulated)
+        printf("emulated GPU: the worker test left out (dcps-worker is not emulated)\n");
+    if (gpu == 2 && !emulated) {
         TCase *worker = tcase_create("worker");
         tcase_add_checked_fixture(worker, NULL, teardown);
         tcase_set_timeout(worker, 900);

@@ -1,7 +1,7 @@
-/* Tests for worker/idx: round trips through plain and gzip IDX files, each
+/* Tests for model/idx: round trips through plain and gzip IDX files, each
  * malformation with its code and a message naming the file, the data set's
  * checks and scaling, and the installed Fashion-MNIST test set when present. */
-#include "worker/idx.h"
+#include "model/idx.h"
 
 #include "common/error.h"
 

@@ -1,8 +1,8 @@
-/* Tests for worker/mlp: the parameter layout and initialisation, the gradient
+/* Tests for model/mlp: the parameter layout and initialisation, the gradient
  * against finite differences of an independent double-precision forward pass,
  * the loss at known points, training on a separable problem, evaluation and
  * argument checks. */
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #include "common/error.h"
 #include "common/rng.h"

@@ -1,12 +1,12 @@
-/* Tests for kernels/mlp_gpu and kernels/blas_gpu: the GPU MLP gives the CPU
- * MLP's gradients, loss and count (worker/mlp.c is the reference) for several
+/* Tests for model/mlp_gpu and kernels/blas_gpu: the GPU MLP gives the CPU
+ * MLP's gradients, loss and count (model/mlp.c is the reference) for several
  * shapes and batch sizes, the same bits on every run and on any stream; its
  * evaluation over a host data set agrees with the CPU's; the SGD kernel is the
  * C loop bit for bit; bad arguments and labels are DCPS_E_INVAL. Checks that
  * need no GPU (a missing cuBLAS, argument checks, no GPU at all) always run;
  * without a usable GPU and cuBLAS the rest is skipped and the program exits 77
  * (SKIP) once those have passed. */
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 
 #include <check.h>
 #include <math.h>
@@ -21,7 +21,7 @@
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
 #include "tests/gpu_probe.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -402,7 +402,7 @@ START_TEST(sgd_step_is_the_c_loop_bit_for_bit)
 {
     /* More elements than MAX_BLOCKS x THREADS, so the grid-stride loop runs,
      * and guard elements past n that must not change. */
-    enum { N = 3000017, GUARD = 67 };
+    enum { N = DCPS_TEST_SIZE(3000017, 1048576 + 17), GUARD = 67 };
     const float lr = 0.0123f;
     dcps_rng_t r;
     dcps_rng_seed(&r, 5);
@@ -430,15 +430,48 @@ START_TEST(sgd_step_is_the_c_loop_bit_for_bit)
 }
 END_TEST
 
+/* A model of shapes[1] with a batch of its data on the device, for the cases
+ * that call it with bad arguments or make it fail. */
+typedef struct {
+    const shape_t *s;
+    data_t d;
+    dcps_mlp_gpu_t *m;
+    float *d_params, *d_grad, *d_x;
+    uint8_t *d_y;
+} rig_t;
+
+static rig_t rig_new(void)
+{
+    rig_t r;
+    r.s = &shapes[1];
+    r.d = make_data(r.s, r.s->max_batch, 1);
+    size_t pbytes = r.d.n_params * sizeof(float);
+    r.m = gpu_model(r.s, NULL);
+    r.d_params = to_device(r.d.params, pbytes);
+    r.d_grad = to_device(r.d.params, pbytes);
+    r.d_x = to_device(r.d.x, (size_t)r.d.n * r.s->layers[0] * sizeof(float));
+    r.d_y = to_device(r.d.y, (size_t)r.d.n);
+    return r;
+}
+
+static void rig_free(rig_t *r)
+{
+    dcps_gpu_free(r->d_params);
+    dcps_gpu_free(r->d_grad);
+    dcps_gpu_free(r->d_x);
+    dcps_gpu_free(r->d_y);
+    dcps_mlp_gpu_destroy(&r->m);
+    free_data(&r->d);
+}
+
 START_TEST(bad_batch_pointer_or_label_is_inval)
 {
-    const shape_t *s = &shapes[1];
-    data_t d = make_data(s, s->max_batch, 1);
-    size_t pbytes = d.n_params * sizeof(float);
-    dcps_mlp_gpu_t *m = gpu_model(s, NULL);
-    float *d_params = to_device(d.params, pbytes), *d_grad = to_device(d.params, pbytes);
-    float *d_x = to_device(d.x, (size_t)d.n * s->layers[0] * sizeof(float));
-    uint8_t *d_y = to_device(d.y, (size_t)d.n);
+    rig_t r = rig_new();
+    const shape_t *s = r.s;
+    data_t d = r.d;
+    dcps_mlp_gpu_t *m = r.m;
+    float *d_params = r.d_params, *d_grad = r.d_grad, *d_x = r.d_x;
+    uint8_t *d_y = r.d_y;
     float loss = -1.0f;
     int correct = -1;
 
@@ -480,14 +513,57 @@ START_TEST(bad_batch_pointer_or_label_is_inval)
     ck_assert_float_eq(l, -1.0f);
     ck_assert_float_eq(a, -1.0f);
 
-    dcps_gpu_free(d_params);
-    dcps_gpu_free(d_grad);
-    dcps_gpu_free(d_x);
-    dcps_gpu_free(d_y);
-    dcps_mlp_gpu_destroy(&m);
-    free_data(&d);
+    rig_free(&r);
 }
 END_TEST
+
+#ifdef DCPS_EMU
+#include "tests/cuda-emu/emu_hooks.h"
+
+/* A launch that fails in the middle of the forward pass: the call returns the
+ * error only after the work queued before it (products and kernels on the
+ * caller's d_params and d_x) has run, and leaves no error pending, so the next
+ * call on the same model succeeds. */
+START_TEST(emu_a_failed_launch_drains_the_stream_and_the_model_goes_on)
+{
+    rig_t r = rig_new();
+    float loss = -1.0f;
+    int correct = -1;
+    ck_assert_int_eq(dcps_gpu_sync(NULL), 0);
+    emu_fail_launch(2); /* the second layer's bias_act: one product and kernel queued */
+    ck_assert_int_eq(dcps_mlp_gpu_forward_backward(r.m, r.d_params, r.d_x, r.d_y, 8, r.d_grad,
+                                                   &loss, &correct),
+                     DCPS_E_CUDA);
+    ck_assert_uint_eq(emu_pending(), 0);
+    ck_assert_float_eq(loss, -1.0f);
+    ck_assert_int_eq(dcps_mlp_gpu_forward_backward(r.m, r.d_params, r.d_x, r.d_y, 8, r.d_grad,
+                                                   &loss, &correct),
+                     0);
+    ck_assert_float_gt(loss, 0.0f);
+    rig_free(&r);
+}
+END_TEST
+
+/* A model whose scratch does not fit the device's memory is DCPS_E_NOMEM (the
+ * code with which device = auto falls back to the CPU), not DCPS_E_CUDA, and
+ * the failure does not stay pending: a launch after it succeeds. */
+START_TEST(emu_a_model_beyond_device_memory_is_nomem_and_leaves_no_error)
+{
+    const shape_t *s = &shapes[0];
+    int err = 0;
+    emu_set_device_bytes(4 << 20);
+    ck_assert_ptr_null(dcps_mlp_gpu_new(s->layers, s->n_layers, 4096, NULL, &err));
+    ck_assert_int_eq(err, DCPS_E_NOMEM);
+    float w[3] = {1.0f, 2.0f, 3.0f}, g[3] = {1.0f, 1.0f, 1.0f};
+    float *d_w = to_device(w, sizeof w), *d_g = to_device(g, sizeof g);
+    ck_assert_int_eq(dcps_mlp_gpu_sgd(d_w, d_g, 3, 0.5f, NULL), 0);
+    ck_assert_int_eq(dcps_gpu_to_host(w, d_w, sizeof w, NULL), 0);
+    ck_assert_float_eq(w[2], 2.5f);
+    dcps_gpu_free(d_w);
+    dcps_gpu_free(d_g);
+}
+END_TEST
+#endif
 
 /* cuBLAS must load too (asked in the probe's child process). */
 static int cublas_loads(void)
@@ -497,6 +573,7 @@ static int cublas_loads(void)
 
 int main(void)
 {
+    DCPS_TEST_EMU_SWEEP();
     int gpu = dcps_test_gpu_probe(cublas_loads), forking = gpu >= 0;
     /* Without fork the tests share this process: only the GPU count is asked
      * here, so that the missing-library check still runs before any load. */
@@ -519,6 +596,10 @@ int main(void)
         tcase_add_loop_test(tc, evaluate_matches_cpu_and_repeats_exactly, 0, N_EVALS);
         tcase_add_test(tc, sgd_step_is_the_c_loop_bit_for_bit);
         tcase_add_test(tc, bad_batch_pointer_or_label_is_inval);
+#ifdef DCPS_EMU
+        tcase_add_test(tc, emu_a_failed_launch_drains_the_stream_and_the_model_goes_on);
+        tcase_add_test(tc, emu_a_model_beyond_device_memory_is_nomem_and_leaves_no_error);
+#endif
         suite_add_tcase(s, tc);
     }
 

@@ -126,10 +126,14 @@ static void compare_ks(const float *x, const float *g, size_t n)
         }
 }
 
+#ifndef DCPS_EMU
 static const size_t sizes[] = {1,         2,    63,   255,          256,
                                257,       4095, 4097, 1000003,      (1u << 24) + 3,
                                /* more than 65535 chunks of 4096 entries */
                                65536u * 4096u + 5u};
+#else /* the emulator: up to a few chunks of 4096, grids of many blocks */
+static const size_t sizes[] = {1, 2, 63, 255, 256, 257, 4095, 4097, 30011};
+#endif
 #define N_SIZES (sizeof sizes / sizeof sizes[0])
 
 START_TEST(gpu_topk_is_bit_identical_to_cpu_on_random_data)
@@ -153,7 +157,7 @@ END_TEST
 
 START_TEST(gpu_topk_is_bit_identical_on_ties_zeros_and_denormals)
 {
-    enum { N = 300007 };
+    enum { N = DCPS_TEST_SIZE(300007, 12007) };
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 300);
     float *x = alloc(N * sizeof *x), *g = alloc(N * sizeof *g);
@@ -180,7 +184,8 @@ END_TEST
 
 START_TEST(gpu_ef_stays_identical_to_cpu_over_steps)
 {
-    enum { N = 100003, K = 1001, STEPS = 20 };
+    enum { N = DCPS_TEST_SIZE(100003, 10007), K = DCPS_TEST_SIZE(1001, 101),
+           STEPS = DCPS_TEST_SIZE(20, 5) };
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 400);
     float *r = calloc(N, sizeof *r), *g = alloc(N * sizeof *g), *got = alloc(N * sizeof *got);
@@ -267,7 +272,7 @@ END_TEST
 
 START_TEST(gpu_scatter_add_and_gather_match_cpu)
 {
-    enum { N = 1000003, K = 10007 };
+    enum { N = DCPS_TEST_SIZE(1000003, 100003), K = DCPS_TEST_SIZE(10007, 3001) };
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 600);
     float *w = alloc(N * sizeof *w), *got = alloc(N * sizeof *got);
@@ -309,6 +314,59 @@ START_TEST(gpu_scatter_add_and_gather_match_cpu)
 }
 END_TEST
 
+#ifdef DCPS_EMU
+#include "tests/cuda-emu/emu_hooks.h"
+
+/* A launch that fails halfway through a selection: the error comes back only
+ * after the kernels queued before it have run (the caller may free its arrays
+ * at once), and it is not left pending for the next call, which succeeds. */
+START_TEST(emu_a_failed_launch_drains_the_stream_and_leaves_no_error)
+{
+    enum { N = 5000, K = 50 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 700);
+    float x[N], val[K], got_val[K];
+    uint32_t idx[K], got_idx[K];
+    fill(&rng, x, N, 0);
+    float *d_x = dev_alloc(sizeof x), *d_val = dev_alloc(sizeof val);
+    uint32_t *d_idx = dev_alloc(sizeof idx);
+    int err;
+    dcps_topk_ws_t *ws = dcps_topk_ws_new(N, &err);
+    dcps_topk_gpu_ws_t *gws = dcps_topk_gpu_ws_new(N, &err);
+    ck_assert(ws && gws);
+    ck_assert_int_eq(dcps_gpu_to_device(d_x, x, sizeof x, NULL), 0);
+    ck_assert_int_eq(dcps_gpu_sync(NULL), 0);
+    emu_fail_launch(3); /* collect: after hist_top and pick are queued */
+    ck_assert_int_eq(dcps_topk_gpu(d_x, N, K, d_idx, d_val, gws, NULL), DCPS_E_CUDA);
+    ck_assert_uint_eq(emu_pending(), 0);
+    ck_assert_int_eq(dcps_topk_gpu(d_x, N, K, d_idx, d_val, gws, NULL), 0);
+    ck_assert_int_eq(dcps_topk_cpu(x, N, K, idx, val, ws), 0);
+    ck_assert_int_eq(dcps_gpu_to_host(got_idx, d_idx, sizeof idx, NULL), 0);
+    ck_assert_int_eq(dcps_gpu_to_host(got_val, d_val, sizeof val, NULL), 0);
+    ck_assert_mem_eq(got_idx, idx, sizeof idx);
+    ck_assert_mem_eq(got_val, val, sizeof val);
+    dcps_topk_ws_destroy(&ws);
+    dcps_topk_gpu_ws_destroy(&gws);
+    dcps_gpu_free(d_x);
+    dcps_gpu_free(d_val);
+    dcps_gpu_free(d_idx);
+}
+END_TEST
+
+/* A workspace larger than the device's memory is DCPS_E_NOMEM, not DCPS_E_CUDA. */
+START_TEST(emu_a_workspace_beyond_device_memory_is_nomem)
+{
+    int err = 0;
+    emu_set_device_bytes(1 << 20);
+    ck_assert_ptr_null(dcps_topk_gpu_ws_new(1 << 20, &err));
+    ck_assert_int_eq(err, DCPS_E_NOMEM);
+    dcps_topk_gpu_ws_t *gws = dcps_topk_gpu_ws_new(1000, &err);
+    ck_assert_ptr_nonnull(gws);
+    dcps_topk_gpu_ws_destroy(&gws);
+}
+END_TEST
+#endif
+
 static Suite *topk_gpu_suite(void)
 {
     Suite *s = suite_create("topk_gpu");
@@ -319,11 +377,16 @@ static Suite *topk_gpu_suite(void)
     tcase_add_test(tc, gpu_ef_stays_identical_to_cpu_over_steps);
     tcase_add_test(tc, gpu_refuses_bad_sizes_and_nonfinite_input_like_cpu);
     tcase_add_test(tc, gpu_scatter_add_and_gather_match_cpu);
+#ifdef DCPS_EMU
+    tcase_add_test(tc, emu_a_failed_launch_drains_the_stream_and_leaves_no_error);
+    tcase_add_test(tc, emu_a_workspace_beyond_device_memory_is_nomem);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
+    DCPS_TEST_EMU_SWEEP();
     return dcps_test_run_gpu(topk_gpu_suite());
 }

@@ -13,10 +13,10 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 #include "worker/step.h"
-#include "worker/idx.h"
-#include "worker/mlp.h"
+#include "model/idx.h"
+#include "model/mlp.h"
 
 #define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 
@@ -293,10 +293,54 @@ static void layout_gpu(trainer_t *t, struct carver *dev, struct carver *pin)
     }
 }
 
+/* Releases what the GPU path made, in reverse order of set-up, once neither
+ * stream has work left that touches the buffers (an upload may be in flight
+ * after a failure); the model goes before the stream it borrows. */
+static void release_gpu(trainer_t *t)
+{
+    if (t->xs)
+        dcps_gpu_sync(t->xs);
+    if (t->cs)
+        dcps_gpu_sync(t->cs);
+    dcps_gpu_host_free(t->pinned);
+    dcps_gpu_free(t->dev);
+    t->pinned = t->dev = NULL;
+    dcps_gpu_event_destroy(&t->params_up);
+    for (int k = 1; k >= 0; k--) {
+        dcps_gpu_event_destroy(&t->done[k]);
+        dcps_gpu_event_destroy(&t->up[k]);
+    }
+    dcps_mlp_gpu_destroy(&t->gmlp);
+    dcps_gpu_stream_destroy(&t->xs);
+    dcps_gpu_stream_destroy(&t->cs);
+}
+
+/* GPU set-up failed with rc (no usable GPU model, or out of device memory):
+ * with device = auto the worker trains on the CPU instead (returns 0, having
+ * released the GPU path); with device = gpu it is an error. */
+static int fall_back(trainer_t *t, int rc, const char *why)
+{
+    if (t->cfg->device != DCPS_DEVICE_AUTO) {
+        if (rc == DCPS_E_NOGPU)
+            snprintf(t->err, t->errlen,
+                     "[worker] device = gpu, but the GPU model cannot run (cuBLAS missing? see "
+                     "the log); use device = auto or cpu");
+        else
+            snprintf(t->err, t->errlen, "[worker] device = gpu, but %s; use device = auto or cpu",
+                     why);
+        return rc;
+    }
+    release_gpu(t);
+    t->gpu = 0;
+    t->params = t->grad = NULL; /* slices of the pinned memory just freed */
+    DCPS_INFO("device = auto: %s, so this worker trains on the CPU", why);
+    return 0;
+}
+
 /* Sets up the GPU path: streams, model, events, buffers.
  * When the GPU model cannot run (DCPS_E_NOGPU: cuBLAS is not loadable, say)
- * and device = auto, releases what it made, clears t->gpu and returns 0: the
- * CPU path runs instead. Anything else that fails is an error; teardown()
+ * or device memory runs out (DCPS_E_NOMEM) and device = auto, releases what it
+ * made, clears t->gpu and returns 0: the CPU path runs instead. Anything else that fails is an error; teardown()
  * releases what was made. */
 static int setup_gpu(trainer_t *t)
 {
@@ -307,20 +351,10 @@ static int setup_gpu(trainer_t *t)
 
     if ((rc = dcps_gpu_stream_new(&t->cs)) == 0 && (rc = dcps_gpu_stream_new(&t->xs)) == 0)
         t->gmlp = dcps_mlp_gpu_new(cfg->layers, cfg->n_layers, cfg->batch_size, t->cs, &rc);
-    if (rc == DCPS_E_NOGPU && cfg->device == DCPS_DEVICE_AUTO) {
-        dcps_gpu_stream_destroy(&t->xs);
-        dcps_gpu_stream_destroy(&t->cs);
-        t->gpu = 0;
-        DCPS_INFO("device = auto: a GPU is present but the GPU model cannot run (see above), "
-                  "so this worker trains on the CPU");
-        return 0;
-    }
-    if (rc == DCPS_E_NOGPU) {
-        snprintf(t->err, t->errlen,
-                 "[worker] device = gpu, but the GPU model cannot run (cuBLAS missing? see the "
-                 "log); use device = auto or cpu");
-        return rc;
-    }
+    if (rc == DCPS_E_NOGPU || rc == DCPS_E_NOMEM)
+        return fall_back(t, rc,
+                         rc == DCPS_E_NOMEM ? "the GPU's memory is taken (another job?)"
+                                            : "the GPU model cannot run (see above)");
     if (rc != 0)
         return gpu_fail(t, rc, "GPU set-up");
     for (int k = 0; k < 2; k++)
@@ -332,8 +366,11 @@ static int setup_gpu(trainer_t *t)
 
     layout_gpu(t, &dev, &pin);
     if ((rc = dcps_gpu_alloc(&t->dev, dev.used)) != 0 ||
-        (rc = dcps_gpu_host_alloc(&t->pinned, pin.used)) != 0)
+        (rc = dcps_gpu_host_alloc(&t->pinned, pin.used)) != 0) {
+        if (rc == DCPS_E_NOMEM)
+            return fall_back(t, rc, "the GPU's memory is taken (another job?)");
         return gpu_fail(t, rc, "GPU memory");
+    }
     dev.base = t->dev;
     pin.base = t->pinned;
     dev.used = pin.used = 0;
@@ -383,9 +420,8 @@ static int setup(trainer_t *t, const char *metrics_path)
 
     int gpus = dcps_gpu_count();
     if (cfg->device == DCPS_DEVICE_GPU && gpus == 0) {
-        snprintf(t->err, t->errlen,
-                 "[worker] device = gpu, but no GPU is usable (none present, no driver, or "
-                 "built --without-cuda); use device = auto or cpu");
+        snprintf(t->err, t->errlen, "[worker] device = gpu, but no GPU is usable: %s; use "
+                 "device = auto or cpu", dcps_gpu_why());
         return DCPS_E_NOGPU;
     }
     /* Emulated compute runs no model, so there is nothing for a GPU to do. */
@@ -451,23 +487,7 @@ static void teardown(trainer_t *t)
 {
     dcps_step_close(&t->step);
     dcps_mlp_destroy(&t->mlp);
-    /* The GPU path in reverse order of set-up, once neither stream has work
-     * left that touches the buffers (an upload may be in flight after a
-     * failure); the model goes before the stream it borrows. */
-    if (t->xs)
-        dcps_gpu_sync(t->xs);
-    if (t->cs)
-        dcps_gpu_sync(t->cs);
-    dcps_gpu_host_free(t->pinned);
-    dcps_gpu_free(t->dev);
-    dcps_gpu_event_destroy(&t->params_up);
-    for (int k = 1; k >= 0; k--) {
-        dcps_gpu_event_destroy(&t->done[k]);
-        dcps_gpu_event_destroy(&t->up[k]);
-    }
-    dcps_mlp_gpu_destroy(&t->gmlp);
-    dcps_gpu_stream_destroy(&t->xs);
-    dcps_gpu_stream_destroy(&t->cs);
+    release_gpu(t);
     if (t->csv)
         fclose(t->csv);
     free(t->order);

@@ -1,7 +1,7 @@
 /* dcps — the MLP on the GPU; see mlp_gpu.h.
  *
  * Part one holds the kernels, part two the model and its launchers. Notation as
- * in worker/mlp.c: B samples in a batch; for layer l, a_l is B x L(l), row-major,
+ * in model/mlp.c: B samples in a batch; for layer l, a_l is B x L(l), row-major,
  * with a_0 = x. Forward: z_l = a_(l-1) W_l^T + b_l, a_l = relu(z_l) on hidden
  * layers, z_n the logits. Backward with d_l = dLoss/dz_l: for the mean loss,
  * d_n = (softmax(z_n) - onehot(y)) / B; dW_l = d_l^T a_(l-1); db_l = column sums
@@ -24,8 +24,8 @@ extern "C" {
 #include "common/error.h"
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
-#include "kernels/mlp_gpu.h"
-#include "worker/mlp.h"
+#include "model/mlp_gpu.h"
+#include "model/mlp.h"
 }
 
 #define THREADS 256        /* block size of the elementwise kernels */
@@ -281,7 +281,7 @@ extern "C" dcps_mlp_gpu_t *dcps_mlp_gpu_new(const int *layers, int n_layers, int
         rc = DCPS_E_NOGPU;
         goto fail;
     }
-    /* The struct and its index arrays in one block, as in worker/mlp.c. */
+    /* The struct and its index arrays in one block, as in model/mlp.c. */
     m = (dcps_mlp_gpu_t *)calloc(1,
                                  sizeof *m + nl * (sizeof(float *) + sizeof(size_t) + sizeof(int)));
     if (!m) {
@@ -424,6 +424,18 @@ static int fetch_totals(dcps_mlp_gpu_t *m)
     return rc;
 }
 
+/* Waits for both streams after a failed call, so that no kernel still uses
+ * the caller's arrays (which it may free on seeing the error) and no upload
+ * still reads a staging buffer that the next call will overwrite. The failure
+ * was reported by the call that failed; whatever the waits meet is its
+ * consequence, and is cleared with it. */
+static void drain(dcps_mlp_gpu_t *m)
+{
+    cudaStreamSynchronize(m->copy);
+    cudaStreamSynchronize(m->stream);
+    cudaGetLastError();
+}
+
 extern "C" int dcps_mlp_gpu_forward_backward(dcps_mlp_gpu_t *m, const float *d_params,
                                              const float *d_x, const uint8_t *d_y, int batch,
                                              float *d_grad, float *loss, int *correct)
@@ -435,7 +447,7 @@ extern "C" int dcps_mlp_gpu_forward_backward(dcps_mlp_gpu_t *m, const float *d_p
     /* d holds dLoss/dz_l, dprev receives dLoss/dz_(l-1); they swap each layer. */
     float *d = m->delta[0], *dprev = m->delta[1];
     if ((rc = forward(m, d_params, d_x, d_y, batch, d, 1.0f / (float)batch, 0)) != 0)
-        return rc;
+        goto drain;
 
     for (int l = last; l >= 1; l--) {
         int in = m->size[l - 1], out = m->size[l];
@@ -444,27 +456,27 @@ extern "C" int dcps_mlp_gpu_forward_backward(dcps_mlp_gpu_t *m, const float *d_p
         /* dW = d^T a: (out x batch) times (batch x in), d stored batch x out. */
         if ((rc = dcps_blas_sgemm(m->blas, DCPS_BLAS_T, DCPS_BLAS_N, out, in, batch, 1.0f, d, out,
                                   a, in, 0.0f, gW, in)) != 0)
-            return rc;
+            goto drain;
         unsigned col_blocks = (unsigned)((out + THREADS - 1) / THREADS);
         column_sums<<<col_blocks, THREADS, 0, st>>>(d, batch, out, gb);
         if ((rc = DCPS_CUDA_CHECK(cudaGetLastError())) != 0)
-            return rc;
+            goto drain;
         if (l == 1)
             break;
         /* dLoss/da_(l-1) = d W: (batch x out) times (out x in). */
         if ((rc = dcps_blas_sgemm(m->blas, DCPS_BLAS_N, DCPS_BLAS_N, batch, in, out, 1.0f, d, out,
                                   W, in, 0.0f, dprev, in)) != 0)
-            return rc;
+            goto drain;
         size_t total = (size_t)batch * in;
         relu_mask<<<blocks_for(total), THREADS, 0, st>>>(dprev, a, total);
         if ((rc = DCPS_CUDA_CHECK(cudaGetLastError())) != 0)
-            return rc;
+            goto drain;
         float *t = d;
         d = dprev;
         dprev = t;
     }
     if ((rc = fetch_totals(m)) != 0)
-        return rc;
+        goto drain;
     if (m->h_tot->bad)
         return DCPS_E_INVAL;
     if (loss)
@@ -472,15 +484,10 @@ extern "C" int dcps_mlp_gpu_forward_backward(dcps_mlp_gpu_t *m, const float *d_p
     if (correct)
         *correct = (int)m->h_tot->correct;
     return 0;
-}
 
-/* Waits for both streams after a failed evaluate(), so that no upload still
- * reads a staging buffer that the next call will overwrite. Their own errors
- * were already reported by the call that failed. */
-static void drain(dcps_mlp_gpu_t *m)
-{
-    cudaStreamSynchronize(m->copy);
-    cudaStreamSynchronize(m->stream);
+drain:
+    drain(m);
+    return rc;
 }
 
 /* Chunk c uses buffer pair k = c % 2. The host fills stage[k] while the GPU
@@ -500,11 +507,12 @@ extern "C" int dcps_mlp_gpu_evaluate(dcps_mlp_gpu_t *m, const float *d_params,
             return DCPS_E_INVAL;
 
     cudaStream_t st = m->stream;
-    uint32_t step = (uint32_t)m->max_batch;
+    /* 64-bit positions: at + step must not wrap for a set of nearly 2^32 samples. */
+    uint64_t step = (uint64_t)m->max_batch;
     int rc = DCPS_CUDA_CHECK(cudaMemsetAsync(m->d_tot, 0, sizeof *m->d_tot, st));
-    for (uint32_t at = 0, c = 0; rc == 0 && at < ds->n; at += step, c++) {
+    for (uint64_t at = 0, c = 0; rc == 0 && at < ds->n; at += step, c++) {
         int k = (int)(c & 1);
-        uint32_t left = ds->n - at;
+        uint64_t left = ds->n - at;
         int batch = left < step ? (int)left : m->max_batch;
         size_t xbytes = (size_t)batch * ds->dim * sizeof(float);
         if ((rc = DCPS_CUDA_CHECK(cudaEventSynchronize(m->copied[k]))) != 0)
@@ -539,6 +547,8 @@ extern "C" int dcps_mlp_gpu_evaluate(dcps_mlp_gpu_t *m, const float *d_params,
 extern "C" int dcps_mlp_gpu_sgd(float *d_w, const float *d_g, size_t n, float lr,
                                 dcps_stream_t stream)
 {
+    if (dcps_gpu_count() == 0)
+        return DCPS_E_NOGPU;
     if (n == 0)
         return 0;
     sgd_step<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(d_w, d_g, n, lr);

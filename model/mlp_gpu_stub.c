@@ -1,14 +1,14 @@
 /* dcps — the GPU MLP's entry points in a build without CUDA; see mlp_gpu.h.
  *
- * kernels/mlp_gpu.cu is compiled only with the CUDA toolkit. Without it these
+ * model/mlp_gpu.cu is compiled only with the CUDA toolkit. Without it these
  * definitions keep callers linking: arguments are checked as there, then every
  * call answers DCPS_E_NOGPU and the caller takes the CPU path. With CUDA this
  * file compiles to nothing. */
-#include "kernels/mlp_gpu.h"
+#include "model/mlp_gpu.h"
 
 #include "common/error.h"
 #include "config.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #ifndef HAVE_CUDA
 dcps_mlp_gpu_t *dcps_mlp_gpu_new(const int *layers, int n_layers, int max_batch,

@@ -1,5 +1,5 @@
 /* dcps — IDX loading through zlib; see idx.h. */
-#include "worker/idx.h"
+#include "model/idx.h"
 
 #include "common/error.h"
 #include "common/log.h"

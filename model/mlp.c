@@ -5,7 +5,7 @@
  * (logits). Backward with d_l = dLoss/dz_l: for the mean loss,
  * d_n = (softmax(z_n) - onehot(y)) / B; dW_l = d_l^T a_(l-1); db_l = column sums
  * of d_l; d_(l-1) = (d_l W_l) masked where a_(l-1) == 0 (ReLU's derivative). */
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -250,9 +250,10 @@ int dcps_mlp_evaluate(dcps_mlp_t *m, const float *params, const dcps_dataset_t *
         return DCPS_E_INVAL;
     double loss_sum = 0.0;
     int hits = 0;
-    for (uint32_t i = 0; i < ds->n; i += (uint32_t)m->max_batch) {
-        uint32_t left = ds->n - i;
-        int batch = left < (uint32_t)m->max_batch ? (int)left : m->max_batch;
+    /* 64-bit positions: i + max_batch must not wrap for a set of nearly 2^32 samples. */
+    for (uint64_t i = 0; i < ds->n; i += (uint64_t)m->max_batch) {
+        uint64_t left = ds->n - i;
+        int batch = left < (uint64_t)m->max_batch ? (int)left : m->max_batch;
         forward(m, params, ds->x + (size_t)i * ds->dim, ds->y + i, batch, &loss_sum, &hits, NULL,
                 0.0f);
     }

@@ -1,11 +1,11 @@
 /* dcps — the reference MLP on the GPU: CUDA kernels and cuBLAS.
  *
- * The contract of worker/mlp.h, on device memory: the same layer sizes, the
+ * The contract of model/mlp.h, on device memory: the same layer sizes, the
  * same flat parameter layout (per layer W_l, out x in row-major, then b_l),
  * ReLU on hidden layers, the mean softmax cross-entropy over the batch, and the
  * same count of samples whose argmax (ties to the lowest class) equals the
  * label. Inputs are floats as the CPU path gets them (pixel / 255, see
- * worker/idx.h), labels are bytes. tests/test_mlp_gpu.c holds the two paths
+ * model/idx.h), labels are bytes. tests/test_mlp_gpu.c holds the two paths
  * together with stated tolerances: matrix products sum in a different order.
  *
  * A dcps_mlp_gpu_t owns device scratch for activations and gradients, a cuBLAS
@@ -17,7 +17,10 @@
  *
  * Errors: DCPS_E_INVAL for bad arguments or labels, DCPS_E_NOGPU when there is
  * no usable GPU or cuBLAS (and always when built without CUDA), DCPS_E_CUDA
- * (logged) when the runtime or cuBLAS fails, DCPS_E_NOMEM. */
+ * (logged) when the runtime or cuBLAS fails, DCPS_E_NOMEM (also when the GPU's
+ * memory is taken, so that device = auto can fall back to the CPU). A call that
+ * fails after queuing work waits for that work before it returns, so the caller
+ * may free its arrays on any error. */
 #ifndef DCPS_MLP_GPU_H
 #define DCPS_MLP_GPU_H
 
@@ -25,7 +28,7 @@
 #include <stdint.h>
 
 #include "kernels/gpu.h"
-#include "worker/idx.h"
+#include "model/idx.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,7 +82,7 @@ int dcps_mlp_gpu_evaluate(dcps_mlp_gpu_t *m, const float *d_params, const dcps_d
  * rounded product and one rounded difference per element (no fused
  * multiply-add), bit for bit the plain C loop `w[i] -= lr * g[i]` compiled
  * without contraction. Returns after the launch; n = 0 is a no-op. Returns 0,
- * DCPS_E_CUDA or DCPS_E_NOGPU. */
+ * DCPS_E_CUDA or DCPS_E_NOGPU (without a usable GPU, whatever n). */
 int dcps_mlp_gpu_sgd(float *d_w, const float *d_g, size_t n, float lr, dcps_stream_t stream);
 
 #ifdef __cplusplus

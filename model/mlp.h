@@ -8,15 +8,16 @@
  * scratch for activations and gradients, sized once for max_batch samples; it is
  * used by one thread at a time.
  *
- * The GPU path (kernels/) implements the same contract and is tested against
- * this one. */
+ * The GPU path (model/mlp_gpu.h, on kernels/'s cuBLAS loader) implements the
+ * same contract and is tested against this one. model/ is the built-in model's
+ * home, above kernels/ (generic GPU and CPU operations) and below the trainer. */
 #ifndef DCPS_MLP_H
 #define DCPS_MLP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/idx.h"
+#include "model/idx.h"
 
 /* sum over layers of in*out + out; 0 if the sizes are invalid. */
 size_t dcps_mlp_param_count(const int *layers, int n_layers);

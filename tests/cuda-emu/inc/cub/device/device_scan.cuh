@@ -1,0 +1,2 @@
+/* dcps tests — stand-in for CUB's header: cub::DeviceScan is defined in
+ * tests/cuda-emu/emu.h, force-included before the kernel source. */
