@@ -22,7 +22,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "config.h"
 #include "kernels/gpu.h"
 #include "worker/compress.h"
 #include "worker/step_gpu.h"
@@ -309,16 +308,6 @@ int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const
     return 0;
 }
 
-/* Why dcps_gpu_count() is 0, as far as this file can tell. */
-static const char *no_gpu(void)
-{
-#ifdef HAVE_CUDA
-    return "the CUDA runtime finds none usable here (no device, or no driver or an old one)";
-#else
-    return "this libdcps was built without CUDA";
-#endif
-}
-
 int dcps_step_use_stream(dcps_step_t *s, void *stream)
 {
     int rc;
@@ -343,7 +332,9 @@ int dcps_step_use_stream(dcps_step_t *s, void *stream)
                         key);
     if (dcps_gpu_count() == 0)
         return dcps_say(s->err, sizeof s->err, DCPS_E_NOGPU,
-                        "device arrays need a GPU, and %s: pass host (CPU) arrays", no_gpu());
+                        "device arrays need a GPU, and none is usable: %s; pass host (CPU) "
+                        "arrays",
+                        dcps_gpu_why());
     if (!(s->gpu = dcps_step_gpu_new(&s->cfg, s->n, stream, &rc, s->err, sizeof s->err)))
         return rc;
     dcps_compress_destroy(&s->comp); /* the host encoder's n floats are not needed */
