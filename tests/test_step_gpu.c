@@ -8,7 +8,8 @@
  * dense step) is refused naming the entry, before anything is sent; an option
  * the device path does not do is refused naming the key. Without a GPU the
  * program exits 77 (SKIP); python/tests/test_extension.py checks the refusals
- * that need no GPU. */
+ * that need no GPU. Built with DCPS_EMU it is tests/test_step_gpu_emu: the same
+ * cases on the SIMT emulator of tests/cuda-emu (tests/gpu_probe.h). */
 #include "worker/step.h"
 
 #include <check.h>
@@ -23,7 +24,8 @@
 #include "tests/gpu_probe.h"
 #include "tests/harness.h"
 
-#define N 20000 /* parameters: 2 shards of 10000 */
+/* Parameters, split over 2 shards; the emulator affords the smaller model. */
+#define N ((size_t)DCPS_TEST_SIZE(1000003, 20000))
 #define STEPS 14
 
 static void teardown(void)
@@ -269,5 +271,6 @@ static Suite *suite(void)
 
 int main(void)
 {
+    DCPS_TEST_EMU_SWEEP();
     return dcps_test_run_gpu(suite());
 }
