@@ -490,11 +490,13 @@ static PyObject *Step_get_job(StepObject *self, void *closure)
 static PyMethodDef Step_methods[] = {
     {"start", (PyCFunction)Step_start, METH_O,
      "start(params): rank 0 initialises the shards from params; every rank then pulls into "
-     "params."},
+     "params (a buffer, or after use_stream a device pointer as an int)."},
     {"run", (PyCFunction)(void (*)(void))Step_run, METH_VARARGS | METH_KEYWORDS,
-     "run(grad, params, epoch=1): push grad (compressed per the job), pull into params."},
+     "run(grad, params, epoch=1): push grad (compressed per the job), pull into params (buffers, "
+     "or after use_stream device pointers as ints)."},
     {"finish", (PyCFunction)Step_finish, METH_O,
-     "finish(params): done, final barrier, exact pull into params."},
+     "finish(params): done, final barrier, exact pull into params (a buffer, or after "
+     "use_stream a device pointer as an int)."},
     {"wait", (PyCFunction)Step_wait, METH_NOARGS,
      "wait(): with the pipeline, wait for the step in flight."},
     {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},
