@@ -3,7 +3,8 @@
 single-process SGD; the same MLP through dcps.torch and through dcps-worker ends
 with the same parameters (one step implementation); a worker killed with
 SIGKILL does not stop the others; a model of the wrong size or dtype is refused
-with a sentence before anything is pushed."""
+with a sentence before anything is pushed; with a GPU, a CUDA model (the step's
+device path) ends bit-identical to the same model on the CPU."""
 import os
 import signal
 import sys
@@ -228,6 +229,61 @@ class Refusals(unittest.TestCase):
         with self.assertRaises(dcps.ConfigError) as cm:
             dt.Worker(torch.nn.Linear(2, 2), job="/nonexistent.ini")
         self.assertIn("DCPS_RANK", str(cm.exception))
+
+
+def _cuda():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class CudaModel(unittest.TestCase):
+    @unittest.skipUnless(_cuda(), "no CUDA device")
+    def test_a_cuda_model_ends_bit_identical_to_the_same_model_on_the_cpu(self):
+        """The same model and the same gradients (set by hand, so that no
+        kernel of torch's differs), each the one worker of its own job: the
+        device path (Top-k + error feedback on the GPU, deltas scattered there)
+        and the host path push the same bytes and hold the same bits."""
+        import copy
+        import io
+
+        import torch
+
+        import dcps.torch as dt
+
+        comp = {"push": "topk", "density": 0.05, "pull": "delta", "warmup_steps": 1,
+                "correction_every": 4}
+        text = harness.job_text(workers=1, model={"layers": None, "params": "auto"},
+                                compression=comp)
+        jobs = [harness.Job(text, shards=2), harness.Job(text, shards=2)]
+        try:
+            torch.manual_seed(0)
+            cpu = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.ReLU(),
+                                      torch.nn.Linear(300, 10))
+            gpu = copy.deepcopy(cpu).cuda()
+            wc = dt.Worker(cpu, job=jobs[0].path, rank=0, overrides=[jobs[0].shards])
+            wg = dt.Worker(gpu, job=jobs[1].path, rank=0, overrides=[jobs[1].shards])
+            for t in range(10):
+                gen = torch.Generator().manual_seed(t)
+                for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                    g = torch.randn(pc.shape, generator=gen)
+                    pc.grad = g.clone()
+                    pg.grad = g.cuda()
+                wc.step()
+                wg.step()
+                for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                    self.assertTrue(torch.equal(pc.detach(), pg.detach().cpu()), f"step {t}")
+                self.assertEqual(wc.stats()["bytes_pushed"], wg.stats()["bytes_pushed"])
+                self.assertEqual(wc.stats()["bytes_pulled"], wg.stats()["bytes_pulled"])
+            final_c = wc.finish(out=io.StringIO())
+            final_g = wg.finish(out=io.StringIO())
+            self.assertEqual(final_g["device"], "gpu")
+            self.assertEqual(final_c["bytes_pushed"], final_g["bytes_pushed"])
+            for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                self.assertTrue(torch.equal(pc.detach(), pg.detach().cpu()), "final pull")
+        finally:
+            for j in jobs:
+                j.close()
 
 
 if __name__ == "__main__":
