@@ -228,6 +228,9 @@ START_TEST(a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sendin
                       strstr(why, _i ? "inf" : "nan"),
                   "%s", why);
     ck_assert_int_eq(dcps_step_run(s, d_grad, d_params, 1), DCPS_E_STATE);
+    /* A failed step keeps its first sentence, whatever is called next. */
+    ck_assert_int_eq(dcps_step_use_stream(s, NULL), DCPS_E_STATE);
+    ck_assert_msg(strstr(dcps_step_error(s), "model entry 12345"), "%s", dcps_step_error(s));
     dcps_step_close(&s);
     dcps_gpu_free(d_grad);
     dcps_gpu_free(d_params);

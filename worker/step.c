@@ -312,6 +312,8 @@ int dcps_step_use_stream(dcps_step_t *s, void *stream)
 {
     int rc;
     char key[128];
+    if (s->state == FAILED) /* s->err still says why */
+        return DCPS_E_STATE;
     s->err[0] = '\0';
     if (s->gpu) { /* already on device arrays: another stream */
         if ((rc = dcps_step_gpu_set_stream(s->gpu, stream)) != 0)

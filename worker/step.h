@@ -99,11 +99,12 @@ int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const
  * as soon as run() returns.
  *
  * Refused: DCPS_E_NOGPU with a sentence when no GPU is usable (or libdcps was
- * built without CUDA); DCPS_E_STATE after dcps_step_start with host arrays;
+ * built without CUDA); DCPS_E_STATE after dcps_step_start with host arrays,
+ * and after a failed step (whose sentence dcps_step_error() keeps);
  * DCPS_E_CONFIG, naming the key, for what the device path does not do in this
  * version: [compression] pipeline = true, momentum_correction > 0 (DGC) with
  * push = topk, and clip_norm > 0; DCPS_E_NOMEM or DCPS_E_CUDA when the
- * allocations fail. After a refusal the step keeps taking host arrays. */
+ * allocations fail. After a refusal the step keeps the arrays it took. */
 int dcps_step_use_stream(dcps_step_t *s, void *stream);
 
 /* Starts training: rank 0 initialises the shards from params (n values) if
