@@ -3,7 +3,8 @@
 torch.nn.parallel.DistributedDataParallel over gloo, one process per rank, plain
 SGD (DDP averages the gradients of the P ranks: synchronous SGD on P batches).
 
-    ddp_cnn.py --world P --rank R --port PORT [--epochs E] [--lr LR] [--batch B]
+    ddp_cnn.py --world P --rank R --port PORT [--addr RANK0_ADDR] [--epochs E] [--lr LR]
+               [--batch B]
 
 Rank r takes the same share of each epoch as a dcps.torch worker (dcps.share,
 seed 42), so both systems see the same batches. After every epoch each rank
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--addr", default="127.0.0.1", help="rank 0's address (the rendezvous)")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--batch", type=int, default=32)
@@ -39,7 +41,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(1)
     train, test = load(DATA, "train"), load(DATA, "t10k")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
+    dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}",
                             world_size=args.world, rank=args.rank)
     model = torch.nn.parallel.DistributedDataParallel(FashionCNN())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)

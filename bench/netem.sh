@@ -28,6 +28,14 @@
 #             moves the whole model every step: 0.8 s of a 1 Gbit/s link at 25M).
 #             A cell is skipped when its estimated memory is over half of what
 #             the machine has available.
+#   torch     examples/torch/fashion_cnn.py's CNN, really trained, EPOCHS epochs,
+#             at each rate of -R, for each P: DistributedDataParallel over gloo
+#             (bench/ddp_cnn.py, one process per worker namespace), and dcps.torch
+#             with dense and with topk01_delta (the example job's DC-ASGD-a, lr 0.1,
+#             batch 32; each worker is dcps-worker -- python3 fashion_cnn.py). Rank
+#             0's test accuracy after each epoch goes to OUT/torch_RATE.csv
+#             (system,P,epoch,elapsed_s,test_acc); bench/torch.sh -x netem plots it.
+#             Needs python3-torch and a build with the Python package.
 # Throughput, per run: samples_per_s = the sum over workers of the `final:`
 # line's samples_per_s (each worker's samples over its own training time: from
 # after its setup, i.e. data loading, model and connection, to after the final
@@ -139,7 +147,7 @@ declare -A scheme=(
     [topk001_delta]="compression.push=topk compression.density=0.001 compression.pull=delta"
 )
 for k in $SCHEMES; do [ -n "${scheme[$k]:-}" ] || die "-k: no scheme $k"; done
-for x in $EXPERIMENTS; do [[ $x == accuracy || $x == scaling ]] || die "-x: accuracy or scaling"; done
+for x in $EXPERIMENTS; do [[ $x == accuracy || $x == scaling || $x == torch ]] || die "-x: accuracy, scaling or torch"; done
 maxp=0
 for p in $P_LIST; do
     [[ $p =~ ^[1-9][0-9]*$ && $p -le 100 ]] || die "-P: worker counts from 1 to 100"
@@ -213,9 +221,11 @@ drops() {
 
 # run TAG P JOB [section.key=value ...]: the job's shards and its first P
 # workers, each in its namespace. Keeps rank 0's metrics as OUT/TAG.csv, every
-# rank's as OUT/.TAG.mR.csv (removed by the caller), the shard logs as
-# OUT/TAG.shardS.log; sets FINALS to the workers' `final:` lines and WALL to
-# the seconds from the first worker's start to the last one's exit.
+# rank's as OUT/.TAG.mR.csv (removed by the caller), rank 0's output as
+# OUT/TAG.out, the shard logs as OUT/TAG.shardS.log; sets FINALS to the workers'
+# `final:` lines and WALL to the seconds from the first worker's start to the
+# last one's exit. With WORKER_CMD set (an array), each worker runs it through
+# dcps-worker -- WORKER_CMD.
 run() {
     local tag=$1 p=$2 job=$3 s r ep list="" failed=0 t0
     shift 3
@@ -240,7 +250,8 @@ run() {
     if [ $failed = 0 ]; then
         for r in $(seq 0 $((p - 1))); do
             ip netns exec "${PFX}w$r" "$BUILD/dcps-worker" --config "$job" --rank "$r" "${sets[@]}" \
-                --metrics "$OUT/.$tag.m$r.csv" >"$OUT/.w$r.out" 2>"$OUT/.w$r.err" &
+                --metrics "$OUT/.$tag.m$r.csv" ${WORKER_CMD[@]+-- "${WORKER_CMD[@]}"} \
+                >"$OUT/.w$r.out" 2>"$OUT/.w$r.err" &
             wpids+=($!)
             PIDS+=($!)
         done
@@ -254,6 +265,7 @@ run() {
     teardown_programs
     FINALS=$(cat "$OUT"/.w*.out 2>/dev/null | grep '^final:' || true)
     [ -f "$OUT/.$tag.m0.csv" ] && cp "$OUT/.$tag.m0.csv" "$OUT/$tag.csv"
+    cp "$OUT/.w0.out" "$OUT/$tag.out" 2>/dev/null || true
     rm -f "$OUT"/.w*.out "$OUT"/.w*.err
     return $failed
 }
@@ -370,7 +382,54 @@ if [ $PLOT_ONLY = 0 ]; then
             done
         done
     fi
+    if [[ " $EXPERIMENTS " == *" torch "* ]]; then
+        py=/usr/bin/python3
+        [ -x "$py" ] || py=python3
+        export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
+        # rank 0's "epoch=E done: ... test_acc=A elapsed_s=T" lines as CSV rows
+        epoch_rows() { # SYSTEM P FILE
+            sed -n "s/^rank=0 epoch=\([0-9]*\) done: .*test_acc=\([0-9.]*\) elapsed_s=\([0-9.]*\).*/$1,$2,\1,\3,\2/p" "$3"
+        }
+        for rate in $ACC_RATES; do
+            shape "$rate"
+            csv=$OUT/torch_$rate.csv
+            echo "system,P,epoch,elapsed_s,test_acc" >"$csv"
+            for p in $P_LIST; do
+                tag=torch-$rate-ddp-p$p
+                dpids=()
+                for r in $(seq 0 $((p - 1))); do
+                    ip netns exec "${PFX}w$r" env GLOO_SOCKET_IFNAME="${PFX}w$r" "$py" \
+                        "$root/bench/ddp_cnn.py" --world "$p" --rank "$r" --addr "$(addr w0)" \
+                        --port 29500 --epochs "$EPOCHS" >"$OUT/.d$r.out" 2>"$OUT/.d$r.err" &
+                    dpids+=($!)
+                    PIDS+=($!)
+                done
+                for r in "${!dpids[@]}"; do
+                    wait "${dpids[$r]}" || { cat "$OUT/.d$r.err" >&2; die "$tag rank $r failed"; }
+                done
+                PIDS=()
+                cp "$OUT/.d0.out" "$OUT/$tag.out"
+                rm -f "$OUT"/.d*.out "$OUT"/.d*.err
+                epoch_rows ddp "$p" "$OUT/$tag.out" >>"$csv"
+                for k in dense topk01_delta; do
+                    tag=torch-$rate-$k-p$p
+                    WORKER_CMD=("$py" "$root/examples/torch/fashion_cnn.py")
+                    # shellcheck disable=SC2086
+                    run "$tag" "$p" "$root/examples/torch/fashion_cnn.ini" ${scheme[$k]} $PATIENCE \
+                        data.epochs=$EPOCHS || die "$tag failed"
+                    WORKER_CMD=()
+                    name=dcps_${k%01_delta} # as bench/torch.sh names them: dcps_dense, dcps_topk
+                    epoch_rows "$name" "$p" "$OUT/$tag.out" >>"$csv"
+                    # finish() evaluates the last epoch: its point is the final: line.
+                    f0=$(echo "$FINALS" | grep ' rank=0 ' || true)
+                    echo "$name,$p,$EPOCHS,$(bench_val elapsed_s "$f0"),$(bench_val test_acc "$f0")" >>"$csv"
+                done
+            done
+            echo "netem.sh: wrote $csv" >&2
+        done
+    fi
     teardown
+    [ -s "$OUT/.rows" ] || exit 0 # the torch experiment alone: no runs.csv
 
     # runs.csv: efficiency = thr(P) / (P thr(1)) against the P = 1 run of the same
     # experiment, rate and scheme (empty without one).

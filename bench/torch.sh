@@ -2,7 +2,7 @@
 # bench/torch.sh — dcps.torch against DistributedDataParallel, and its overhead over
 # dcps-worker, on this host's loopback.
 #
-#   bench/torch.sh [-b BUILD] [-o OUT] [-P "2 4"] [-e EPOCHS] [-x tta|overhead|all]
+#   bench/torch.sh [-b BUILD] [-o OUT] [-P "2 4"] [-e EPOCHS] [-x tta|overhead|netem|all]
 #
 #   tta       time to accuracy on examples/torch/fashion_cnn.py's CNN (about 215,000
 #             parameters), batch 32 a worker, lr 0.1, EPOCHS epochs (default 5), for P
@@ -27,8 +27,12 @@
 #             OUT/step_breakdown.csv: the wrapper's share is dcps.torch's overhead over
 #             the C step that dcps-worker runs.
 #
+#   report    runs nothing: writes the summary and the plots again from OUT's CSVs.
+#   netem     the tta experiment with every shard and worker in a network namespace of
+#             its own behind a 1 Gbit/s link (bench/netem.sh -x torch; root only):
+#             OUT/netem/torch_1gbit.csv.
 # Writes OUT/tta.csv, OUT/overhead.csv, OUT/summary.txt (with the machine) and, when
-# gnuplot is present, OUT/tta.png. OUT defaults to bench/results/<date>-torch.
+# gnuplot is present, a PNG per CSV and P (tta_P2.png, netem/torch_1gbit_P2.png). OUT defaults to bench/results/<date>-torch.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,6 +91,11 @@ tta() {
                 "$py" "$here/examples/torch/fashion_cnn.py" >"$run/$sys.launch" 2>&1 ||
                 { cat "$run/$sys.launch" >&2; exit 1; }
             epochs_of "$sys" "$P" "$run/$sys/worker0.out" >>"$OUT/tta.csv"
+            # The last epoch is evaluated by finish(): its point is the final: line.
+            awk -v s="$sys" -v p="$P" -v e="$EPOCHS" '/^final:/ {
+                    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                    print s "," p "," e "," v["elapsed_s"] "," v["test_acc"] }' \
+                "$run/$sys/worker0.out" >>"$OUT/tta.csv"
             grep '^final:' "$run/$sys/worker0.out" | sed "s/^/$sys P=$P /" >>"$OUT/finals.txt"
         done
     done
@@ -132,23 +141,37 @@ steady() {
         awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
+# The same three systems with every worker and shard in a network namespace of
+# its own behind a 1 Gbit/s link (root only; bench/netem.sh -x torch).
+netem() {
+    BUILD=$BUILD bash "$here/bench/netem.sh" -x torch -R 1gbit -P "$PLIST" -e "$EPOCHS" \
+        -o "$OUT/netem"
+}
+
 case $EXP in
 tta) tta ;;
 overhead) (cd "$here" && overhead) ;;
+netem) netem ;;
 all) tta; (cd "$here" && overhead) ;;
-*) echo "torch.sh: -x tta|overhead|all" >&2; exit 2 ;;
+report) ;; # the summary and the plots again, from OUT's CSVs
+*) echo "torch.sh: -x tta|overhead|netem|all|report" >&2; exit 2 ;;
 esac
 
 {
-    echo "# bench/torch.sh -x $EXP -P \"$PLIST\" -e $EPOCHS, $(date -u +%FT%TZ)"
+    echo "# bench/torch.sh -P \"$PLIST\" -e $EPOCHS, summary written $(date -u +%FT%TZ)"
     echo "# machine: $(bench_machine); loopback; every process shares these cores"
     echo "# $("$py" -c 'import torch; print("torch", torch.__version__)')"
-    if [ -s "$OUT/tta.csv" ]; then
-        echo "time to test_acc >= 0.88 (rank 0, end of the first epoch at or above):"
+    for csv in "$OUT/tta.csv" "$OUT/netem/torch_1gbit.csv"; do
+        [ -s "$csv" ] || continue
+        echo "${csv#"$OUT"/}: time to test_acc >= 0.88 (rank 0, end of the first epoch at or above)," \
+            "and the last epoch:"
         awk -F, 'NR > 1 && $5 >= 0.88 && !(($1 "," $2) in seen) { seen[$1 "," $2] = 1
-                 printf "  %-10s P=%s  %7.1f s (epoch %s, test_acc %s)\n", $1, $2, $4, $3, $5 }' \
-            "$OUT/tta.csv"
-    fi
+                 printf "  %-10s P=%s  %7.1f s (epoch %s, test_acc %s)\n", $1, $2, $4, $3, $5 }
+                 NR > 1 { last[$1 "," $2] = $0 }
+                 END { for (k in last) { split(last[k], f, ",")
+                       printf "  %-10s P=%s  last epoch %s at %.1f s: test_acc %s\n", f[1], f[2], f[3], f[4], f[5] } }' \
+            "$csv"
+    done
     if [ -s "$OUT/overhead.csv" ]; then
         echo "MLP 784-256-128-10, 1 worker, 2 shards, dense, batch 64: samples/s in the steady"
         echo "state (median of the progress windows; median of 3 runs) and ms per step:"
@@ -168,21 +191,27 @@ esac
     fi
 } | tee "$OUT/summary.txt"
 
-command -v gnuplot >/dev/null && [ -s "$OUT/tta.csv" ] || exit 0
-for P in $PLIST; do
-    {
-        echo "set terminal pngcairo size 900,500 noenhanced"
-        echo "set output '$OUT/tta_P$P.png'"
-        echo "set title 'Fashion-MNIST CNN, P = $P workers, loopback, $(nproc --all) cores shared'"
-        echo "set xlabel 'elapsed s (rank 0)'; set ylabel 'test accuracy (rank 0)'; set key bottom right"
-        echo "set datafile separator ','; set grid"
-        printf "plot "
-        sep=
-        for sys in ddp dcps_dense dcps_topk; do
-            printf "%s'< grep \"^%s,%s,\" %s' using 4:5 with linespoints title '%s'" \
-                "$sep" "$sys" "$P" "$OUT/tta.csv" "$sys"
-            sep=", "
-        done
-        echo
-    } | gnuplot
-done
+# plot CSV NETWORK: OUT/<CSV's name>_P<P>.png for each P, test accuracy against time.
+plot() {
+    local csv=$1 net=$2 P sys sep
+    command -v gnuplot >/dev/null && [ -s "$csv" ] || return 0
+    for P in $PLIST; do
+        {
+            echo "set terminal pngcairo size 900,500 noenhanced"
+            echo "set output '${csv%.csv}_P$P.png'"
+            echo "set title 'Fashion-MNIST CNN, P = $P workers, $net, $(nproc --all) cores shared'"
+            echo "set xlabel 'elapsed s (rank 0)'; set ylabel 'test accuracy (rank 0)'"
+            echo "set key bottom right; set datafile separator ','; set grid"
+            printf "plot "
+            sep=
+            for sys in ddp dcps_dense dcps_topk; do
+                printf "%s'< grep \"^%s,%s,\" %s' using 4:5 with linespoints title '%s'" \
+                    "$sep" "$sys" "$P" "$csv" "$sys"
+                sep=", "
+            done
+            echo
+        } | gnuplot
+    done
+}
+plot "$OUT/tta.csv" loopback
+plot "$OUT/netem/torch_1gbit.csv" "1 Gbit/s links (bench/netem.sh)"

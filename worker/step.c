@@ -46,7 +46,6 @@ struct dcps_step {
     /* Host arrays: comp; device arrays (dcps_step_use_stream): gpu instead. */
     dcps_compress_t *comp;
     dcps_step_gpu_t *gpu;
-    bool started;   /* dcps_step_start was called */
     bool pipe;      /* the CD-SGD pipeline runs */
     float local_lr; /* of the pipeline's local update */
     float *pulled;  /* pipeline: what pulls fill (n) */
@@ -322,7 +321,7 @@ int dcps_step_use_stream(dcps_step_t *s, void *stream)
                             dcps_strerror(rc));
         return 0;
     }
-    if (s->started || s->state != NEW)
+    if (s->state != NEW)
         return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
                         "device arrays are chosen before dcps_step_start; this step has "
                         "started with host arrays");
@@ -395,13 +394,9 @@ static int check_state(dcps_step_t *s, int want, const char *what)
     return dcps_say(s->err, sizeof s->err, DCPS_E_STATE, "cannot %s: %s", what, says[s->state]);
 }
 
-int dcps_step_start(dcps_step_t *s, float *params)
+static int start(dcps_step_t *s, float *params)
 {
     int rc;
-    if ((rc = check_state(s, NEW, "start")) != 0)
-        return rc;
-    s->err[0] = '\0';
-    s->started = true;
     if (s->rank == 0 && !dcps_client_initialized(s->client)) {
         const float *init = params;
         if (s->gpu && (rc = dcps_step_gpu_download(s->gpu, params, &init)) != 0)
@@ -429,8 +424,18 @@ int dcps_step_start(dcps_step_t *s, float *params)
             return rc;
     }
     s->t0 = now_s();
-    s->state = STARTED;
     return 0;
+}
+
+int dcps_step_start(dcps_step_t *s, float *params)
+{
+    int rc;
+    if ((rc = check_state(s, NEW, "start")) != 0)
+        return rc;
+    s->err[0] = '\0';
+    rc = start(s, params);
+    s->state = rc == 0 ? STARTED : FAILED;
+    return rc;
 }
 
 int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)

@@ -101,7 +101,7 @@ class Worker:
         # One buffer each for parameters and gradients; the tensors become views.
         self._flat = torch.empty(n, dtype=torch.float32, device=self.device)
         self._grad = torch.zeros(n, dtype=torch.float32, device=self.device)
-        self._slices = []
+        self._slices = []  # each parameter's view of the gradient buffer
         offsets, names, at = [], [], 0
         with torch.no_grad():
             for name, p in named:
@@ -109,7 +109,7 @@ class Worker:
                 self._flat[at:at + k].copy_(p.detach().reshape(-1))
                 p.data = self._flat[at:at + k].view_as(p)
                 p.grad = self._grad[at:at + k].view_as(p)
-                self._slices.append((at, k))
+                self._slices.append(self._grad[at:at + k])
                 offsets.append(at)
                 names.append(name)
                 at += k
@@ -133,6 +133,8 @@ class Worker:
         self.n = n
         self.epoch = 1
         self.samples = 0
+        # Losses are summed as they come (tensors: no device synchronisation per
+        # step) and read when a progress line or the final line needs them.
         self._loss_sum, self._loss_count = 0.0, 0
         self._epoch_loss, self._epoch_count, self._epoch_of_loss = 0.0, 0, 1
         self._t_win, self._win_samples = time.monotonic(), 0
@@ -163,8 +165,7 @@ class Worker:
         """Makes the gradient buffer hold every parameter's gradient: a
         parameter whose .grad was replaced (zero_grad(set_to_none=True), say)
         is copied in and re-attached; one without a gradient counts as zero."""
-        for p, (at, k) in zip(self._params, self._slices):
-            view = self._grad[at:at + k]
+        for p, view in zip(self._params, self._slices):
             g = p.grad
             if g is None:
                 view.zero_()
@@ -186,11 +187,14 @@ class Worker:
         self._gather_grads()
         if self._cuda:
             self._use_current_stream()
-        with self._on_device():
+        if self._cuda:
+            with torch.cuda.device(self.device):
+                self._step.run(self._g_arg, self._p_arg, self.epoch)
+        else:
             self._step.run(self._g_arg, self._p_arg, self.epoch)
         self._grad.zero_()
         if loss is not None:
-            value = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+            value = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
             if self._epoch_of_loss != self.epoch:
                 self._epoch_loss, self._epoch_count, self._epoch_of_loss = 0.0, 0, self.epoch
             self._loss_sum += value
@@ -204,7 +208,7 @@ class Worker:
     def _progress(self, clock):
         st = self._step.stats()
         now = time.monotonic()
-        loss = self._loss_sum / self._loss_count if self._loss_count else math.nan
+        loss = float(self._loss_sum) / self._loss_count if self._loss_count else math.nan
         stale = st["staleness_sum"] / st["staleness_count"] if st["staleness_count"] else 0.0
         rate = self._win_samples / (now - self._t_win) if now > self._t_win else 0.0
         print(f"rank={self.rank} step={clock} epoch={self.epoch} loss={loss:.4f} "
@@ -238,7 +242,7 @@ class Worker:
             else:
                 test_acc = result
         nan = math.nan
-        train_loss = self._epoch_loss / self._epoch_count if self._epoch_count else nan
+        train_loss = float(self._epoch_loss) / self._epoch_count if self._epoch_count else nan
         line = self._step.summary(
             test_acc=nan if test_acc is None else float(test_acc),
             test_loss=nan if test_loss is None else float(test_loss),
