@@ -196,6 +196,7 @@ plot() {
     local csv=$1 net=$2 P sys sep
     command -v gnuplot >/dev/null && [ -s "$csv" ] || return 0
     for P in $PLIST; do
+        grep -q "^[a-z_]*,$P," "$csv" || continue # no run with P workers in this CSV
         {
             echo "set terminal pngcairo size 900,500 noenhanced"
             echo "set output '${csv%.csv}_P$P.png'"
