@@ -53,8 +53,8 @@ class Worker:
     ``job``: the job file (default: ``$DCPS_JOB``); ``rank``: this worker's rank
     (default: ``$DCPS_RANK``); ``overrides``: ``"section.key=value"`` strings, as
     ``--set``, after those in ``$DCPS_SET`` (one a line; deploy/launch-local.sh
-    puts the shards' endpoints there). Rank 0's parameters initialise the shards; every rank starts from
-    the shards' parameters. Parameters must be float32, all on the CPU or all
+    puts the shards' endpoints there). Rank 0's parameters initialise the
+    shards; every rank starts from the shards' parameters. Parameters must be float32, all on the CPU or all
     on one CUDA device (then the device path, see the module's text; without a
     usable GPU or with a job option the device path does not do, the Step
     refuses with dcps.NoGPUError or dcps.ConfigError naming the key).
