@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "common/carve.h"
 #include "common/error.h"
 #include "kernels/blas_gpu.h"
 #include "kernels/gpu.h"
@@ -32,7 +33,6 @@ extern "C" {
 #define MAX_BLOCKS 4096    /* grid-stride loops take over beyond this many blocks */
 #define SAMPLE_THREADS 128 /* block size of the one-thread-per-sample loss kernel */
 #define REDUCE_THREADS 256 /* the single block of reduce_batch(); a power of two */
-#define SLICE_ALIGN 256    /* bytes; every slice of the two allocations starts aligned */
 
 /* What a forward pass reports, summed over a batch or over a whole evaluation.
  * Lives on the device and, copied back at the end of a call, in pinned memory. */
@@ -208,46 +208,32 @@ struct dcps_mlp_gpu {
     dcps_blas_t *blas;
 };
 
-/* Hands out consecutive aligned slices of one allocation; with base NULL it only
- * measures, so that one layout function both sizes and carves. */
-struct carver {
-    char *base;
-    size_t used;
-};
-
-static void *carve(struct carver *c, size_t bytes)
-{
-    size_t at = (c->used + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-    c->used = at + bytes;
-    return c->base ? c->base + at : NULL;
-}
-
-static void layout_device(dcps_mlp_gpu_t *m, struct carver *c)
+static void layout_device(dcps_mlp_gpu_t *m, dcps_carver_t *c)
 {
     size_t mb = (size_t)m->max_batch, widest = 0;
     for (int l = 1; l < m->n_layers; l++) {
         size_t w = (size_t)m->size[l];
         widest = w > widest ? w : widest;
-        m->act[l] = (float *)carve(c, mb * w * sizeof(float));
+        m->act[l] = (float *)dcps_carve(c, mb * w * sizeof(float));
     }
     for (int k = 0; k < 2; k++)
-        m->delta[k] = (float *)carve(c, mb * widest * sizeof(float));
-    m->sample_loss = (double *)carve(c, mb * sizeof(double));
-    m->sample_hit = (int *)carve(c, mb * sizeof(int));
-    m->d_tot = (struct totals *)carve(c, sizeof(struct totals));
+        m->delta[k] = (float *)dcps_carve(c, mb * widest * sizeof(float));
+    m->sample_loss = (double *)dcps_carve(c, mb * sizeof(double));
+    m->sample_hit = (int *)dcps_carve(c, mb * sizeof(int));
+    m->d_tot = (struct totals *)dcps_carve(c, sizeof(struct totals));
     for (int k = 0; k < 2; k++) {
-        m->chunk_x[k] = (float *)carve(c, mb * (size_t)m->size[0] * sizeof(float));
-        m->chunk_y[k] = (uint8_t *)carve(c, mb);
+        m->chunk_x[k] = (float *)dcps_carve(c, mb * (size_t)m->size[0] * sizeof(float));
+        m->chunk_y[k] = (uint8_t *)dcps_carve(c, mb);
     }
 }
 
-static void layout_pinned(dcps_mlp_gpu_t *m, struct carver *c)
+static void layout_pinned(dcps_mlp_gpu_t *m, dcps_carver_t *c)
 {
     size_t mb = (size_t)m->max_batch;
-    m->h_tot = (struct totals *)carve(c, sizeof(struct totals));
+    m->h_tot = (struct totals *)dcps_carve(c, sizeof(struct totals));
     for (int k = 0; k < 2; k++) {
-        m->stage_x[k] = (float *)carve(c, mb * (size_t)m->size[0] * sizeof(float));
-        m->stage_y[k] = (uint8_t *)carve(c, mb);
+        m->stage_x[k] = (float *)dcps_carve(c, mb * (size_t)m->size[0] * sizeof(float));
+        m->stage_y[k] = (uint8_t *)dcps_carve(c, mb);
     }
 }
 
@@ -270,7 +256,7 @@ extern "C" dcps_mlp_gpu_t *dcps_mlp_gpu_new(const int *layers, int n_layers, int
     /* Declared before the first goto: C++ forbids jumping over initialisations. */
     int rc, k = 0;
     size_t n_params = dcps_mlp_param_count(layers, n_layers), nl = (size_t)n_layers, off = 0;
-    struct carver dev = {NULL, 0}, pin = {NULL, 0};
+    dcps_carver_t dev = {NULL, 0}, pin = {NULL, 0};
     dcps_mlp_gpu_t *m = NULL;
 
     if (n_params == 0 || max_batch <= 0) {

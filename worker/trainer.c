@@ -9,16 +9,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/carve.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/gpu.h"
-#include "model/mlp_gpu.h"
-#include "worker/step.h"
 #include "model/idx.h"
 #include "model/mlp.h"
+#include "model/mlp_gpu.h"
+#include "worker/step.h"
 
-#define SLICE_ALIGN 256           /* bytes; alignment of the GPU path's buffer slices */
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
  * and grad in one host allocation and runs dcps_mlp_t. The GPU path (gpu == 1)
@@ -261,35 +261,21 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     fflush(t->csv);
 }
 
-/* Hands out consecutive SLICE_ALIGN-aligned slices of one allocation; with
- * base NULL it only measures, so that layout_gpu() both sizes and carves. */
-struct carver {
-    char *base;
-    size_t used;
-};
-
-static void *carve(struct carver *c, size_t bytes)
-{
-    size_t at = (c->used + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-    c->used = at + bytes;
-    return c->base ? c->base + at : NULL;
-}
-
 /* The GPU path's buffers: on the device the parameters, gradient and two batch
  * slots; pinned on the host params, grad and two batch slots. */
-static void layout_gpu(trainer_t *t, struct carver *dev, struct carver *pin)
+static void layout_gpu(trainer_t *t, dcps_carver_t *dev, dcps_carver_t *pin)
 {
     size_t vec = t->n * sizeof(float), ybytes = (size_t)t->cfg->batch_size;
     size_t xbytes = ybytes * t->train.dim * sizeof(float);
-    t->d_params = carve(dev, vec);
-    t->d_grad = carve(dev, vec);
-    t->params = carve(pin, vec);
-    t->grad = carve(pin, vec);
+    t->d_params = dcps_carve(dev, vec);
+    t->d_grad = dcps_carve(dev, vec);
+    t->params = dcps_carve(pin, vec);
+    t->grad = dcps_carve(pin, vec);
     for (int k = 0; k < 2; k++) {
-        t->d_x[k] = carve(dev, xbytes);
-        t->d_y[k] = carve(dev, ybytes);
-        t->h_x[k] = carve(pin, xbytes);
-        t->h_y[k] = carve(pin, ybytes);
+        t->d_x[k] = dcps_carve(dev, xbytes);
+        t->d_y[k] = dcps_carve(dev, ybytes);
+        t->h_x[k] = dcps_carve(pin, xbytes);
+        t->h_y[k] = dcps_carve(pin, ybytes);
     }
 }
 
@@ -345,7 +331,7 @@ static int fall_back(trainer_t *t, int rc, const char *why)
 static int setup_gpu(trainer_t *t)
 {
     const dcps_config_t *cfg = t->cfg;
-    struct carver dev = {NULL, 0}, pin = {NULL, 0};
+    dcps_carver_t dev = {NULL, 0}, pin = {NULL, 0};
     char name[256];
     int rc;
 
