@@ -11,6 +11,11 @@
 #     process fails, with its stderr.
 # bench_val KEY [LINE]   the value of KEY in LINE (a `final:` line; default
 #                         BENCH_FINAL).
+# bench_epoch_rows SYSTEM P EPOCHS FILE
+#     CSV rows "SYSTEM,P,epoch,elapsed_s,test_acc" from rank 0's output in FILE:
+#     one per "rank=0 epoch=E done: ... test_acc=A elapsed_s=T" line, and for a
+#     dcps.torch worker, whose finish() evaluates the last epoch, one for EPOCHS
+#     from its final: line.
 # bench_machine   one line: CPU model and cores.
 
 : "${BUILD:?set BUILD to the build directory}"
@@ -87,4 +92,11 @@ bench_run() {
 
 bench_val() {
     echo "${2-$BENCH_FINAL}" | grep -o " $1=[^ ]*" | head -1 | cut -d= -f2
+}
+
+bench_epoch_rows() {
+    local sys=$1 p=$2 epochs=$3 file=$4 f
+    sed -n "s/^rank=0 epoch=\([0-9]*\) done: .*test_acc=\([0-9.]*\) elapsed_s=\([0-9.]*\).*/$sys,$p,\1,\3,\2/p" "$file"
+    f=$(grep '^final: rank=0 ' "$file" | tail -1 || true)
+    [ -z "$f" ] || echo "$sys,$p,$epochs,$(bench_val elapsed_s "$f"),$(bench_val test_acc "$f")"
 }

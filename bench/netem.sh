@@ -386,10 +386,6 @@ if [ $PLOT_ONLY = 0 ]; then
         py=/usr/bin/python3
         [ -x "$py" ] || py=python3
         export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
-        # rank 0's "epoch=E done: ... test_acc=A elapsed_s=T" lines as CSV rows
-        epoch_rows() { # SYSTEM P FILE
-            sed -n "s/^rank=0 epoch=\([0-9]*\) done: .*test_acc=\([0-9.]*\) elapsed_s=\([0-9.]*\).*/$1,$2,\1,\3,\2/p" "$3"
-        }
         for rate in $ACC_RATES; do
             shape "$rate"
             csv=$OUT/torch_$rate.csv
@@ -410,7 +406,7 @@ if [ $PLOT_ONLY = 0 ]; then
                 PIDS=()
                 cp "$OUT/.d0.out" "$OUT/$tag.out"
                 rm -f "$OUT"/.d*.out "$OUT"/.d*.err
-                epoch_rows ddp "$p" "$OUT/$tag.out" >>"$csv"
+                bench_epoch_rows ddp "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 for k in dense topk01_delta; do
                     tag=torch-$rate-$k-p$p
                     WORKER_CMD=("$py" "$root/examples/torch/fashion_cnn.py")
@@ -419,10 +415,7 @@ if [ $PLOT_ONLY = 0 ]; then
                         data.epochs=$EPOCHS || die "$tag failed"
                     WORKER_CMD=()
                     name=dcps_${k%01_delta} # as bench/torch.sh names them: dcps_dense, dcps_topk
-                    epoch_rows "$name" "$p" "$OUT/$tag.out" >>"$csv"
-                    # finish() evaluates the last epoch: its point is the final: line.
-                    f0=$(echo "$FINALS" | grep ' rank=0 ' || true)
-                    echo "$name,$p,$EPOCHS,$(bench_val elapsed_s "$f0"),$(bench_val test_acc "$f0")" >>"$csv"
+                    bench_epoch_rows "$name" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 done
             done
             echo "netem.sh: wrote $csv" >&2

@@ -65,11 +65,6 @@ data=/usr/share/datasets/fashion-mnist
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 
-# rank 0's "epoch=E done: ... test_acc=A elapsed_s=T" lines as CSV rows
-epochs_of() { # SYSTEM P FILE
-    sed -n "s/^rank=0 epoch=\([0-9]*\) done: .*test_acc=\([0-9.]*\) elapsed_s=\([0-9.]*\).*/$1,$2,\1,\3,\2/p" "$3"
-}
-
 tta() {
     echo "system,P,epoch,elapsed_s,test_acc" >"$OUT/tta.csv"
     local P sys
@@ -82,7 +77,7 @@ tta() {
             pids+=($!)
         done
         for p in "${pids[@]}"; do wait "$p" || { cat "$run"/ddp*.err >&2; exit 1; }; done
-        epochs_of ddp "$P" "$run/ddp0.out" >>"$OUT/tta.csv"
+        bench_epoch_rows ddp "$P" "$EPOCHS" "$run/ddp0.out" >>"$OUT/tta.csv"
         for sys in dcps_dense dcps_topk; do
             local sets=(-s "data.epochs=$EPOCHS")
             [ $sys = dcps_dense ] && sets+=(-s compression.push=dense -s compression.pull=dense)
@@ -90,12 +85,7 @@ tta() {
                 -b "$BUILD" -d "$run/$sys" -e -q "${sets[@]}" -- \
                 "$py" "$here/examples/torch/fashion_cnn.py" >"$run/$sys.launch" 2>&1 ||
                 { cat "$run/$sys.launch" >&2; exit 1; }
-            epochs_of "$sys" "$P" "$run/$sys/worker0.out" >>"$OUT/tta.csv"
-            # The last epoch is evaluated by finish(): its point is the final: line.
-            awk -v s="$sys" -v p="$P" -v e="$EPOCHS" '/^final:/ {
-                    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-                    print s "," p "," e "," v["elapsed_s"] "," v["test_acc"] }' \
-                "$run/$sys/worker0.out" >>"$OUT/tta.csv"
+            bench_epoch_rows "$sys" "$P" "$EPOCHS" "$run/$sys/worker0.out" >>"$OUT/tta.csv"
             grep '^final:' "$run/$sys/worker0.out" | sed "s/^/$sys P=$P /" >>"$OUT/finals.txt"
         done
     done
