@@ -40,7 +40,9 @@ extern "C" {
     X(STATE, -24, "request not valid in the current state")                         \
     X(VERSION, -25, "parameter version from the future")                            \
     X(LIVE, -26, "rank already connected from elsewhere")                          \
-    X(AUTH, -27, "refused by the peer's authentication (CURVE)")
+    X(AUTH, -27, "refused by the peer's authentication (CURVE)")                   \
+    X(SESSION, -28, "request outside the rank's session")                          \
+    X(FIELD, -29, "a header field contradicts the message or the shard")
 
 enum {
 #define DCPS_ERR_ENUM(name, value, msg) DCPS_E_##name = (value),

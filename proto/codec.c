@@ -63,6 +63,8 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         SET(step, m->step);
     if (m->want)
         SET(want, m->want);
+    if (m->session)
+        SET(session, m->session);
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
         dcps__frame_desc__init(&fd[i]);
@@ -148,6 +150,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->workers = h->workers;
     out->step = h->step;
     out->want = h->want;
+    out->session = h->session;
 out:
     dcps__header__free_unpacked(h, NULL);
     return rc;
@@ -237,5 +240,6 @@ void dcps_msg_reply(dcps_msg_t *reply, const dcps_msg_t *req, uint32_t type)
     reply->job_id = req->job_id;
     reply->rank = req->rank;
     reply->seq = req->seq;
+    reply->session = req->session;
     reply->shard = req->shard;
 }

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DCPS_PROTOCOL 1
+#define DCPS_PROTOCOL 2 /* 2: sessions (docs/protocol.md) */
 #define DCPS_MAX_FRAMES 4      /* payload frames per message */
 #define DCPS_ERROR_TEXT_MAX 256
 #define DCPS_HEADER_MAX 1024   /* packed header bytes, upper bound for buffers */
@@ -63,6 +63,7 @@ typedef struct {
     uint64_t job_id;
     uint32_t rank;
     uint64_t seq;
+    uint64_t session; /* HELLO: the session the worker opens; later requests: it */
     uint32_t shard;
     uint64_t param_version;
     uint64_t n_params;

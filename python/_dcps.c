@@ -46,6 +46,7 @@ static PyObject *exception_for(int code)
     case DCPS_E_REMOTE:
         return ConnectionError_;
     case DCPS_E_AUTH:
+    case DCPS_E_SESSION:
         return AuthError;
     case DCPS_E_SIZE:
         return SizeError;

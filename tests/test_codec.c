@@ -41,7 +41,7 @@ static size_t craft(const Dcps__Header *h)
     return len;
 }
 
-/* A valid hand-built header: protocol 1, PUSH of job JOB with nfd frame
+/* A valid hand-built header: protocol DCPS_PROTOCOL, PUSH of job JOB with nfd frame
  * descriptions taken from fd (already filled by the caller). */
 static Dcps__Header base_header(Dcps__FrameDesc **fdp, size_t nfd)
 {
@@ -133,6 +133,60 @@ static dcps_msg_t dense_msg(const float *v, size_t n)
 
 /* --- round trips --------------------------------------------------------------------- */
 
+/* The numbers in dcps.proto's enums are the ones the C code uses: the spec
+ * (docs/protocol.md, generated code of other clients) and the shard cannot
+ * disagree. */
+START_TEST(proto_enums_are_the_c_constants)
+{
+    static const struct {
+        const ProtobufCEnumDescriptor *d;
+        const char *name;
+        int value;
+    } rows[] = {
+        {&dcps__msg_type__descriptor, "HELLO", DCPS_MSG_HELLO},
+        {&dcps__msg_type__descriptor, "WELCOME", DCPS_MSG_WELCOME},
+        {&dcps__msg_type__descriptor, "PUSH", DCPS_MSG_PUSH},
+        {&dcps__msg_type__descriptor, "PUSH_ACK", DCPS_MSG_PUSH_ACK},
+        {&dcps__msg_type__descriptor, "PULL", DCPS_MSG_PULL},
+        {&dcps__msg_type__descriptor, "PULL_REPLY", DCPS_MSG_PULL_REPLY},
+        {&dcps__msg_type__descriptor, "BARRIER", DCPS_MSG_BARRIER},
+        {&dcps__msg_type__descriptor, "HEARTBEAT", DCPS_MSG_HEARTBEAT},
+        {&dcps__msg_type__descriptor, "BYE", DCPS_MSG_BYE},
+        {&dcps__msg_type__descriptor, "ERROR", DCPS_MSG_ERROR},
+        {&dcps__msg_type__descriptor, "INIT", DCPS_MSG_INIT},
+        {&dcps__msg_type__descriptor, "DONE", DCPS_MSG_DONE},
+        {&dcps__flag__descriptor, "FLAG_DUPLICATE", DCPS_FLAG_DUPLICATE},
+        {&dcps__flag__descriptor, "FLAG_STALE", DCPS_FLAG_STALE},
+        {&dcps__flag__descriptor, "FLAG_WAITING", DCPS_FLAG_WAITING},
+        {&dcps__flag__descriptor, "FLAG_DELTA", DCPS_FLAG_DELTA},
+        {&dcps__flag__descriptor, "FLAG_EXACT", DCPS_FLAG_EXACT},
+        {&dcps__frame_kind__descriptor, "FRAME_DENSE", DCPS_FRAME_DENSE},
+        {&dcps__frame_kind__descriptor, "FRAME_INDICES", DCPS_FRAME_INDICES},
+        {&dcps__frame_kind__descriptor, "FRAME_VALUES", DCPS_FRAME_VALUES},
+        {&dcps__dtype__descriptor, "DTYPE_FLOAT32", DCPS_DTYPE_F32},
+        {&dcps__dtype__descriptor, "DTYPE_UINT32", DCPS_DTYPE_U32},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(rows[i].d,
+                                                                                 rows[i].name);
+        ck_assert_msg(v != NULL, "%s is not in dcps.proto", rows[i].name);
+        ck_assert_int_eq(v->value, rows[i].value);
+    }
+    ck_assert_uint_eq(dcps__msg_type__descriptor.n_values, DCPS_MSG_TYPE_END - 1);
+    /* Every code but OK, by name and value, and nothing else. */
+    size_t codes = 0;
+    for (int c = -1; dcps_error_known(c); c--, codes++) {
+        char name[64];
+        snprintf(name, sizeof name, "E_%s", dcps_errname(c));
+        const ProtobufCEnumValue *v =
+            protobuf_c_enum_descriptor_get_value_by_name(&dcps__error_code__descriptor, name);
+        ck_assert_msg(v != NULL, "%s is not in dcps.proto's ErrorCode", name);
+        ck_assert_int_eq(v->value, -c);
+    }
+    ck_assert_uint_eq(dcps__error_code__descriptor.n_values, codes);
+}
+END_TEST
+
 START_TEST(every_type_round_trips_with_every_header_field)
 {
     uint32_t type = (uint32_t)_i; /* loop over HELLO .. INIT */
@@ -156,6 +210,7 @@ START_TEST(every_type_round_trips_with_every_header_field)
     m.workers = 32;
     m.step = 9999999999ull;
     m.want = 123456789ull;
+    m.session = 0x8000000000000001ull + type;
     m.nframes = 3;
     m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 3};
     m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, 3};
@@ -181,6 +236,7 @@ START_TEST(every_type_round_trips_with_every_header_field)
     ck_assert_uint_eq(out.workers, 32);
     ck_assert_uint_eq(out.step, 9999999999ull);
     ck_assert_uint_eq(out.want, 123456789ull);
+    ck_assert_uint_eq(out.session, 0x8000000000000001ull + type);
     ck_assert_int_eq(out.nframes, 3);
     for (int i = 0; i < 3; i++) {
         ck_assert_uint_eq(out.frame[i].kind, m.frame[i].kind);
@@ -438,13 +494,16 @@ END_TEST
 
 /* --- PROTOVER ---------------------------------------------------------------------------- */
 
-START_TEST(unpack_rejects_protocol_2)
+START_TEST(unpack_rejects_protocol_1_and_3)
 {
     Dcps__Header h = base_header(NULL, 0);
-    h.protocol = 2;
+    h.protocol = 1; /* version 1 had no sessions */
     dcps_msg_t out;
     ck_assert_int_eq(unpack_raw(craft(&h), NULL, 0, &out), DCPS_E_PROTOVER);
-    ck_assert_why_has("protocol version 2");
+    ck_assert_why_has("protocol version 1, this shard speaks 2");
+    h.protocol = 3;
+    ck_assert_int_eq(unpack_raw(craft(&h), NULL, 0, &out), DCPS_E_PROTOVER);
+    ck_assert_why_has("protocol version 3");
     /* On failure type, rank and seq are still filled in for the reply. */
     ck_assert_uint_eq(out.type, DCPS_MSG_PUSH);
     ck_assert_uint_eq(out.rank, 3);
@@ -1177,6 +1236,7 @@ static Suite *codec_suite(void)
     TCase *tc;
 
     tc = tcase_create("roundtrip");
+    tcase_add_test(tc, proto_enums_are_the_c_constants);
     tcase_add_loop_test(tc, every_type_round_trips_with_every_header_field, DCPS_MSG_HELLO,
                         DCPS_MSG_TYPE_END);
     tcase_add_loop_test(tc, every_type_round_trips_without_payload, DCPS_MSG_HELLO,
@@ -1194,7 +1254,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, unpack_rejects_empty_header);
     tcase_add_test(tc, unpack_rejects_header_that_does_not_parse);
     tcase_add_test(tc, unpack_rejects_header_longer_than_header_max);
-    tcase_add_test(tc, unpack_rejects_protocol_2);
+    tcase_add_test(tc, unpack_rejects_protocol_1_and_3);
     tcase_add_test(tc, unpack_rejects_missing_protocol_field);
     tcase_add_test(tc, unpack_rejects_protocol_0_and_max);
     tcase_add_test(tc, unpack_rejects_wrong_job_id);

@@ -142,10 +142,10 @@ static int send_bad(int i, dcps_rng_t *rng)
         send_parts((const void *[]){junk}, (size_t[]){sizeof junk}, 1);
         return DCPS_E_HEADER;
     }
-    case 1: { /* protocol version 2 */
+    case 1: { /* protocol version 3 */
         Dcps__Header h = DCPS__HEADER__INIT;
         h.has_protocol = h.has_type = h.has_job_id = 1;
-        h.protocol = 2;
+        h.protocol = DCPS_PROTOCOL + 1;
         h.type = DCPS_MSG_PULL;
         h.job_id = cfg.job_id;
         size_t len = dcps__header__pack(&h, hdr);
