@@ -429,6 +429,12 @@ static void prune(const char *dir, const entry_t *e, size_t n, size_t keep)
     }
 }
 
+uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
+{
+    return HEADER_SIZE + (uint64_t)s->floats * sizeof *s->w + tail_size(s->workers) +
+           sizeof(uint32_t);
+}
+
 int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
                          const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
                          char *err, size_t errlen)
@@ -446,6 +452,15 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
                         cons->workers, s->workers);
     if ((rc = list(dir, s->index, true, &e, &n, err, errlen)) != 0)
         return rc;
+    /* Room first: with the new file there are to be at most `keep` of them, so
+     * the oldest go before it is written, not after (a full disk would
+     * otherwise never get them back). With keep = 1 the only one stays until
+     * the new one is in place: a crash or a full disk must not leave none. */
+    size_t room = keep > 1 ? (size_t)keep - 1 : 1;
+    if (n > room) {
+        prune(dir, e, n, room);
+        n = room;
+    }
     header_of(&h, cfg, s, cons->mode);
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);

@@ -51,10 +51,16 @@
  * probe file. Returns 0, or DCPS_E_IO with the reason. */
 int dcps_checkpoint_prepare(const char *dir, char *err, size_t errlen);
 
+/* The size of one checkpoint file of s. A shard's checkpoint_dir needs room for
+ * `keep` of them (2 with keep = 1): see dcps_checkpoint_save. */
+uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s);
+
 /* Writes shard s and the consistency model cons (of the job cfg) as a new
  * checkpoint in dir: a temporary file in dir, written, fsync'd and renamed, then
- * dir fsync'd. Then removes all but the newest `keep` (at least 1) checkpoints
- * of this shard, and temporary files a crash left. The new file's path goes to
+ * dir fsync'd. It first removes temporary files a crash left and, with keep ≥ 2,
+ * all but the newest keep − 1 checkpoints of this shard, so that the directory
+ * never needs room for more than `keep` files; with keep = 1 the old one is
+ * removed only once the new one is in place (room for 2). The new file's path goes to
  * path (if not NULL). Returns 0; DCPS_E_IO if the checkpoint could not be
  * written (nothing of it stays in dir, unless only the directory's fsync
  * failed), DCPS_E_NOMEM, or DCPS_E_INVAL if a path is too long. Pruning

@@ -78,6 +78,12 @@ void dcps_consistency_start(dcps_consistency_t *c, double now)
         }
 }
 
+void dcps_consistency_paused(dcps_consistency_t *c, double ms)
+{
+    for (int i = 0; i < c->workers; i++)
+        c->m[i].last_seen += ms;
+}
+
 int dcps_consistency_reap(dcps_consistency_t *c, double now)
 {
     for (int i = 0; i < c->workers; i++) {

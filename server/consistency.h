@@ -78,6 +78,11 @@ void dcps_consistency_done(dcps_consistency_t *c, uint32_t rank);
  * are expected again, silent from now. */
 void dcps_consistency_start(dcps_consistency_t *c, double now);
 
+/* The shard itself did not run for `ms` (its loop was blocked: stopped, a
+ * checkpoint written, the machine paused): that time is nobody's silence, so
+ * every rank's last_seen moves forward by it. */
+void dcps_consistency_paused(dcps_consistency_t *c, double ms);
+
 /* Declares dead the next live rank silent for more than dead_after_ms at now and
  * returns it, or −1 if none is. Call until it returns −1. */
 int dcps_consistency_reap(dcps_consistency_t *c, double now);

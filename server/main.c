@@ -36,6 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -339,6 +342,7 @@ static void start_alive(server_t *s)
 }
 
 static void schedule_checkpoints(server_t *srv);
+static void log_checkpoint_room(const server_t *srv);
 
 /* SIGHUP: reads the job file again. Reloadable keys take effect and are
  * logged; if any other key changed, or the file does not load, nothing
@@ -376,11 +380,55 @@ static void reload(server_t *s)
             dcps_log_set_level(dcps_log_level_parse(s->cfg->log_level));
             dcps_shard_set_lr(s->router.shard, s->cfg->lr);
             schedule_checkpoints(s);
+            log_checkpoint_room(s);
             DCPS_NOTICE("reload: %s", changes);
         }
     }
     dcps_keyset_destroy(&keys);
     free(next);
+}
+
+/* Bytes free for an unprivileged user in dir's file system, or -1. */
+static double free_bytes(const char *dir)
+{
+    struct statvfs v;
+    return statvfs(dir, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1;
+}
+
+/* "1.5 MB" into buf. */
+static const char *megabytes(double bytes, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.1f MB", bytes / 1e6);
+    return buf;
+}
+
+/* What the newest good checkpoint is, for a failure's log line. */
+static void describe_newest(const server_t *srv, char *buf, size_t len)
+{
+    const dcps_router_t *r = &srv->router;
+    if (!srv->saved)
+        snprintf(buf, len, "there is no good checkpoint yet");
+    else
+        snprintf(buf, len, "the newest good one is version %" PRIu64 ", %.0f s old",
+                 srv->saved_version, difftime(time(NULL), (time_t)r->checkpoint_time));
+}
+
+/* Says at start (and after a reload) how much room the checkpoints need, and
+ * warns when checkpoint_dir does not have it. */
+static void log_checkpoint_room(const server_t *srv)
+{
+    const dcps_config_t *cfg = srv->router.cfg;
+    const dcps_shard_t *s = srv->router.shard;
+    char a[32], b[32], c[32];
+    if (!*cfg->checkpoint_dir || !s->n_params)
+        return;
+    int files = cfg->checkpoint_keep > 1 ? cfg->checkpoint_keep : 2;
+    double one = (double)dcps_checkpoint_bytes(s), need = one * files;
+    double have = free_bytes(cfg->checkpoint_dir);
+    dcps_log(have >= 0 && have < need ? DCPS_LOG_WARNING : DCPS_LOG_INFO,
+             "checkpoints: %s each; keep = %d needs %s in %s, which has %s free", megabytes(one, a, sizeof a),
+             cfg->checkpoint_keep, megabytes(need, b, sizeof b), cfg->checkpoint_dir,
+             have >= 0 ? megabytes(have, c, sizeof c) : "an unknown amount");
 }
 
 /* Writes a checkpoint of the shard now and logs it at `level` with the time it
@@ -395,11 +443,20 @@ static int checkpoint_now(server_t *srv, int level, const char *what)
     int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, s, &srv->router.cons,
                                   cfg->checkpoint_keep, path, sizeof path, err, sizeof err);
     if (rc != 0) {
-        DCPS_ERR("%s checkpoint of version %" PRIu64 " failed: %s", what, s->version, err);
+        char room[32], need[32], newest[96];
+        double have = free_bytes(cfg->checkpoint_dir);
+        describe_newest(srv, newest, sizeof newest);
+        srv->router.checkpoint_failures++;
+        DCPS_ERR("%s checkpoint of version %" PRIu64 " failed: %s (%s free in %s, a checkpoint "
+                 "takes %s); %s",
+                 what, s->version, err, have >= 0 ? megabytes(have, room, sizeof room) : "?",
+                 cfg->checkpoint_dir,
+                 megabytes((double)dcps_checkpoint_bytes(s), need, sizeof need), newest);
         return rc;
     }
     srv->saved = true;
     srv->saved_version = s->version;
+    srv->router.checkpoint_time = (int64_t)time(NULL);
     dcps_log(level, "%s checkpoint %s (version %" PRIu64 ") written in %.1f ms", what, path,
              s->version, (double)(uv_hrtime() - t0) / 1e6);
     return 0;
@@ -453,11 +510,19 @@ static int restore(server_t *srv)
         DCPS_NOTICE("no checkpoint in %s: starting fresh", cfg->checkpoint_dir);
         return 0;
     }
-    DCPS_NOTICE("restored %s (version %" PRIu64 ", %s) in %.1f ms", path, s->version,
-                s->initialized ? "initialised" : "not initialised yet",
-                (double)(uv_hrtime() - t0) / 1e6);
+    /* How old it is says how much the job may have lost: every update applied
+     * after it was written. The workers tell exactly how many once they come
+     * back (server/router.c). */
+    struct stat st;
+    time_t written = stat(path, &st) == 0 ? st.st_mtime : time(NULL);
+    DCPS_NOTICE("restored %s (version %" PRIu64 ", %s) in %.1f ms; it was written %.0f s ago: "
+                "updates applied after it by the previous process are lost",
+                path, s->version, s->initialized ? "initialised" : "not initialised yet",
+                (double)(uv_hrtime() - t0) / 1e6, difftime(time(NULL), written));
     srv->saved = true;
     srv->saved_version = s->version;
+    srv->router.checkpoint_time = (int64_t)written;
+    srv->router.restored_version = s->version;
     uv_update_time(&srv->loop); /* the restore may have taken a while */
     if (s->initialized)
         dcps_consistency_start(&srv->router.cons, (double)uv_now(&srv->loop));
@@ -681,6 +746,7 @@ int main(int argc, char **argv)
     uv_signal_start(&srv.sigint, on_signal, SIGINT);
     uv_signal_start(&srv.sighup, on_signal, SIGHUP);
     schedule_checkpoints(&srv);
+    log_checkpoint_room(&srv);
     /* Written once the signals are handled: whoever waits for this file may stop
      * the server at once. */
     if (opt.endpoint_file && write_endpoint(opt.endpoint_file, endpoint) != 0) {

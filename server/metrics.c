@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -139,6 +140,18 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
            "Connections refused by the CURVE check: keys not in [security] worker_keys_dir "
            "(always 0 without curve).",
            r->auth_refused);
+
+    if (*r->cfg->checkpoint_dir) {
+        single(&o, sh, "dcps_checkpoint_failures_total", "counter",
+               "Checkpoints that could not be written (the log says why, with the free space).",
+               r->checkpoint_failures);
+        int64_t since = r->checkpoint_time ? r->checkpoint_time : r->started;
+        double age = difftime(time(NULL), (time_t)since);
+        family(&o, "dcps_checkpoint_age_seconds", "gauge",
+               "Seconds since the newest good checkpoint was written (written or restored; "
+               "since the shard started while there is none): what a restart now would lose.");
+        put(&o, "dcps_checkpoint_age_seconds{%s} %.0f\n", sh, age > 0 ? age : 0);
+    }
 
     single(&o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
            s->version);

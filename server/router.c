@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -185,6 +186,22 @@ static void on_tick(uv_timer_t *t)
 {
     dcps_router_t *r = t->data;
     int rank;
+    /* A tick far later than its period means this loop did not run meanwhile
+     * (SIGSTOP, a long checkpoint write, a paused VM): the workers' silence
+     * over that time is the shard's own, and what they sent meanwhile is still
+     * queued. So that time is excused, and the queue is read before anyone is
+     * declared dead. */
+    double late = now_ms(r) - r->last_tick - r->cfg->heartbeat_ms;
+    r->last_tick = now_ms(r);
+    r->started = (int64_t)time(NULL);
+    if (late > r->cfg->heartbeat_ms) {
+        DCPS_WARN("this shard did not run for %.0f ms (stopped, or its loop was blocked): "
+                  "that time does not count as any worker's silence",
+                  late + r->cfg->heartbeat_ms);
+        dcps_consistency_paused(&r->cons, late);
+        r->stalls++;
+    }
+    dcps_bridge_drain(&r->bridge);
     while ((rank = dcps_consistency_reap(&r->cons, now_ms(r))) >= 0) {
         if (r->cons.m[rank].joined)
             DCPS_NOTICE("worker %d declared dead: silent for more than %d ms; not waiting for it",
@@ -318,6 +335,23 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     return 0;
 }
 
+/* A worker of a shard restored from a checkpoint names a version the previous
+ * process had reached: the updates between the checkpoint and it are lost.
+ * Logged when a worker first shows more of them than logged so far. */
+static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
+{
+    if (!r->restored_version || seen <= r->restored_version)
+        return;
+    uint64_t lost = seen - r->restored_version;
+    if (lost <= r->lost_logged)
+        return;
+    r->lost_logged = lost;
+    DCPS_WARN("rank %u had version %llu of the previous process: the %llu updates after the "
+              "restored checkpoint (version %llu) are lost",
+              rank, (unsigned long long)seen, (unsigned long long)lost,
+              (unsigned long long)r->restored_version);
+}
+
 /* A shard restored from a checkpoint learns from a rank's requests, until that
  * rank has pulled from it, where the job went on without it (sync: the round;
  * ssp: the clock). Returns whether waiting pulls may go on now. */
@@ -362,6 +396,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
      * before it went down: until a worker has pulled from it, a gradient on a
      * later version is taken as computed on the current one. */
     uint64_t based_on = m->param_version;
+    note_lost(r, m->rank, based_on);
     if (based_on > s->version) {
         if (!dcps_shard_behind(s, m->rank)) {
             snprintf(why, whylen,
@@ -606,6 +641,7 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
         goto fail_bridge;
     uv_timer_init(loop, &r->tick);
     r->tick.data = r;
+    r->last_tick = now_ms(r);
     uv_timer_start(&r->tick, on_tick, (uint64_t)cfg->heartbeat_ms, (uint64_t)cfg->heartbeat_ms);
     return 0;
 

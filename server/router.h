@@ -8,7 +8,8 @@
  *
  * It runs the job's consistency model (server/consistency.h): pulls that may not
  * start yet (sync, ssp) and barriers wait here, with the routing id to answer
- * them later; every heartbeat_ms a timer declares silent workers dead and tells
+ * them later; every heartbeat_ms a timer declares silent workers dead (time the loop itself
+ * did not run, stopped or blocked, is excused: dcps_consistency_paused) and tells
  * each waiting worker that it is still waiting (a HEARTBEAT with the request's
  * seq and flag WAITING), so its client keeps waiting instead of timing out.
  *
@@ -74,6 +75,8 @@ typedef struct dcps_router {
     uv_loop_t *loop;
     dcps_bridge_t bridge;
     uv_timer_t tick;       /* every heartbeat_ms: dead workers, keepalives */
+    double last_tick;      /* ms, when it last ran */
+    uint64_t stalls;       /* ticks that found the loop had not run for a while */
     dcps_consistency_t cons;
     dcps_peer_t *peers;    /* one per rank */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
@@ -81,6 +84,12 @@ typedef struct dcps_router {
     uint64_t messages, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code */
     uint64_t auth_refused; /* connections the ZAP handler refused (server/auth.h counts here) */
+    /* Checkpoints (the daemon, server/main.c, writes them and counts here). */
+    uint64_t checkpoint_failures;
+    int64_t checkpoint_time;   /* Unix seconds of the newest good one; 0: none */
+    int64_t started;           /* Unix seconds the router started */
+    uint64_t restored_version; /* the version restored from a checkpoint, or 0 */
+    uint64_t lost_logged;      /* the most lost updates logged so far */
     dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
     dcps_latency_t apply_round; /* sync: each round's mean applied */
 } dcps_router_t;

@@ -1,14 +1,18 @@
 /* dcps tests — running the real programs; see harness.h. */
 #include "tests/harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -213,6 +217,48 @@ double h_final(const char *text, const char *key)
     if (!v || (end && v > end))
         return NAN;
     return strtod(v + strlen(pat), NULL);
+}
+
+int h_free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+double h_metric(int port, const char *series)
+{
+    static char buf[1 << 17];
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    size_t n = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NAN;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1) {
+        close(fd);
+        return NAN;
+    }
+    for (ssize_t got; n < sizeof buf - 1 && (got = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0;)
+        n += (size_t)got;
+    buf[n] = '\0';
+    close(fd);
+    for (const char *v = strstr(buf, series); v; v = strstr(v + 1, series))
+        if (v[-1] == '\n' && v[strlen(series)] == ' ')
+            return strtod(v + strlen(series) + 1, NULL);
+    return NAN;
 }
 
 void h_cleanup(void)

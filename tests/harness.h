@@ -48,6 +48,14 @@ const char *h_path(const char *tag, const char *ext);
  * double; NAN if absent. */
 double h_final(const char *text, const char *key);
 
+/* A TCP port of 127.0.0.1 that was free a moment ago. */
+int h_free_port(void);
+
+/* The value of one sample of the Prometheus text served at 127.0.0.1:port
+ * /metrics: `series` is the whole series name with its labels
+ * ("dcps_version{shard=\"0\"}"); NAN if the page or the series is missing. */
+double h_metric(int port, const char *series);
+
 /* Kills every process h_spawn started that is still running. */
 void h_cleanup(void);
 

@@ -345,7 +345,8 @@ START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
     expect_exit_0(w1, "w1");
 
     const char *log = h_slurp(h_path("server1b", "err"));
-    ck_assert_msg(strstr(log, "restored"), "the restarted shard said: %s", log);
+    ck_assert_msg(strstr(log, "restored") && strstr(log, "it was written"),
+                  "the restarted shard said: %s", log);
     /* Both workers went on with the new process (a request lost with the old
      * one is sent again; one sent while it was down waits in ZeroMQ's queue). */
     ck_assert_msg(strstr(log, "worker 0 rejoins") && strstr(log, "worker 1 rejoins"),
@@ -387,6 +388,77 @@ START_TEST(a_worker_killed_and_restarted_resumes_where_it_was)
 }
 END_TEST
 
+/* The version in a shard's "stopped: version V" line. */
+static long stopped_version(const char *tag)
+{
+    const char *at = strstr(h_slurp(h_path(tag, "err")), "stopped: version ");
+    ck_assert_msg(at != NULL, "%s did not say where it stopped", tag);
+    return atol(at + strlen("stopped: version "));
+}
+
+/* A shard stopped (SIGSTOP) for twice dead_after_ms in sync mode: when it
+ * runs again, the workers' silence was its own, not theirs. Nobody is declared
+ * dead, no push is dropped as STALE, and both shards apply the same rounds
+ * with the same pushes: they end at the same version. */
+START_TEST(a_shard_stopped_longer_than_dead_after_ms_keeps_sync_rounds_whole)
+{
+    cluster_t k;
+    start_cluster(&k, fault_job("stall.ini", "stall", "sync"));
+    pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
+    wait_for_step("w0", 150);
+    kill(k.srv[1], SIGSTOP);
+    nanosleep(&(struct timespec){3, 0}, NULL); /* dead_after_ms = 1500 */
+    kill(k.srv[1], SIGCONT);
+    expect_exit_0(w0, "w0");
+    expect_exit_0(w1, "w1");
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+
+    const char *log = h_slurp(h_path("server1", "err"));
+    ck_assert_msg(strstr(log, "this shard did not run for"), "shard 1 said: %.2000s", log);
+    for (int s = 0; s < 2; s++) {
+        const char *dead = strstr(h_slurp(h_path(s ? "server1" : "server0", "err")),
+                                  "declared dead");
+        ck_assert_msg(!dead, "shard %d said: %.300s", s, dead);
+    }
+    ck_assert_double_eq(h_final(h_slurp(h_path("w0", "out")), "dropped"), 0);
+    ck_assert_double_eq(h_final(h_slurp(h_path("w1", "out")), "dropped"), 0);
+    ck_assert_int_eq(stopped_version("server0"), stopped_version("server1"));
+}
+END_TEST
+
+/* A worker stopped (SIGSTOP) for twice dead_after_ms in sync mode is declared
+ * dead; the job goes on without it. When it runs again, the rounds it missed
+ * are gone for it: it skips their batches and ends with the job's last round,
+ * so the shards apply exactly the job's rounds, and it says what it missed. */
+START_TEST(a_worker_stopped_in_sync_mode_ends_with_the_jobs_last_round)
+{
+    double ref = undisturbed_accuracy("sync");
+    double rounds = h_final(h_slurp(h_path("ref0", "out")), "steps");
+    cluster_t k;
+    start_cluster(&k, fault_job("stop.ini", "stop", "sync"));
+    pid_t w0 = start_worker(&k, 0, "w0"), w1 = start_worker(&k, 1, "w1");
+    wait_for_step("w1", 150);
+    kill(w1, SIGSTOP);
+    nanosleep(&(struct timespec){3, 0}, NULL); /* dead_after_ms = 1500 */
+    kill(w1, SIGCONT);
+    expect_exit_0(w0, "w0");
+    expect_exit_0(w1, "w1");
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+
+    const char *err = h_slurp(h_path("w1", "err"));
+    ck_assert_msg(strstr(err, "rank 1 missed rounds"), "the stopped worker said: %s", err);
+    ck_assert_msg(!strstr(err, "differs between the parts"), "the stopped worker said: %s", err);
+    ck_assert_double_eq(h_final(h_slurp(h_path("w1", "out")), "steps"), rounds);
+    ck_assert_double_eq(h_final(h_slurp(h_path("w0", "out")), "steps"), rounds);
+    for (int s = 0; s < 2; s++)
+        ck_assert_int_eq(stopped_version(s ? "server1" : "server0"), (long)rounds);
+    expect_close_to("w0", ref);
+    expect_close_to("w1", ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("operate");
@@ -398,6 +470,8 @@ int main(void)
     tcase_add_loop_test(tc, a_shard_killed_and_restarted_loses_nothing_that_matters, 0,
                         (int)(sizeof modes / sizeof *modes));
     tcase_add_test(tc, a_worker_killed_and_restarted_resumes_where_it_was);
+    tcase_add_test(tc, a_shard_stopped_longer_than_dead_after_ms_keeps_sync_rounds_whole);
+    tcase_add_test(tc, a_worker_stopped_in_sync_mode_ends_with_the_jobs_last_round);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -784,17 +784,24 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
     }
 }
 
+/* What the shards made of one push. */
+typedef struct {
+    uint64_t next;      /* the clock after it: the open round, when that is later */
+    uint64_t stale;     /* bit s: shard s dropped it (sync: its round had closed) */
+} push_acks_t;
+
 static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
-    uint64_t *next = arg;
+    push_acks_t *acks = arg;
     if (m->flags & DCPS_FLAG_DUPLICATE) {
         c->stats.duplicates++;
         return 0;
     }
     if (m->flags & DCPS_FLAG_STALE) {
         c->stats.dropped++;
-        if (m->step > *next)
-            *next = m->step;
+        acks->stale |= 1ull << s;
+        if (m->step > acks->next)
+            acks->next = m->step;
         return 0;
     }
     /* Updates applied between this worker's last pull and its push, its own push
@@ -812,17 +819,35 @@ static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 /* Sends the prepared pushes for the current step and moves the clock on. */
 static int push(dcps_client_t *c, slot_t *slots)
 {
-    uint64_t next = c->clock + 1;
+    push_acks_t acks = {c->clock + 1, 0};
     for (int s = 0; s < c->cfg.n_shards; s++) {
         slots[s].req.param_version = c->conn[s].pulled_version;
         slots[s].req.step = c->clock;
     }
-    int rc = exchange(c, slots, on_push_ack, &next, c->cfg.timeout_ms, c->cfg.retries + 1);
-    if (rc == 0) {
-        c->stats.pushes++;
-        c->clock = next;
+    int rc = exchange(c, slots, on_push_ack, &acks, c->cfg.timeout_ms, c->cfg.retries + 1);
+    if (rc != 0)
+        return rc;
+    c->stats.pushes++;
+    if (acks.stale) {
+        /* Sync: the job went on without this worker (it was declared dead, or
+         * stopped): the rounds it missed are gone for it. */
+        char dropped[256] = "", took[256] = "";
+        for (int s = 0; s < c->cfg.n_shards; s++) {
+            char *list = acks.stale >> s & 1 ? dropped : took;
+            size_t at = strlen(list);
+            snprintf(list + at, sizeof dropped - at, "%s%d", at ? ", " : "", s);
+        }
+        if (*took)
+            DCPS_ERR("step %" PRIu64 ": shards %s dropped this push (their round had closed "
+                     "without it) and shards %s applied it: this round's update differs between "
+                     "the parts of the model",
+                     c->clock, dropped, took);
+        DCPS_WARN("rank %d missed rounds %" PRIu64 " to %" PRIu64 ": the job went on without it; "
+                  "it goes on at round %" PRIu64,
+                  c->rank, c->clock, acks.next - 1, acks.next);
     }
-    return rc;
+    c->clock = acks.next;
+    return 0;
 }
 
 int dcps_client_push_dense(dcps_client_t *c, const float *grad)

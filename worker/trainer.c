@@ -459,10 +459,13 @@ static int setup(trainer_t *t, const char *metrics_path)
     }
 
     t->step = dcps_step_new(cfg, t->rank, t->n, &rc, t->err, t->errlen);
-    if (!t->step || (rc = name_tensors(t)) != 0)
+    /* Emulated compute has no MLP: its [model] params need not be the layers'
+     * count, so neither their names nor their initial values apply (it starts
+     * from zeros). */
+    if (!t->step || (!t->pool && (rc = name_tensors(t)) != 0))
         return rc;
     /* Rank 0's parameters initialise the shards unless they hold some already. */
-    if (t->rank == 0)
+    if (t->rank == 0 && !t->pool)
         dcps_mlp_init_params(cfg->layers, cfg->n_layers, cfg->seed, t->params);
     if ((rc = dcps_step_start(t->step, t->params)) != 0)
         return step_fail(t, rc);
@@ -521,6 +524,24 @@ static int train(trainer_t *t, FILE *out)
                                   batch_len(mine, first, cfg->batch_size))) != 0)
             return rc;
         for (uint32_t at = first; at < mine; at += (uint32_t)cfg->batch_size) {
+            /* Sync: a worker the job went on without (declared dead, stopped,
+             * cut off) is moved to the open round; the batches of the rounds
+             * it missed are skipped, so it ends with the job's last round. */
+            long clock = (long)dcps_step_clock(t->step);
+            if (clock > step) {
+                long left = (long)((mine - at + (uint32_t)cfg->batch_size - 1) /
+                                   (uint32_t)cfg->batch_size);
+                resume = clock;
+                if (step + left <= resume) {
+                    step += left;
+                    break;
+                }
+                at += (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
+                step = resume;
+                if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), at,
+                                          batch_len(mine, at, cfg->batch_size))) != 0)
+                    return rc;
+            }
             int b = batch_len(mine, at, cfg->batch_size);
             uint32_t next = at + (uint32_t)cfg->batch_size;
             float loss;

@@ -1,0 +1,192 @@
+/* dcps tests — a shard's checkpoints on a small, then full, file system.
+ *
+ * checkpoint_dir is a tmpfs of 1,100 KB mounted in a mount namespace of this
+ * test's own (so nothing outside sees it); a checkpoint of this job is about
+ * 400 KB. With checkpoint_keep = 2 the shard must fit: it makes room before it
+ * writes, so it never needs a third file. Then, with checkpoint_keep = 1 (which
+ * keeps the only checkpoint until the new one is in place), the test fills the
+ * file system: every checkpoint fails, each failure is logged with the free space and
+ * counted in dcps_checkpoint_failures_total, and the shard goes on serving its
+ * worker to the end. A restart restores the newest good one and says how old
+ * it is. Where this process may not mount (no CAP_SYS_ADMIN, a container), the
+ * test is skipped with status 77. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/check_run.h"
+#include "tests/harness.h"
+
+static char ckpt[512]; /* the tmpfs */
+
+static void teardown(void)
+{
+    h_cleanup();
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+static int files_in(const char *dir, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name), s = strlen(suffix);
+        n += len > s && strcmp(e->d_name + len - s, suffix) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits up to 20 s until text occurs `times` times in the file at path. */
+static bool wait_count(const char *path, const char *text, int times)
+{
+    for (int i = 0; i < 400; i++) {
+        if (count_of(h_slurp(path), text) >= times)
+            return true;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    return false;
+}
+
+/* Fills the file system of dir, appending to one file; returns its path. */
+static const char *fill(const char *dir)
+{
+    static char path[600];
+    static char chunk[4096];
+    snprintf(path, sizeof path, "%s/filler", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ck_assert_int_ge(fd, 0);
+    while (write(fd, chunk, sizeof chunk) > 0)
+        ;
+    ck_assert_int_eq(errno, ENOSPC);
+    close(fd);
+    return path;
+}
+
+START_TEST(checkpoints_fit_in_keep_files_and_a_full_disk_is_counted_and_survived)
+{
+    int port = h_free_port();
+    char text[1024], ep[256], shards[300];
+    ck_assert_int_gt(port, 0);
+    /* 100,000 parameters (400 KB a checkpoint), SGD, one worker of emulated
+     * compute: 8 epochs of 200 steps, a few seconds at 5 ms a step. */
+    snprintf(text, sizeof text,
+             "[job]\nname = diskfull\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:*\n"
+             "[model]\nparams = 100000\n"
+             "[data]\nbatch_size = 32\nepochs = 8\ntrain_limit = 6400\n"
+             "[worker]\ncompute_ms = 5\nlog_every = 50\n"
+             "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 1\ncheckpoint_keep = 2\n"
+             "metrics_port = %d\n",
+             ckpt, port);
+    static char job[512]; /* h_write's path is in a rotating buffer */
+    snprintf(job, sizeof job, "%s", h_write("job.ini", text));
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_int_gt(srv, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+    const char *argv[] = {"--config", job, "--rank", "0", "--set", shards, NULL};
+    pid_t w = h_spawn("dcps-worker", "w0", argv);
+    const char *log = h_path("server0", "err");
+
+    /* Room for two and no more: three good checkpoints in a row, no failure. */
+    ck_assert_msg(wait_count(log, "periodic checkpoint", 3), "the shard said: %s", h_slurp(log));
+    ck_assert_msg(!strstr(h_slurp(log), "failed"), "the shard said: %s", h_slurp(log));
+    ck_assert_int_le(files_in(ckpt, ".ckpt"), 2);
+    ck_assert_double_eq(h_metric(port, "dcps_checkpoint_failures_total{shard=\"0\"}"), 0);
+
+    /* Full, with checkpoint_keep = 1 (a reload): the only checkpoint stays
+     * until a new one is in place, so there is no room for the new one. Each
+     * try fails, is logged with the free space, and is counted. */
+    strstr(text, "checkpoint_keep = 2")[18] = '1';
+    ck_assert_str_eq(h_write("job.ini", text), job);
+    kill(srv, SIGHUP);
+    ck_assert_msg(wait_count(log, "reload:", 1), "the shard said: %s", h_slurp(log));
+    const char *filler = NULL;
+    for (int i = 0; i < 200 && count_of(h_slurp(log), "periodic checkpoint of version") < 2; i++) {
+        filler = fill(ckpt); /* again: the last good write pruned its predecessor */
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    ck_assert_msg(count_of(h_slurp(log), "periodic checkpoint of version") >= 2,
+                  "the shard said: %s", h_slurp(log));
+    const char *line = strstr(h_slurp(log), "periodic checkpoint of version");
+    ck_assert_msg(strstr(line, "failed") && strstr(line, "free in") &&
+                      strstr(line, "the newest good one is version"),
+                  "the failure said: %.400s", line);
+    /* The metrics are published every second or so. */
+    double failures = 0;
+    for (int i = 0; i < 50 && !(failures >= 2); i++) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        failures = h_metric(port, "dcps_checkpoint_failures_total{shard=\"0\"}");
+    }
+    ck_assert_msg(failures >= 2, "dcps_checkpoint_failures_total %g", failures);
+    ck_assert_double_ge(h_metric(port, "dcps_checkpoint_age_seconds{shard=\"0\"}"), 1);
+
+    /* The shard serves its worker to the end meanwhile. */
+    int st = h_wait(w, 120000);
+    ck_assert_msg(st == 0, "the worker exited with %d: %s", st, h_slurp(h_path("w0", "err")));
+
+    /* Room again: the last checkpoint is written, and a restart restores it
+     * and says how old it is. */
+    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(h_stop(srv, 20000), 0);
+    ck_assert_int_le(files_in(ckpt, ".ckpt"), 2);
+    sleep(1);
+    pid_t again = h_spawn("dcps-server",
+                          "server0b", (const char *[]){"--config", job, "--shard", "0", NULL});
+    ck_assert_msg(wait_count(h_path("server0b", "err"), "restored", 1), "the restart said: %s",
+                  h_slurp(h_path("server0b", "err")));
+    const char *r = strstr(h_slurp(h_path("server0b", "err")), "restored");
+    ck_assert_msg(strstr(r, "it was written") && strstr(r, " s ago"), "the restart said: %.300s",
+                  r);
+    ck_assert_int_eq(h_stop(again, 20000), 0);
+}
+END_TEST
+
+/* A tmpfs of 1,100 KB at ckpt in a mount namespace of this process (and its
+ * children) only. Returns false where mounting is not allowed. */
+static bool mount_small_fs(void)
+{
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", h_dir());
+    if (mkdir(ckpt, 0755) != 0)
+        return false;
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("dcps-test", ckpt, "tmpfs", 0, "size=1100k") != 0) {
+        printf("SKIP: cannot mount a tmpfs here (%s): the full-disk test needs CAP_SYS_ADMIN\n",
+               strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+int main(void)
+{
+    if (!mount_small_fs())
+        return 77;
+    Suite *s = suite_create("disk_full");
+    TCase *tc = tcase_create("checkpoints");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, checkpoints_fit_in_keep_files_and_a_full_disk_is_counted_and_survived);
+    suite_add_tcase(s, tc);
+    return dcps_test_run(s);
+}
