@@ -300,7 +300,9 @@ def shard(data, worker=None, epochs=None, batch_size=None):
     dcps-worker uses (``dcps.share``: seeded by [job] seed and the epoch, rank r
     of P taking every P-th position), in batches of [data] batch_size unless
     given. The worker (default: the last one made) learns the epoch and counts
-    the samples. A restarted worker skips the steps the shards already hold.
+    the samples. A restarted worker skips the steps the shards already hold, and
+    in sync mode a worker the job went on without (declared dead, then back)
+    skips the batches of the rounds it missed, so it ends with the job.
     """
     w = worker or _current
     if w is None:
@@ -313,18 +315,22 @@ def shard(data, worker=None, epochs=None, batch_size=None):
     if n < w.workers:
         raise ValueError(f"{n} examples for {w.workers} workers")
     order = numpy.empty(n, dtype=numpy.uint32)
-    skip = w.resumed
+    done = 0  # the job's steps before this epoch
     for epoch in range(1, epochs + 1):
         k = share(w.seed, epoch, w.rank, w.workers, order)
         steps = (k + batch_size - 1) // batch_size
-        if skip >= steps:
-            skip -= steps
-            continue
-        mine = order[skip * batch_size:k].copy()
-        skip = 0
-        w.epoch = epoch
-        for batch in _batches_of(data, mine, batch_size):
-            b = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
-            w.samples += b
-            w._win_samples += b
-            yield batch
+        # Batches of this epoch the shards have gone past for this rank: a
+        # restarted worker's, or (sync) the rounds the job went on without it.
+        j = max(0, max(w.resumed, w.clock) - done)
+        while j < steps:
+            w.epoch = epoch
+            for batch in _batches_of(data, order[j * batch_size:k].copy(), batch_size):
+                b = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
+                w.samples += b
+                w._win_samples += b
+                yield batch
+                j += 1
+                if w.clock > done + j:
+                    break  # moved on to the open round: skip the missed batches
+            j = max(j, w.clock - done)
+        done += steps
