@@ -459,6 +459,53 @@ START_TEST(a_worker_stopped_in_sync_mode_ends_with_the_jobs_last_round)
 }
 END_TEST
 
+/* A job that has run to its end is not run again as if it were new: a worker
+ * started again against its shards (still running, or restarted from their
+ * checkpoints) says so and exits 1, instead of training nothing and printing a
+ * result. */
+START_TEST(a_finished_job_is_not_passed_off_as_a_new_run)
+{
+    char text[1024], path[512], ep[256], shards[300];
+    snprintf(path, sizeof path, "%s/done", h_dir());
+    snprintf(text, sizeof text,
+             "[job]\nname = finished\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:*\n[model]\nlayers = 784,10\n"
+             "[data]\ntrain_images = " DATA "train-images-idx3-ubyte.gz\n"
+             "train_labels = " DATA "train-labels-idx1-ubyte.gz\n"
+             "test_images = " DATA "t10k-images-idx3-ubyte.gz\n"
+             "test_labels = " DATA "t10k-labels-idx1-ubyte.gz\n"
+             "batch_size = 32\nepochs = 1\ntrain_limit = 640\n"
+             "[server]\ncheckpoint_dir = %s\n",
+             path);
+    static char job[512];
+    snprintf(job, sizeof job, "%s", h_write("finished.ini", text));
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_int_gt(srv, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+    const char *argv[] = {"--config", job, "--rank", "0", "--set", shards, NULL};
+    expect_exit_0(h_spawn("dcps-worker", "first", argv), "first");
+
+    /* The shard still runs from that run. */
+    int st = h_wait(h_spawn("dcps-worker", "again", argv), 60000);
+    const char *err = h_slurp(h_path("again", "err"));
+    ck_assert_msg(st == 1 && strstr(err, "the shards hold all 20 steps of rank 0"),
+                  "exit %d: %s", st, err);
+    ck_assert_msg(!strstr(h_slurp(h_path("again", "out")), "final:"), "it printed a result");
+
+    /* Restored from its checkpoint. */
+    ck_assert_int_eq(h_stop(srv, 20000), 0);
+    srv = h_spawn("dcps-server", "server0b",
+                  (const char *[]){"--config", job, "--shard", "0", "--set", shards, NULL});
+    ck_assert_msg(wait_for_text(h_path("server0b", "err"), "restored"), "the shard said: %s",
+                  h_slurp(h_path("server0b", "err")));
+    st = h_wait(h_spawn("dcps-worker", "third", argv), 60000);
+    err = h_slurp(h_path("third", "err"));
+    ck_assert_msg(st == 1 && strstr(err, "already run to its end") && strstr(err, path),
+                  "exit %d: %s", st, err);
+    ck_assert_int_eq(h_stop(srv, 20000), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("operate");
@@ -472,6 +519,7 @@ int main(void)
     tcase_add_test(tc, a_worker_killed_and_restarted_resumes_where_it_was);
     tcase_add_test(tc, a_shard_stopped_longer_than_dead_after_ms_keeps_sync_rounds_whole);
     tcase_add_test(tc, a_worker_stopped_in_sync_mode_ends_with_the_jobs_last_round);
+    tcase_add_test(tc, a_finished_job_is_not_passed_off_as_a_new_run);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -489,6 +489,35 @@ static void teardown(trainer_t *t)
     dcps_dataset_free(&t->test);
 }
 
+/* A rank whose shards hold all its steps already belongs to a run that has
+ * finished (its checkpoints, or its shards still running): training nothing
+ * and reporting that as a result would pass it off as a new run. */
+static int refuse_finished(trainer_t *t, long resume)
+{
+    const dcps_config_t *cfg = t->cfg;
+    long total = 0;
+    for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
+        uint32_t mine = dcps_step_share(cfg->seed, epoch, t->rank, cfg->workers, t->train.n,
+                                        t->order);
+        total += ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
+    }
+    if (resume < total)
+        return 0;
+    if (*cfg->checkpoint_dir)
+        snprintf(t->err, t->errlen,
+                 "the shards hold all %ld steps of rank %d: this job has already run to its end "
+                 "(the shards still run from that run, or restored it from the checkpoints in "
+                 "%s). To train again, stop the shards, remove those checkpoints and start "
+                 "them again, or give the job another [job] name",
+                 total, t->rank, cfg->checkpoint_dir);
+    else
+        snprintf(t->err, t->errlen,
+                 "the shards hold all %ld steps of rank %d: they still run from an earlier run "
+                 "of this job that has ended. To train again, restart the shards",
+                 total, t->rank);
+    return DCPS_E_STATE;
+}
+
 static int train(trainer_t *t, FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;
@@ -501,6 +530,8 @@ static int train(trainer_t *t, FILE *out)
     /* A restarted worker resumes where its previous process left off: the
      * shards said which step of this rank they expect (0 for a new one). */
     long resume = (long)dcps_step_resumed(t->step);
+    if ((rc = refuse_finished(t, resume)) != 0)
+        return rc;
 
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {

@@ -33,7 +33,7 @@ import time
 import numpy
 import torch
 
-from . import ArrayError, ConfigError, Step, share
+from . import ArrayError, ConfigError, StateError, Step, share
 
 __all__ = ["Worker", "shard"]
 
@@ -315,6 +315,14 @@ def shard(data, worker=None, epochs=None, batch_size=None):
     if n < w.workers:
         raise ValueError(f"{n} examples for {w.workers} workers")
     order = numpy.empty(n, dtype=numpy.uint32)
+    total = sum((share(w.seed, e, w.rank, w.workers, order) + batch_size - 1) // batch_size
+                for e in range(1, epochs + 1))
+    if w.resumed >= total:
+        raise StateError(
+            f"the shards hold all {total} steps of rank {w.rank}: this job has already run "
+            "to its end (the shards still run from that run, or restored it from their "
+            "checkpoints). To train again, restart the shards without those checkpoints, "
+            "or give the job another [job] name")
     done = 0  # the job's steps before this epoch
     for epoch in range(1, epochs + 1):
         k = share(w.seed, epoch, w.rank, w.workers, order)

@@ -97,9 +97,10 @@ class Job:
         return self.spawn(rank, [os.path.join(BUILD, "dcps-worker"), "--config", self.path,
                                  "--rank", str(rank), "--set", self.shards, *extra])
 
-    def spawn_mlp_worker(self, rank, layers, limit, *extra):
+    def spawn_mlp_worker(self, rank, layers, limit, *extra, tag=None):
         return self.spawn(rank, [sys.executable, MLP_WORKER, "--layers", layers, "--images",
-                                 TRAIN[0], "--labels", TRAIN[1], "--limit", str(limit), *extra])
+                                 TRAIN[0], "--labels", TRAIN[1], "--limit", str(limit), *extra],
+                          tag)
 
     def output(self, tag, ext="out"):
         with open(os.path.join(self.dir, f"{tag}.{ext}")) as f:

@@ -155,6 +155,22 @@ class Faults(unittest.TestCase):
             job.close()
 
 
+    def test_a_finished_job_is_not_run_again_as_new(self):
+        text = harness.job_text(shards=1, workers=1, data={"train_limit": 640})
+        job = harness.Job(text, shards=1)
+        try:
+            first = job.spawn_mlp_worker(0, LAYERS, 640, tag="first")
+            self.assertEqual(job.wait(first, 120), 0, job.output("first", "err"))
+            again = job.spawn_mlp_worker(0, LAYERS, 640, tag="again")
+            self.assertNotEqual(job.wait(again, 120), 0, job.output("again"))
+            err = job.output("again", "err")
+            self.assertIn("the shards hold all 20 steps of rank 0", err)
+            self.assertIn("already run to its end", err)
+            self.assertEqual(harness.final(job.output("again")), {})
+        finally:
+            job.close()
+
+
 class Refusals(unittest.TestCase):
     def test_model_of_another_size_is_refused_naming_both_sizes(self):
         import torch
