@@ -609,12 +609,16 @@ static char *trim(char *s)
     return s;
 }
 
-/* "section.key=value"; pos is its 1-based position among the overrides. */
-static int apply_override(dcps_config_t *cfg, const char *arg, int pos, char *err, size_t errlen)
+/* "section.key=value"; errors name it by its text (at most 80 characters). */
+static int apply_override(dcps_config_t *cfg, const char *arg, char *err, size_t errlen)
 {
-    char *copy = strdup(arg), why[256];
+    char *copy = strdup(arg), why[256], me[96];
+    snprintf(me, sizeof me, "--set \"%.80s%s\"", arg, strlen(arg) > 80 ? "…" : "");
+    for (char *c = me; *c; c++) /* the text goes into a log line */
+        if (iscntrl((unsigned char)*c))
+            *c = '?';
     if (!copy)
-        return say(err, errlen, "--set %d: out of memory", pos);
+        return say(err, errlen, "%s: out of memory", me);
     char *eq = strchr(copy, '='), *dot = eq ? memchr(copy, '.', (size_t)(eq - copy)) : NULL;
     char *section = copy, *name = copy, *value = copy;
     if (dot) {
@@ -623,12 +627,12 @@ static int apply_override(dcps_config_t *cfg, const char *arg, int pos, char *er
     }
     int i = dot && *section && *name ? find(section, name) : -3, rc = 0;
     if (i == -3)
-        rc = say(err, errlen, "--set %d: \"%s\" is not section.key=value", pos, arg);
+        rc = say(err, errlen, "%s: not section.key=value", me);
     else if (i < 0)
-        rc = say(err, errlen, "--set %d: [%s] %s: unknown %s", pos, section, name,
+        rc = say(err, errlen, "%s: [%s] %s: unknown %s", me, section, name,
                  i == -1 ? "key" : "section");
     else if (set_value(cfg, &keys[i], value, why, sizeof why) != 0)
-        rc = say(err, errlen, "--set %d: [%s] %s: %s", pos, section, name, why);
+        rc = say(err, errlen, "%s: [%s] %s: %s", me, section, name, why);
     free(copy);
     return rc;
 }
@@ -716,7 +720,7 @@ int dcps_config_load(dcps_config_t *cfg, const char *path, const char *const *ov
     if (path && load_file(cfg, path, err, errlen) != 0)
         return DCPS_E_CONFIG;
     for (size_t i = 0; i < n_overrides; i++)
-        if (apply_override(cfg, overrides[i], (int)i + 1, err, errlen) != 0)
+        if (apply_override(cfg, overrides[i], err, errlen) != 0)
             return DCPS_E_CONFIG;
     return check(cfg, path ? path : "--set", err, errlen);
 }

@@ -6,7 +6,8 @@
 #
 #   -w N     run N workers (sets [job] workers = N for shards and workers alike);
 #            default: the job's [job] workers
-#   -s K=V   pass --set K=V to every shard and worker (repeatable)
+#   -s K=V   pass --set K=V to every shard and worker (repeatable); with a
+#            [server] metrics_port P, shard s serves its metrics at port P + s
 #   -b DIR   where dcps-server and dcps-worker are (default: $DCPS_BINDIR, else PATH)
 #   -d DIR   run directory for logs, endpoint files and metrics (default: ./run)
 #   -e       ephemeral ports: the shards bind tcp://127.0.0.1:* instead of the job's
@@ -29,7 +30,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '4,19s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
+    sed -n '4,20s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
     exit 2
 }
 
@@ -93,15 +94,19 @@ for p in dcps-server dcps-worker; do
     [ -x "$bindir/$p" ] || { echo "launch-local.sh: no $bindir/$p" >&2; exit 2; }
 done
 
-# The shard and worker counts: the job's, or the last -s that sets them.
+# The shard and worker counts and the metrics port: the job's, or the last -s
+# that sets them.
 shards=$(ini_get "$job" servers shards)
 job_workers=$(ini_get "$job" job workers)
+metrics_port=$(ini_get "$job" server metrics_port)
 for a in "${sets[@]}"; do
     case $a in
     servers.shards=*) shards=${a#servers.shards=} ;;
     job.workers=*) job_workers=${a#job.workers=} ;;
+    server.metrics_port=*) metrics_port=${a#server.metrics_port=} ;;
     esac
 done
+case ${metrics_port:-0} in *[!0-9]*) metrics_port=0 ;; esac  # dcps-server says what is wrong
 nshards=$(printf '%s' "${shards:-tcp://127.0.0.1:17001,tcp://127.0.0.1:17002}" | tr ',' '\n' | grep -c .)
 if [ -n "$workers" ]; then
     case $workers in '' | *[!0-9]* | 0) echo "launch-local.sh: -w: \"$workers\" is not a worker count" >&2; exit 2 ;; esac
@@ -138,8 +143,14 @@ trap 'stop_all; exit 143' TERM
 
 spids=()
 for ((s = 0; s < nshards; s++)); do
+    # One host, one port each: shard s serves its metrics at the job's port + s.
+    port_set=()
+    if [ "${metrics_port:-0}" -gt 0 ]; then
+        port_set=(--set "server.metrics_port=$((metrics_port + s))")
+        say "shard $s: metrics at port $((metrics_port + s))"
+    fi
     "$bindir/dcps-server" --config "$job" --shard "$s" --endpoint-file "$run/shard$s.endpoint" \
-        "${sets[@]}" "${server_sets[@]}" 2>"$run/shard$s.log" &
+        "${sets[@]}" "${server_sets[@]}" "${port_set[@]}" 2>"$run/shard$s.log" &
     spids+=($!)
     live[$!]=1
 done

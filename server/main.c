@@ -709,7 +709,15 @@ int main(int argc, char **argv)
      * connection takes the id over from the old one. */
     zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
     if (zmq_bind(sock, cfg->shards[opt.shard]) != 0) {
-        DCPS_ERR("cannot bind %s: %s", cfg->shards[opt.shard], zmq_strerror(errno));
+        int e = errno;
+        /* ZeroMQ binds an address or an interface name, never a host name; it
+         * says "No such device" for one. */
+        DCPS_ERR("cannot bind %s: %s%s", cfg->shards[opt.shard], zmq_strerror(e),
+                 e == ENODEV ? ": a shard binds an IP address (tcp://127.0.0.1:17501), an "
+                               "interface name (tcp://eth0:17501) or every interface "
+                               "(tcp://*:17501), not a host name; workers may connect to a "
+                               "host name"
+                             : "");
         goto fail_socket;
     }
     size_t len = sizeof endpoint;

@@ -175,6 +175,20 @@ START_TEST(bad_job_file_stops_both_programs_before_binding)
 }
 END_TEST
 
+/* A host name cannot be bound: the shard says what it can bind instead. */
+START_TEST(shard_told_to_bind_a_host_name_says_what_it_can_bind)
+{
+    const char *j = job("host.ini", "");
+    const char *argv[] = {"--config", j, "--shard", "0", "--set",
+                          "servers.shards=tcp://localhost:17501", NULL};
+    int st = h_wait(h_spawn("dcps-server", "host", argv), 10000);
+    const char *err = h_slurp(h_path("host", "err"));
+    ck_assert_msg(st == 1 && strstr(err, "cannot bind tcp://localhost:17501") &&
+                      strstr(err, "not a host name") && strstr(err, "tcp://127.0.0.1:17501"),
+                  "exit %d: %s", st, err);
+}
+END_TEST
+
 START_TEST(worker_gives_up_on_an_unreachable_shard_with_a_clear_error)
 {
     const char *j = job("job.ini", "");
@@ -212,8 +226,12 @@ START_TEST(worker_with_a_bad_data_file_exits_naming_it)
         int st = h_wait(h_spawn("dcps-worker", "baddata", argv), 20000);
         const char *err = h_slurp(h_path("baddata", "err"));
         ck_assert_msg(st == 1, "exit status %d: %s", st, err);
-        ck_assert_msg(strstr(err, cases[i].file) && strstr(err, cases[i].expect), "worker said: %s",
-                      err);
+        char key[600];
+        snprintf(key, sizeof key, "[data] %s: %s", cases[i].key, cases[i].file);
+        ck_assert_msg(strstr(err, key) && strstr(err, cases[i].expect), "worker said: %s", err);
+        /* A missing file: where the default files come from. */
+        ck_assert_msg(!!strstr(err, "apt install dataset-fashion-mnist") == (i == 0),
+                      "worker said: %s", err);
         ck_assert_ptr_null(strstr(err, "HELLO"));
     }
 }
@@ -553,6 +571,7 @@ int main(void)
     tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
     tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
     tcase_add_test(tc, worker_with_a_bad_data_file_exits_naming_it);
+    tcase_add_test(tc, shard_told_to_bind_a_host_name_says_what_it_can_bind);
     tcase_add_test(tc, synthetic_gradients_are_seeded_per_rank_and_move_each_step);
     tcase_add_test(tc, emulated_compute_sleeps_and_pushes_model_sized_gradients);
     tcase_add_test(tc, auto_sized_job_trains_to_the_end_whichever_rank_starts_first);

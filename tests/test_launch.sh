@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The launchers run a real job end to end on this host, and leave nothing behind:
 # - deploy/launch-local.sh: 2 shards and 2 workers train a short job; both final:
-#   lines appear, it exits 0, no shard is left; with a bad option it exits 1; after
+#   lines appear, it exits 0, no shard is left; with a bad -s value it exits 1; after
 #   SIGINT (Ctrl-C) in the middle of training it exits 130 and every process it
 #   started is gone.
 # - deploy/slurm/dcps.sbatch, under stand-ins for scontrol and srun that run the
@@ -37,8 +37,11 @@ fail() { echo "FAIL: $*"; status=1; }
 small=(-s data.epochs=1 -s data.train_limit=2000 -s worker.log_every=10)
 launch=$DCPS_SRCDIR/deploy/launch-local.sh
 
+# A metrics port for the job: each shard gets its own, port + shard.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 rc=0
-bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" >"$tmp/out" 2>&1 || rc=$?
+bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" \
+    -s "server.metrics_port=$port" >"$tmp/out" 2>&1 || rc=$?
 finals=$(grep -c '^final: ' "$tmp/out")
 if [ $rc -eq 0 ] && [ "$finals" -eq 2 ] && grep -q '^final: rank=0 ' "$tmp/out" &&
     grep -q '^final: rank=1 ' "$tmp/out"; then
@@ -46,6 +49,12 @@ if [ $rc -eq 0 ] && [ "$finals" -eq 2 ] && grep -q '^final: rank=0 ' "$tmp/out" 
 else
     fail "launch-local.sh: exit $rc, $finals final: lines"
     cat "$tmp/out"
+fi
+if grep -q ":$port/metrics" "$tmp/run/shard0.log" && grep -q ":$((port + 1))/metrics" "$tmp/run/shard1.log"; then
+    pass "launch-local.sh -s server.metrics_port=P: shard s serves its metrics at P + s"
+else
+    fail "launch-local.sh -s server.metrics_port=$port: the shards said"
+    grep -h metrics "$tmp/run"/shard*.log
 fi
 [ -z "$(leftovers)" ] && pass "no process left after a run" || fail "left running: $(leftovers)"
 
@@ -71,9 +80,9 @@ fi
 rc=0
 bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q -s optimizer.lr=99 >"$tmp/out" 2>&1 || rc=$?
 if [ $rc -eq 1 ] && grep -q 'did not start' "$tmp/out"; then
-    pass "launch-local.sh: a bad option stops it with exit status 1"
+    pass "launch-local.sh: a bad -s value (a shard does not start) gives exit status 1"
 else
-    fail "launch-local.sh with a bad option: exit $rc"
+    fail "launch-local.sh with a bad -s value: exit $rc"
     cat "$tmp/out"
 fi
 [ -z "$(leftovers)" ] && pass "no process left after a failed start" || fail "left running: $(leftovers)"

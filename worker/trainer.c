@@ -87,6 +87,27 @@ static int gpu_fail(trainer_t *t, int code, const char *what)
     return code;
 }
 
+/* Loads one of the job's data sets; an error names the [data] key of the file
+ * it is about and, for a file that is missing, where the default files come
+ * from. */
+static int load_data(trainer_t *t, const char *which, const char *images, const char *labels,
+                     uint32_t limit, dcps_dataset_t *ds)
+{
+    char why[1024];
+    int rc = dcps_dataset_load(images, labels, limit, ds, why, sizeof why);
+    if (rc == 0)
+        return 0;
+    bool about_labels = strncmp(why, labels, strlen(labels)) == 0 &&
+                        strncmp(why, images, strlen(images)) != 0;
+    snprintf(t->err, t->errlen, "[data] %s_%s: %s%s", which, about_labels ? "labels" : "images",
+             why,
+             rc == DCPS_E_IO && strstr(why, "cannot open")
+                 ? " (the default files are Debian's package dataset-fashion-mnist: apt install "
+                   "dataset-fashion-mnist, or set the [data] paths)"
+                 : "");
+    return rc;
+}
+
 /* Names the model's tensors for the step's error messages ("layer 2 weights"). */
 static int name_tensors(trainer_t *t)
 {
@@ -412,11 +433,13 @@ static int setup(trainer_t *t, const char *metrics_path)
     }
     /* Emulated compute runs no model, so there is nothing for a GPU to do. */
     t->gpu = cfg->device != DCPS_DEVICE_CPU && gpus > 0 && cfg->compute_ms == 0;
+    if (cfg->device == DCPS_DEVICE_AUTO && gpus == 0 && cfg->compute_ms == 0)
+        DCPS_INFO("[worker] device = auto: no usable GPU (%s); computing on the CPU",
+                  dcps_gpu_why());
 
-    if ((rc = dcps_dataset_load(cfg->train_images, cfg->train_labels, (uint32_t)cfg->train_limit,
-                                &t->train, t->err, t->errlen)) != 0 ||
-        (rc = dcps_dataset_load(cfg->test_images, cfg->test_labels, 0, &t->test, t->err,
-                                t->errlen)) != 0)
+    if ((rc = load_data(t, "train", cfg->train_images, cfg->train_labels,
+                        (uint32_t)cfg->train_limit, &t->train)) != 0 ||
+        (rc = load_data(t, "test", cfg->test_images, cfg->test_labels, 0, &t->test)) != 0)
         return rc;
     if (t->train.dim != (uint32_t)cfg->layers[0] || t->test.dim != (uint32_t)cfg->layers[0]) {
         snprintf(t->err, t->errlen, "images have %u pixels, [model] layers starts with %d",
