@@ -252,7 +252,7 @@ static void metrics_start(server_t *s, int port)
     uv_timer_init(&s->loop, &s->metrics_tick);
     s->metrics_tick.data = s;
     uv_timer_start(&s->metrics_tick, on_metrics_tick, METRICS_PUBLISH_MS, METRICS_PUBLISH_MS);
-    DCPS_INFO("metrics at http://0.0.0.0:%d/metrics", port);
+    DCPS_INFO("metrics at http://%s:%d/metrics", s->cfg->metrics_address, port);
 }
 
 static void metrics_stop(server_t *s)
