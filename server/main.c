@@ -71,15 +71,24 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: dcps-server --config FILE --shard S [options]\n"
             "       dcps-server --keygen PATH\n"
-            "  -c, --config FILE        job file (INI)\n"
-            "  -s, --shard S            shard index: position in [servers] shards\n"
-            "      --set SECTION.KEY=V  override a key of the job file (repeatable)\n"
-            "      --endpoint-file F    write the bound endpoint to F (for port 0 / '*')\n"
-            "      --dump-config        print every key with default, range and doc\n"
-            "      --keygen PATH        write a new CURVE key pair: the secret key to PATH\n"
-            "                           (mode 0600), the public key to PATH.pub and stdout\n"
-            "  -V, --version            print the version\n"
-            "  -h, --help               this text\n");
+            "  -c, --config FILE        the job file (INI, see dcps.conf(5)); the shards and\n"
+            "                           workers of one job read the same file\n"
+            "  -s, --shard S            the shard index: the position, from 0, of this shard's\n"
+            "                           endpoint in [servers] shards (under systemd, the\n"
+            "                           instance: dcps-server@0 serves shard 0)\n"
+            "      --set SECTION.KEY=V  override a key of the job file, checked as the file is;\n"
+            "                           repeatable, a later --set of the same key wins\n"
+            "      --endpoint-file F    once serving, write the endpoint actually bound to F\n"
+            "                           (useful with port '*'), through a temporary file and a\n"
+            "                           rename\n"
+            "      --dump-config        print every key of the job file with its default, range\n"
+            "                           and description, as a valid job file, and exit\n"
+            "      --keygen PATH        write a new CURVE key pair and exit: the secret key to\n"
+            "                           PATH (mode 0600), the public key to PATH.pub (0644) and\n"
+            "                           standard output; an existing file is never replaced\n"
+            "                           (exit 1, nothing written)\n"
+            "  -V, --version            print the version and exit\n"
+            "  -h, --help               print this summary of the options and exit\n");
 }
 
 /* Returns 0, or 2 after printing why; -1 for a normal early exit (help). */

@@ -141,6 +141,15 @@ if command -v groff >/dev/null; then
 else
     echo "SKIP: no groff, man pages not checked"
 fi
+# The pages' OPTIONS are the programs' --help: every long option is in its page.
+for prog in dcps-server:man8/dcps-server.8 dcps-worker:man1/dcps-worker.1; do
+    missing=$("$DCPS_BUILDDIR/${prog%%:*}" --help | grep -o -- '--[a-z][a-z-]*' | sort -u |
+        while read -r opt; do
+            grep -qF -- "$(printf '%s' "$opt" | sed 's/-/\\-/g')" "$stage$mandir/${prog#*:}" || echo "$opt"
+        done)
+    [ -z "$missing" ] && pass "${prog#*:}: every option of ${prog%%:*} --help" ||
+        fail "${prog#*:} lacks $(echo $missing)"
+done
 "$DCPS_BUILDDIR/dcps-server" --dump-config |
     awk '/^\[/ { sec = substr($0, 2, length($0) - 2) } /^[a-z0-9_]+ =/ { print sec "." $1 }' |
     sort >"$tmp/keys.dump"
