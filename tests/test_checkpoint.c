@@ -123,6 +123,8 @@ static void box_init(box_t *b)
     for (size_t j = 0; j < b->s->n; j++)
         w0[j] = (float)sin(0.7 * (double)j);
     ck_assert_int_eq(dcps_shard_init(b->s, w0), 1);
+    for (int r = 0; r < b->s->workers; r++) /* each rank said HELLO */
+        dcps_session_open(&b->s->session[r], 0x5e55100000000000ull + (uint64_t)r);
 }
 
 /* Step i of a worker: a pull (every third a delta from the tag it holds), then
@@ -131,7 +133,7 @@ static void step(box_t *b, int i)
 {
     dcps_shard_t *s = b->s;
     uint32_t r = (uint32_t)i % (uint32_t)s->workers;
-    uint64_t seq = s->last_seq[r] + 1;
+    uint64_t seq = s->session[r].seq + 1;
     float g[MAXN], v[MAXN];
     uint32_t idx[MAXN];
     size_t k = 0;
@@ -177,7 +179,12 @@ static void assert_same(const box_t *a, const box_t *b)
     const dcps_shard_t *x = a->s, *y = b->s;
     ck_assert_uint_eq(x->floats, y->floats);
     ck_assert_int_eq(memcmp(x->w, y->w, x->floats * sizeof *x->w), 0);
-    ck_assert_int_eq(memcmp(x->last_seq, y->last_seq, (size_t)x->workers * 8), 0);
+    for (int r = 0; r < x->workers; r++) {
+        ck_assert_uint_eq(x->session[r].id, y->session[r].id);
+        ck_assert_int_eq(x->session[r].pushed, y->session[r].pushed);
+        ck_assert_int_eq(x->session[r].applied, y->session[r].applied);
+        ck_assert_uint_eq(x->session[r].seq, y->session[r].seq);
+    }
     ck_assert_uint_eq(x->version, y->version);
     ck_assert_int_eq(x->initialized, y->initialized);
     ck_assert_uint_eq(x->pushes, y->pushes);
@@ -281,8 +288,8 @@ START_TEST(save_and_restore_give_the_same_state_bit_for_bit)
     float g[MAXN];
     for (size_t j = 0; j < a.s->n; j++)
         g[j] = 0.01f * (float)j;
-    dcps_shard_apply_dense(a.s, 1, a.s->last_seq[1] + 1, g);
-    dcps_shard_apply_dense(b.s, 1, b.s->last_seq[1] + 1, g);
+    dcps_shard_apply_dense(a.s, 1, a.s->session[1].seq + 1, g);
+    dcps_shard_apply_dense(b.s, 1, b.s->session[1].seq + 1, g);
     ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
     box_free(&a);
     box_free(&b);
@@ -391,6 +398,111 @@ START_TEST(truncated_checkpoint_is_refused)
 }
 END_TEST
 
+START_TEST(sessions_and_last_pushes_survive_a_restore)
+{
+    box_t a, b;
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 7);                                /* rank 0 pushed last seq 3 */
+    dcps_shard_drop(a.s, 2, 77);                    /* a push of rank 2 dropped */
+    dcps_session_open(&a.s->session[1], 0x42ull);   /* rank 1 restarted: no push yet */
+    save(&a, 3, NULL);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    assert_same(&a, &b);
+    ck_assert_uint_eq(b.s->session[0].id, 0x5e55100000000000ull);
+    ck_assert_int_eq(dcps_session_seq(&b.s->session[0], 3), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&b.s->session[2], 77), DCPS_SEQ_DROPPED);
+    ck_assert_uint_eq(b.s->session[1].id, 0x42);
+    ck_assert(!b.s->session[1].pushed);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+static void put32(uint8_t *b, size_t at, uint32_t v)
+{
+    memcpy(b + at, &v, 4);
+}
+
+/* Rewrites the checkpoint at path, of shard s, as format 1 wrote it: one word
+ * per rank (the highest applied seq) where format 2 has a session record of
+ * three (session, seq, flags). The header is 128 bytes: format at 8, payload
+ * length at 104, its CRC at 124; the payload's rank records follow the floats. */
+static void as_format_1(const char *path, const dcps_shard_t *s)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t in[1 << 16], out[1 << 16];
+    size_t n = fread(in, 1, sizeof in, f);
+    fclose(f);
+    size_t records = 128 + s->floats * sizeof(float), workers = (size_t)s->workers;
+    size_t rest = records + 24 * workers, m = 0;
+    ck_assert_uint_lt(n, sizeof in);
+    memcpy(out, in, records);
+    m = records;
+    for (size_t r = 0; r < workers; r++, m += 8)
+        memcpy(out + m, in + records + 24 * r + 8, 8); /* the seq */
+    memcpy(out + m, in + rest, n - 4 - rest);
+    m += n - 4 - rest;
+    uint64_t payload;
+    memcpy(&payload, out + 104, 8);
+    payload -= 16 * workers;
+    memcpy(out + 104, &payload, 8);
+    put32(out, 8, 1);
+    put32(out, 124, dcps_checkpoint_crc32c(0, out, 124));
+    put32(out, m, dcps_checkpoint_crc32c(0, out, m));
+    m += 4;
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(out, 1, m, f), m);
+    fclose(f);
+}
+
+START_TEST(format_1_checkpoint_is_read_without_sessions)
+{
+    box_t a, b;
+    char p[1024], want[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 9);
+    save(&a, 3, p);
+    as_format_1(p, a.s);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    /* Everything but the sessions, which format 1 did not have. */
+    for (int r = 0; r < a.s->workers; r++)
+        dcps_session_open(&b.s->session[r], a.s->session[r].id);
+    for (int r = 0; r < a.s->workers; r++)
+        dcps_session_pushed(&b.s->session[r], a.s->session[r].seq, a.s->session[r].applied);
+    assert_same(&a, &b);
+    box_free(&b);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    for (int r = 0; r < b.s->workers; r++) {
+        ck_assert_uint_eq(b.s->session[r].id, 0);
+        ck_assert(!b.s->session[r].pushed);
+    }
+    snprintf(want, sizeof want,
+             "%s is a checkpoint of format 1, which holds no sessions: every worker says HELLO "
+             "again",
+             p);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    /* A format this dcps does not know is refused. */
+    FILE *f = fopen(p, "r+b");
+    uint8_t h[128];
+    ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
+    put32(h, 8, 3);
+    put32(h, 124, dcps_checkpoint_crc32c(0, h, 124));
+    fseek(f, 0, SEEK_SET);
+    ck_assert_uint_eq(fwrite(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    box_free(&b);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "format 3 with a header of 128 bytes, this dcps reads formats 1 and 2"),
+                  "%s", err);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
 /* Restoring a's one checkpoint under the overrides `ov` is refused with why. */
 static void expect_refused(const char *ov, const char *why)
 {
@@ -466,7 +578,8 @@ START_TEST(unsized_shard_is_sized_by_the_checkpoint_it_restores)
     ck_assert_uint_eq(c.s->n_params, 0);
     ck_assert_ptr_null(c.s->w);
     ck_assert_uint_eq(c.s->n, 0);
-    ck_assert_uint_eq(dcps_shard_memory(c.s), (size_t)c.s->workers * 9);
+    ck_assert_uint_eq(dcps_shard_memory(c.s),
+                      (size_t)c.s->workers * (sizeof(dcps_session_t) + sizeof(bool)));
     box_free(&a);
     box_free(&b);
     box_free(&c);
@@ -896,6 +1009,8 @@ int main(void)
     tcase_add_test(tc, restore_takes_the_newest_of_several);
     tcase_add_test(tc, flipped_byte_is_refused_and_the_previous_one_is_used);
     tcase_add_test(tc, truncated_checkpoint_is_refused);
+    tcase_add_test(tc, sessions_and_last_pushes_survive_a_restore);
+    tcase_add_test(tc, format_1_checkpoint_is_read_without_sessions);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);
