@@ -1,26 +1,35 @@
 /* dcps — shard checkpoints (server/checkpoint.h): the CRC, a save and restore
- * that give the same state bit for bit, the choice of the newest usable file,
+ * that give the same state bit for bit (sessions and last pushes included), a
+ * format 1 file read without sessions, the choice of the newest usable file,
  * refusals (flipped byte, truncation, another job, shard, size or rule),
  * pruning, no temporary file left, dense pulls after a restore, the checks of
  * the directory, the size of an unsized shard (params = auto) taken from a
- * file; then through the daemon: a restart serves the parameters it had, an
- * auto shard keeps the size rank 0 gave, and a checkpoint_dir that is a file
- * or holds only unusable checkpoints stops it. */
+ * file; then through the daemon: a restart serves the parameters it had,
+ * recognises a retried push and the sessions it had, a worker whose session a
+ * restarted shard does not know says HELLO again, an auto shard keeps the size
+ * rank 0 gave, and a checkpoint_dir that is a file or holds only unusable
+ * checkpoints stops it. */
 #include <check.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/frame.h"
 #include "common/log.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
@@ -841,6 +850,185 @@ START_TEST(restarted_server_serves_exactly_the_parameters_it_had)
 }
 END_TEST
 
+/* A raw DEALER of this test's context, connected to endpoint. */
+static void *raw_ctx;
+static void *raw_dealer(const char *endpoint)
+{
+    int linger = 0, timeout = 5000;
+    if (!raw_ctx)
+        raw_ctx = zmq_ctx_new();
+    void *s = zmq_socket(raw_ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+/* Sends m (job id, rank 0 and session sid filled in) on sock and checks that
+ * the reply is of type `type` (ERROR: with `code`); returns the reply's flags
+ * and, in *version if not NULL, its param_version. */
+static uint32_t raw_ask(void *sock, const dcps_config_t *cfg, dcps_msg_t m, uint64_t sid,
+                        uint32_t type, int code, uint64_t *version)
+{
+    dcps_frames_t f;
+    dcps_msg_t r;
+    char why[256];
+    m.job_id = cfg->job_id;
+    m.session = sid;
+    m.n_params = cfg->n_params;
+    ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
+    ck_assert_msg(dcps_frames_recv(sock, &f, 0) > 0, "no answer to %s", dcps_msg_type_name(m.type));
+    ck_assert_int_eq(dcps_frames_decode(&f, 0, cfg->job_id, &r, why, sizeof why), 0);
+    ck_assert_msg(r.type == type, "%s answered with %s: %s", dcps_msg_type_name(m.type),
+                  dcps_msg_type_name(r.type), r.error_text);
+    if (type == DCPS_MSG_ERROR)
+        ck_assert_msg(r.error_code == (uint32_t)-code, "%s", r.error_text);
+    if (version)
+        *version = r.param_version;
+    dcps_frames_close(&f);
+    return r.flags;
+}
+
+/* A push of rank 0 with seq, whose gradient is g (n values). */
+static dcps_msg_t raw_push(uint64_t seq, const float *g, size_t n)
+{
+    dcps_msg_t m = {.type = DCPS_MSG_PUSH, .seq = seq, .nframes = 1};
+    m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+    m.payload[0] = (dcps_buf_t){g, n * sizeof *g};
+    return m;
+}
+
+/* A push applied before the shard stopped and retried after it restored its
+ * checkpoint is answered DUPLICATE, not applied twice: the checkpoint holds the
+ * rank's session and its last push, and the restored shard takes requests of
+ * that session without a new HELLO. Another session is not taken. */
+START_TEST(restarted_shard_recognises_a_retried_push_and_its_session)
+{
+    char ep[256], job[512], e[512];
+    const uint64_t sid = 0x5e55100000000001ull;
+    const char *dir = ckdir();
+    snprintf(job, sizeof job, "%s", server_job(dir));
+    dcps_config_t cfg;
+    ck_assert_msg(dcps_config_load(&cfg, job, NULL, 0, e, sizeof e) == 0, "%s", e);
+    float w[210], g[210];
+    uint64_t v;
+    for (size_t j = 0; j < 210; j++)
+        w[j] = (float)cos(0.3 * (double)j), g[j] = 0.01f;
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    void *d = raw_dealer(ep);
+    raw_ask(d, &cfg, (dcps_msg_t){.type = DCPS_MSG_HELLO, .seq = 1}, sid, DCPS_MSG_WELCOME, 0,
+            NULL);
+    dcps_msg_t init = raw_push(2, w, 210);
+    init.type = DCPS_MSG_INIT;
+    raw_ask(d, &cfg, init, sid, DCPS_MSG_PUSH_ACK, 0, NULL);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(5, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
+    ck_assert_uint_eq(v, 1);
+    zmq_close(d);
+    ck_assert_int_eq(h_stop(srv, 10000), 0); /* the final checkpoint */
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    d = raw_dealer(ep);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(5, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v),
+                      DCPS_FLAG_DUPLICATE);
+    ck_assert_uint_eq(v, 1);
+    raw_ask(d, &cfg, raw_push(4, g, 210), sid, DCPS_MSG_ERROR, DCPS_E_STATE, NULL);
+    raw_ask(d, &cfg, raw_push(9, g, 210), sid ^ 1, DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(6, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
+    ck_assert_uint_eq(v, 2);
+    zmq_close(d);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "worker 0 rejoins in session 5e551000\u2026, which it opened "
+                              "before this shard restarted"),
+                  "%s", log);
+    ck_assert_msg(strstr(log, "2 pushes (1 duplicates, 0 dropped)"), "%s", log);
+    zmq_ctx_term(raw_ctx);
+    raw_ctx = NULL;
+}
+END_TEST
+
+/* A port that was free a moment ago. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* A shard that restarts from a checkpoint written before a worker's HELLO does
+ * not know the worker's session: the client says HELLO again with it, once,
+ * and its call goes on. If another session holds the rank by then, the call
+ * fails with LIVE and a sentence that says so. */
+START_TEST(client_says_hello_again_to_a_shard_that_lost_its_session)
+{
+    char ep[256], job[512], e[512], text[2048];
+    const char *dir = ckdir();
+    int port = free_port();
+    snprintf(text, sizeof text,
+             "[job]\nname = ckpt-itest\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:%d\n"
+             "[model]\nlayers = 20,10\n"
+             "[optimizer]\nlr = 0.1\n"
+             "[worker]\ntimeout_ms = 300\nretries = 6\n"
+             "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 3600\nheartbeat_ms = 100\n"
+             "dead_after_ms = 2000\n",
+             port, dir);
+    snprintf(job, sizeof job, "%s", h_write("lost.ini", text));
+    float w[210] = {0}, g[210];
+    for (size_t j = 0; j < 210; j++)
+        g[j] = 0.01f;
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *c = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0); /* a checkpoint of the first session */
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    c = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_int_eq(dcps_client_pull(c, w), 0);
+    ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    kill(srv, SIGKILL); /* no checkpoint of this session */
+    ck_assert_int_ne(h_wait(srv, 10000), 0);
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    ck_assert_msg(dcps_client_pull(c, w) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_dense(c, g) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(strstr(logged(), "does not know this worker's session (request outside the "
+                                   "rank's session: rank 0's session is "),
+                  "%s", logged());
+    kill(srv, SIGKILL);
+    ck_assert_int_ne(h_wait(srv, 10000), 0);
+
+    /* Again, but another process takes rank 0 first. */
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *other = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(other != NULL, "%s", e);
+    int rc = dcps_client_pull(c, w);
+    ck_assert_int_eq(rc, DCPS_E_LIVE);
+    ck_assert_msg(strstr(dcps_client_error(c), "did not know this worker's session, and refused "
+                                               "its HELLO again: ") &&
+                      strstr(dcps_client_error(c), "is another process running as this rank?"),
+                  "%s", dcps_client_error(c));
+    dcps_client_close(&other);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+}
+END_TEST
+
 /* A client of rank 0 whose model has n parameters, for a job with params =
  * auto (dcps_client_open has no size to give). NULL with *rc and e if refused. */
 static dcps_client_t *connect_sized(const char *job, const char *endpoint, uint64_t n, int *rc,
@@ -1025,6 +1213,8 @@ int main(void)
     tcase_add_checked_fixture(daemon, setup, teardown);
     tcase_set_timeout(daemon, 60);
     tcase_add_test(daemon, restarted_server_serves_exactly_the_parameters_it_had);
+    tcase_add_test(daemon, restarted_shard_recognises_a_retried_push_and_its_session);
+    tcase_add_test(daemon, client_says_hello_again_to_a_shard_that_lost_its_session);
     tcase_add_test(daemon, auto_shard_restarted_from_a_checkpoint_keeps_its_size);
     tcase_add_test(daemon, failed_final_checkpoint_makes_the_exit_status_1);
     tcase_add_test(daemon, server_with_a_checkpoint_dir_that_is_a_file_does_not_start);
