@@ -70,7 +70,7 @@ struct dcps_client {
     double pull_density; /* of a delta, asked for; 0: the job's */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
     int monitors;        /* curve: monitors made so far, to name each one's endpoint */
-    bool refused;        /* curve: a shard refused this worker's key */
+    bool refused;        /* curve: a shard refused this worker's key, or its rank (AUTH) */
     pthread_t heartbeat;
     bool heartbeat_running;
     atomic_bool heartbeat_stop;
@@ -446,6 +446,7 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         }
     } else if (m.type == DCPS_MSG_ERROR) {
         int code = -(int)m.error_code;
+        c->refused |= code == DCPS_E_AUTH; /* its key may not speak for this rank */
         sl->rc = fail(c, dcps_error_known(code) ? code : DCPS_E_REMOTE,
                       "shard %d (%s) refused %s: %s", s, c->cfg.shards[s],
                       dcps_msg_type_name(sl->req.type), m.error_text);
