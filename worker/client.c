@@ -7,8 +7,8 @@
  * with that number and flag WAITING (it waits for other workers) starts the
  * attempt's time again.
  *
- * A client is one session (server/session.h): a random nonzero 64-bit number
- * drawn when it opens, named in its HELLO and in every later request to every
+ * A client is one session (server/session.h): a random 64-bit number (top bit
+ * set) drawn when it opens, named in its HELLO and in every later request to every
  * shard (the heartbeat thread's too), which is how a shard tells this worker
  * from anyone else who claims its rank. Sequence numbers count the client's
  * requests from 1, so its pushes carry increasing seqs. A shard that answers a
@@ -726,17 +726,18 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
     }
     if (cfg->curve && (rc = load_keys(c)) != 0)
         goto fail;
-    /* A restarted worker is a new session: its seqs may start from 1 again. */
-    while (c->session == 0) {
-        ssize_t got = getrandom(&c->session, sizeof c->session, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got != (ssize_t)sizeof c->session) {
-            rc = fail(c, DCPS_E_IO, "cannot draw a random session: %s",
-                      got < 0 ? strerror(errno) : "short read");
-            goto fail;
-        }
+    /* A restarted worker is a new session: its seqs may start from 1 again. The
+     * top bit is set: never 0, and every header has the same size (a varint of
+     * 10 bytes), so byte counts do not depend on the draw. */
+    ssize_t got;
+    while ((got = getrandom(&c->session, sizeof c->session, 0)) < 0 && errno == EINTR)
+        ;
+    if (got != (ssize_t)sizeof c->session) {
+        rc = fail(c, DCPS_E_IO, "cannot draw a random session: %s",
+                  got < 0 ? strerror(errno) : "short read");
+        goto fail;
     }
+    c->session |= 1ull << 63;
     c->ctx = zmq_ctx_new();
     if (!c->ctx) {
         rc = fail(c, DCPS_E_ZMQ, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
