@@ -165,8 +165,8 @@ static const struct key keys[] = {
     OTHER("security", "server_public_key", T_Z85, server_public_key, "",
           "workers, curve: the shards' public key: the text of their key's .pub file"),
     {ROW("security", "worker_keys_dir", T_STRING, worker_keys_dir, "",
-         "shards, curve: directory whose *.pub files are the public keys of the workers "
-         "admitted, all read again on SIGHUP"),
+         "shards, curve: directory of the admitted workers' public keys, NAME@RANKS.pub: each "
+         "for the ranks its name gives"),
      .live = true},
     STR("security", "worker_secret_key_file", worker_secret_key_file, "",
         "workers, curve: file of this worker's secret key (dcps-server --keygen), mode 0600"),

@@ -30,6 +30,7 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
     bool nomem = false;
     f->n = 0;
     f->extra = 0;
+    zmq_msg_init(&f->meta);
     for (;;) {
         zmq_msg_t scratch;
         zmq_msg_t *p = f->n < DCPS_MAX_PARTS ? &f->part[f->n] : &scratch;
@@ -44,6 +45,8 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
             return DCPS_E_ZMQ;
         }
         int more = zmq_msg_more(p);
+        if (!more) /* before align_part: a copy has no metadata */
+            zmq_msg_copy(&f->meta, p);
         if (p != &scratch && align_part(p) != 0)
             nomem = true; /* the rest is still received: never leave a socket mid-message */
         if (p == &scratch) {
@@ -64,9 +67,16 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
 
 void dcps_frames_close(dcps_frames_t *f)
 {
+    zmq_msg_close(&f->meta);
+    zmq_msg_init(&f->meta); /* empty: closing f again is harmless */
     for (int i = 0; i < f->n; i++)
         zmq_msg_close(&f->part[i]);
     f->n = 0;
+}
+
+const char *dcps_frames_gets(const dcps_frames_t *f, const char *property)
+{
+    return zmq_msg_gets(&f->meta, property);
 }
 
 int dcps_frames_decode(const dcps_frames_t *f, int first, uint64_t expect_job, dcps_msg_t *m,

@@ -5,7 +5,9 @@
  * with the caller's free callback. Receiving takes the whole multipart message,
  * also when it has more parts than any dcps message may have (the surplus is
  * received and counted, so the socket is never left mid-message); every part's
- * data it hands over is 8-byte aligned (copied where ZeroMQ's is not). */
+ * data it hands over is 8-byte aligned (copied where ZeroMQ's is not). A copy
+ * has none of ZeroMQ's metadata, so the message's last part is also kept as it
+ * came, for dcps_frames_gets. */
 #ifndef DCPS_FRAME_H
 #define DCPS_FRAME_H
 
@@ -19,6 +21,7 @@ typedef struct {
     zmq_msg_t part[DCPS_MAX_PARTS];
     int n;        /* parts held in part[] */
     size_t extra; /* parts received beyond DCPS_MAX_PARTS and dropped */
+    zmq_msg_t meta; /* the last part as received, for its metadata */
 } dcps_frames_t;
 
 /* Receives one multipart message with zmq flags (ZMQ_DONTWAIT or 0). Returns the
@@ -27,6 +30,10 @@ typedef struct {
 int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags);
 
 void dcps_frames_close(dcps_frames_t *f);
+
+/* A metadata property of the received message, as zmq_msg_gets gives it
+ * ("User-Id", "Peer-Address"), or NULL. Valid until dcps_frames_close. */
+const char *dcps_frames_gets(const dcps_frames_t *f, const char *property);
 
 /* Decodes the message whose header is part[first] (first is 1 on a ROUTER, 0 on a
  * DEALER); see dcps_codec_unpack. m->payload borrows f's parts. */

@@ -233,9 +233,16 @@ fail_secret:
 
 /* --- the workers' public keys -------------------------------------------------------- */
 
+/* Ranks lo to hi, both included. */
+typedef struct {
+    uint32_t lo, hi;
+} span_t;
+
 struct entry {
     uint8_t key[DCPS_KEY_BYTES];
     char *name;
+    span_t *ranks; /* the ranks the key may speak for, from its name */
+    size_t n_ranks;
 };
 
 struct dcps_keyset {
@@ -249,8 +256,79 @@ static bool is_pub(const char *name)
     return name[0] != '.' && len > 4 && strcmp(name + len - 4, ".pub") == 0;
 }
 
+/* Parses a rank at *p (decimal digits, at most 2^32 − 1) and moves *p past it. */
+static bool rank_at(const char **p, uint32_t *v)
+{
+    uint64_t x = 0;
+    const char *q = *p;
+    if (*q < '0' || *q > '9')
+        return false;
+    for (; *q >= '0' && *q <= '9'; q++)
+        if ((x = x * 10 + (uint64_t)(*q - '0')) > UINT32_MAX)
+            return false;
+    *v = (uint32_t)x;
+    *p = q;
+    return true;
+}
+
+/* Parses the ranks of a worker key's file name, NAME@RANKS.pub (see keys.h),
+ * into e->ranks; workers > 0 refuses ranks of workers and above. Returns 0 or a
+ * code with a sentence naming path. */
+static int parse_ranks(struct entry *e, const char *path, int workers, char *err, size_t errlen)
+{
+    size_t len = strlen(e->name) - 4; /* without ".pub" */
+    const char *at = memrchr(e->name, '@', len);
+    if (!at || at == e->name)
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: the name does not say which ranks this key may speak for: rename "
+                        "it %.*s@RANKS.pub, for example %.*s@0-3.pub (ranks 0 to 3), "
+                        "%.*s@0,2,5.pub or %.*s@all.pub (any rank)",
+                        path, (int)len, e->name, (int)len, e->name, (int)len, e->name, (int)len,
+                        e->name);
+    const char *p = at + 1, *end = e->name + len;
+    int ranks_len = (int)(end - p);
+    if (ranks_len == 3 && strncmp(p, "all", 3) == 0) {
+        if (!(e->ranks = malloc(sizeof *e->ranks)))
+            return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
+        e->ranks[0] = (span_t){0, UINT32_MAX};
+        e->n_ranks = 1;
+        return 0;
+    }
+    size_t items = 1;
+    for (const char *q = p; q < end; q++)
+        items += *q == ',';
+    if (!(e->ranks = calloc(items, sizeof *e->ranks)))
+        return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < items; i++) {
+        span_t *r = &e->ranks[i];
+        bool ok = rank_at(&p, &r->lo);
+        r->hi = r->lo;
+        if (ok && *p == '-') {
+            p++;
+            ok = rank_at(&p, &r->hi);
+        }
+        if (!ok || (p != end && *p != ','))
+            return dcps_say(err, errlen, DCPS_E_DATA,
+                            "%s: '%.*s' is not a list of ranks: after the last '@' comes all, or "
+                            "ranks and ranges of ranks separated by commas, such as 0-3,5",
+                            path, ranks_len, at + 1);
+        if (r->hi < r->lo)
+            return dcps_say(err, errlen, DCPS_E_DATA,
+                            "%s: the range %u-%u of its ranks runs backwards (write %u-%u)", path,
+                            r->lo, r->hi, r->hi, r->lo);
+        if (workers > 0 && r->hi >= (uint32_t)workers)
+            return dcps_say(err, errlen, DCPS_E_DATA,
+                            "%s: rank %u is outside the job, whose %d workers are ranks 0 to %d",
+                            path, r->hi, workers, workers - 1);
+        p++; /* past ',' (or end) */
+    }
+    e->n_ranks = items;
+    return 0;
+}
+
 /* Adds the key file dir/name to set. Returns 0 or a code with err. */
-static int add(dcps_keyset_t *set, const char *dir, const char *name, char *err, size_t errlen)
+static int add(dcps_keyset_t *set, const char *dir, const char *name, int workers, char *err,
+               size_t errlen)
 {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
@@ -264,16 +342,23 @@ static int add(dcps_keyset_t *set, const char *dir, const char *name, char *err,
         set->cap = cap;
     }
     struct entry *e = &set->e[set->n];
+    *e = (struct entry){.name = NULL};
     int rc = dcps_key_read(path, false, e->key, err, errlen);
     if (rc != 0)
         return rc;
+    const char *same = dcps_keyset_find(set, e->key);
+    if (same)
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: holds the same key as %s; give each key one file, whose name lists "
+                        "all the ranks it may speak for",
+                        path, same);
     if (!(e->name = strdup(name)))
         return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", path);
-    set->n++;
-    return 0;
+    set->n++; /* from here on the set owns e: destroy frees it on failure */
+    return parse_ranks(e, path, workers, err, errlen);
 }
 
-dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errlen)
+dcps_keyset_t *dcps_keyset_load(const char *dir, int workers, int *rc, char *err, size_t errlen)
 {
     dcps_keyset_t *set = calloc(1, sizeof *set);
     if (!set) {
@@ -296,14 +381,14 @@ dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errl
                                strerror(errno));
             break;
         }
-        if (is_pub(de->d_name) && (*rc = add(set, dir, de->d_name, err, errlen)) != 0)
+        if (is_pub(de->d_name) && (*rc = add(set, dir, de->d_name, workers, err, errlen)) != 0)
             break;
     }
     closedir(d);
     if (*rc == 0 && set->n == 0)
         *rc = dcps_say(err, errlen, DCPS_E_DATA,
                        "%s: no *.pub file, so no worker could connect: put each worker's public "
-                       "key there (dcps-server --keygen writes one)",
+                       "key there as NAME@RANKS.pub (dcps-server --keygen writes one)",
                        dir);
     if (*rc == 0)
         return set;
@@ -330,13 +415,29 @@ const uint8_t *dcps_keyset_key(const dcps_keyset_t *set, size_t i)
     return set->e[i].key;
 }
 
+int dcps_keyset_admits(const dcps_keyset_t *set, const uint8_t *key, uint32_t rank)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        const struct entry *e = &set->e[i];
+        if (memcmp(e->key, key, DCPS_KEY_BYTES) != 0)
+            continue;
+        for (size_t j = 0; j < e->n_ranks; j++)
+            if (rank >= e->ranks[j].lo && rank <= e->ranks[j].hi)
+                return 1;
+        return 0;
+    }
+    return -1;
+}
+
 void dcps_keyset_destroy(dcps_keyset_t **setp)
 {
     dcps_keyset_t *set = *setp;
     if (!set)
         return;
-    for (size_t i = 0; i < set->n; i++)
+    for (size_t i = 0; i < set->n; i++) {
         free(set->e[i].name);
+        free(set->e[i].ranks);
+    }
     free(set->e);
     free(set);
     *setp = NULL;

@@ -50,13 +50,24 @@ int dcps_key_public(const uint8_t *secret, uint8_t *pub);
 int dcps_key_generate(const char *path, char *pub, char *err, size_t errlen);
 
 /* The public keys of the workers a shard admits: the *.pub files of a
- * directory, each a key file (names starting with '.' are skipped). */
+ * directory, each a key file (names starting with '.' are skipped), and the
+ * ranks each key may speak for, which its file's name says:
+ *
+ *   NAME@RANKS.pub   RANKS is `all`, or ranks and ranges of ranks separated by
+ *                    commas: gpu-node-3@0-3.pub, trainer@0,2,5-7.pub, ops@all.pub
+ *
+ * NAME is anything before the last '@' (not empty). A .pub file whose name does
+ * not say its ranks is refused, with the name it should have. */
 typedef struct dcps_keyset dcps_keyset_t;
 
-/* Reads every *.pub file of dir. Returns the set, or NULL with a code in *rc
- * and a sentence in err naming the directory or the bad file; a directory
- * without any *.pub file is refused too (nobody could connect). */
-dcps_keyset_t *dcps_keyset_load(const char *dir, int *rc, char *err, size_t errlen);
+/* Reads every *.pub file of dir, for a job of `workers` workers (0: any number;
+ * otherwise a rank of workers or more in a name is refused). Returns the set, or
+ * NULL with a code in *rc and a sentence in err naming the directory or the bad
+ * file: not a key file, a name without ranks or with a bad list of them, a key
+ * held by two files; a directory without any *.pub file is refused too (nobody
+ * could connect). */
+dcps_keyset_t *dcps_keyset_load(const char *dir, int workers, int *rc, char *err,
+                                size_t errlen);
 
 /* The number of keys in set. */
 size_t dcps_keyset_count(const dcps_keyset_t *set);
@@ -67,6 +78,10 @@ const char *dcps_keyset_find(const dcps_keyset_t *set, const uint8_t *key);
 
 /* The key at position i (0 <= i < count), in no particular order; set's. */
 const uint8_t *dcps_keyset_key(const dcps_keyset_t *set, size_t i);
+
+/* Whether key may speak for rank: 1 if its file's name lists rank, 0 if it does
+ * not, −1 if set does not hold key. */
+int dcps_keyset_admits(const dcps_keyset_t *set, const uint8_t *key, uint32_t rank);
 
 /* Frees *set and sets it to NULL; nothing if NULL. */
 void dcps_keyset_destroy(dcps_keyset_t **set);

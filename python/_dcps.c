@@ -657,7 +657,9 @@ PyMODINIT_FUNC PyInit__dcps(void)
         !(ConfigError = new_error(m, "ConfigError", Error, NULL, "A bad job file or override.")) ||
         !(ConnectionError_ = new_error(m, "ConnectionError", Error, PyExc_ConnectionError,
                                        "The shards did not answer, or answered an error.")) ||
-        !(AuthError = new_error(m, "AuthError", Error, NULL, "A shard refused the CURVE key.")) ||
+        !(AuthError = new_error(m, "AuthError", Error, NULL,
+                                "A shard refused the CURVE key, or this rank for it (AUTH), or "
+                                "a request outside the worker's session (SESSION).")) ||
         !(SizeError = new_error(m, "SizeError", Error, NULL,
                                 "The model's size differs from the shards'.")) ||
         !(StateError = new_error(m, "StateError", Error, NULL,

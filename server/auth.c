@@ -4,8 +4,9 @@
  * domain, the peer's address, its routing id, the mechanism and its
  * credentials, for CURVE the client's 32-byte public key. The reply is version,
  * request id, status code ("200" admits, "400" refuses), status text, user id
- * and metadata. The user id of an admitted worker is the name of its key's file,
- * which libzmq attaches to its messages as the property "User-Id". */
+ * and metadata. The user id of an admitted worker is its key in Z85, which
+ * libzmq attaches to every message of the connection as the property "User-Id":
+ * dcps_auth_check finds the key's ranks from it, in the key set in force then. */
 #include "server/auth.h"
 
 #include <errno.h>
@@ -101,7 +102,7 @@ static void decide(dcps_auth_t *a, zmq_msg_t *part, int n)
     }
     DCPS_INFO("admitted a connection from %s: CURVE key %.8s\u2026 (%s)", address, key, name);
     a->admitted++;
-    reply(a, &part[F_REQUEST_ID], "200", "OK", name);
+    reply(a, &part[F_REQUEST_ID], "200", "OK", key);
 }
 
 /* The bridge's callback: one request, read whole, then answered. */
@@ -148,9 +149,35 @@ void dcps_auth_set_keys(dcps_auth_t *a, dcps_keyset_t **keys, const char *dir)
     a->keys = *keys;
     *keys = NULL;
     snprintf(a->dir, sizeof a->dir, "%s", dir);
-    DCPS_NOTICE("worker keys: %zu in %s, %zu added, %zu removed; new connections are checked "
-                "against them, connections already made stay",
+    DCPS_NOTICE("worker keys: %zu in %s, %zu added, %zu removed; every request from now on is "
+                "checked against them",
                 n, dir, added, removed);
+}
+
+int dcps_auth_check(const dcps_auth_t *a, const char *user_id, uint32_t rank, char *why,
+                    size_t n)
+{
+    uint8_t key[DCPS_KEY_BYTES];
+    /* libzmq gives every message of an admitted connection the user id this
+     * handler answered; a message without one would be a bug there. */
+    if (!user_id || dcps_key_parse(user_id, strlen(user_id), key, NULL, 0) != 0) {
+        snprintf(why, n, "the message carries no CURVE key as its ZAP user id");
+        return DCPS_E_AUTH;
+    }
+    switch (dcps_keyset_admits(a->keys, key, rank)) {
+    case 1:
+        return 0;
+    case 0:
+        snprintf(why, n, "the CURVE key of %s may not speak for rank %u",
+                 dcps_keyset_find(a->keys, key), rank);
+        return DCPS_E_AUTH;
+    default:
+        snprintf(why, n,
+                 "the CURVE key %.8s\u2026 is no longer in worker_keys_dir %s (a reload "
+                 "removed it)",
+                 user_id, a->dir);
+        return DCPS_E_AUTH;
+    }
 }
 
 void dcps_auth_close(dcps_auth_t *a, uv_close_cb close_cb)

@@ -10,6 +10,12 @@
  * refusal is one warning naming the peer's address and the start of its key,
  * and is counted.
  *
+ * A key speaks only for the ranks its file's name gives (NAME@RANKS.pub): the
+ * router (server/router.h) checks every request's rank with dcps_auth_check,
+ * against the key set in force when the request arrives, so a reload that
+ * removes a key or changes its ranks applies from the next request on, also on
+ * connections already admitted.
+ *
  * Without a handler libzmq admits every CURVE client (DESIGN §9), so the handler
  * is bound before the ROUTER socket and closed after it.
  *
@@ -51,9 +57,17 @@ int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *
 int dcps_auth_start(dcps_auth_t *a, uv_loop_t *loop);
 
 /* Replaces the key set with *keys (read from dir; taken, *keys set to NULL):
- * connections made from now on are checked against it, connections already
- * admitted stay. Logs the keys added and removed. Loop thread. */
+ * connections made and requests received from now on are checked against it
+ * (connections already admitted stay open). Logs the keys added and removed.
+ * Loop thread. */
 void dcps_auth_set_keys(dcps_auth_t *a, dcps_keyset_t **keys, const char *dir);
+
+/* Whether the worker key of a request (user_id: the message's "User-Id"
+ * metadata, which this handler set to the key's Z85 text) may speak for rank
+ * under the key set in force. Returns 0, or DCPS_E_AUTH with a sentence in why
+ * ("the CURVE key of gpu-node-3@4-7.pub may not speak for rank 2"). */
+int dcps_auth_check(const dcps_auth_t *a, const char *user_id, uint32_t rank, char *why,
+                    size_t n);
 
 /* Stops answering; close_cb runs once the bridge's handles are closed. Only
  * after dcps_auth_start returned 0. */

@@ -33,6 +33,10 @@
 #define COUNTERS 5 /* pushes, duplicates, pulls, dropped, deltas */
 #define STALENESS_WORDS (3 + DCPS_STALENESS_BUCKETS)
 #define CONS_WORDS 3 /* round, contributions, max_ahead */
+#define SESSION_WORDS 3 /* per rank: session, last push's seq, flags */
+#define SESSION_PUSHED 1u  /* flags: a push of the session was seen */
+#define SESSION_APPLIED 2u /* flags: and it was applied */
+#define FORMAT_NO_SESSIONS 1 /* format 1: per rank only the highest applied seq */
 
 /* The header as fields; encoded at fixed offsets by put_header. */
 typedef struct {
@@ -162,24 +166,30 @@ static void get_header(const uint8_t *b, header_t *h)
     };
 }
 
-/* Bytes of the payload after the floats, in 8-byte words: last_seq (P), the
- * counters, the staleness histogram, the consistency model's round,
- * contributions and max_ahead, and each rank's clock and contributed flag (2P). */
-static size_t tail_size(int workers)
+/* Bytes of the payload after the floats, in 8-byte words: per rank its session
+ * record (3P; format 1: the highest applied seq, P), the counters, the staleness
+ * histogram, the consistency model's round, contributions and max_ahead, and
+ * each rank's clock and contributed flag (2P). */
+static size_t tail_size(int workers, uint32_t format)
 {
-    return ((size_t)workers + COUNTERS + STALENESS_WORDS + CONS_WORDS + 2 * (size_t)workers) * 8;
+    size_t per_rank = format == FORMAT_NO_SESSIONS ? 1 : SESSION_WORDS;
+    return ((size_t)workers * per_rank + COUNTERS + STALENESS_WORDS + CONS_WORDS +
+            2 * (size_t)workers) *
+           8;
 }
 
-static size_t payload_size(const dcps_shard_t *s)
+static size_t payload_size(const dcps_shard_t *s, uint32_t format)
 {
-    return s->floats * sizeof(float) + tail_size(s->workers);
+    return s->floats * sizeof(float) + tail_size(s->workers, format);
 }
 
-/* The header this shard and job would write (seq and created are the caller's). */
-static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t *s, int mode)
+/* The header this shard and job would write in `format` (seq and created are
+ * the caller's). */
+static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t *s, int mode,
+                      uint32_t format)
 {
     *h = (header_t){
-        .format = DCPS_CHECKPOINT_FORMAT,
+        .format = format,
         .header_size = HEADER_SIZE,
         .job_id = cfg->job_id,
         .n_params = s->n_params,
@@ -193,15 +203,19 @@ static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t 
         .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->dc.adaptive ? FLAG_ADAPTIVE : 0),
         .version = s->version,
         .floats = s->floats,
-        .payload_len = payload_size(s),
+        .payload_len = payload_size(s, format),
     };
 }
 
 static void put_tail(uint8_t *b, const dcps_shard_t *s, const dcps_consistency_t *c)
 {
     size_t at = 0;
-    for (int r = 0; r < s->workers; r++, at += 8)
-        put64(b, at, s->last_seq[r]);
+    for (int r = 0; r < s->workers; r++, at += 8 * SESSION_WORDS) {
+        const dcps_session_t *ss = &s->session[r];
+        put64(b, at, ss->id);
+        put64(b, at + 8, ss->seq);
+        put64(b, at + 16, (ss->pushed ? SESSION_PUSHED : 0) | (ss->applied ? SESSION_APPLIED : 0));
+    }
     const uint64_t counters[COUNTERS] = {s->pushes, s->duplicates, s->pulls, s->dropped, s->deltas};
     for (int i = 0; i < COUNTERS; i++, at += 8)
         put64(b, at, counters[i]);
@@ -219,11 +233,26 @@ static void put_tail(uint8_t *b, const dcps_shard_t *s, const dcps_consistency_t
     }
 }
 
-static void get_tail(const uint8_t *b, dcps_shard_t *s, dcps_consistency_t *c)
+/* Reads a tail of `format`. Format 1 knows no sessions: its seqs (a worker's
+ * clock in microseconds, under protocol 1) mean nothing to a session, so every
+ * rank is left without one, and says HELLO again. */
+static void get_tail(const uint8_t *b, uint32_t format, dcps_shard_t *s, dcps_consistency_t *c)
 {
     size_t at = 0;
-    for (int r = 0; r < s->workers; r++, at += 8)
-        s->last_seq[r] = get64(b, at);
+    for (int r = 0; r < s->workers; r++) {
+        dcps_session_t *ss = &s->session[r];
+        if (format == FORMAT_NO_SESSIONS) {
+            *ss = (dcps_session_t){0};
+            at += 8;
+            continue;
+        }
+        uint64_t flags = get64(b, at + 16);
+        *ss = (dcps_session_t){.id = get64(b, at),
+                               .pushed = (flags & SESSION_PUSHED) != 0,
+                               .applied = (flags & SESSION_APPLIED) != 0,
+                               .seq = get64(b, at + 8)};
+        at += 8 * SESSION_WORDS;
+    }
     uint64_t *counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped, &s->deltas};
     for (int i = 0; i < COUNTERS; i++, at += 8)
         *counters[i] = get64(b, at);
@@ -431,7 +460,7 @@ static void prune(const char *dir, const entry_t *e, size_t n, size_t keep)
 
 uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
 {
-    return HEADER_SIZE + (uint64_t)s->floats * sizeof *s->w + tail_size(s->workers) +
+    return HEADER_SIZE + (uint64_t)s->floats * sizeof *s->w + tail_size(s->workers, DCPS_CHECKPOINT_FORMAT) +
            sizeof(uint32_t);
 }
 
@@ -461,7 +490,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         prune(dir, e, n, room);
         n = room;
     }
-    header_of(&h, cfg, s, cons->mode);
+    header_of(&h, cfg, s, cons->mode, DCPS_CHECKPOINT_FORMAT);
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);
     snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", s->index, h.seq,
@@ -471,7 +500,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
         goto fail;
     }
-    if (!(tail = malloc(tail_size(s->workers)))) {
+    if (!(tail = malloc(tail_size(s->workers, DCPS_CHECKPOINT_FORMAT)))) {
         rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
         goto fail;
     }
@@ -485,7 +514,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     const char *what = "write";
     if (write_all(fd, head, sizeof head, &crc) != 0 ||
         write_all(fd, s->w, s->floats * sizeof *s->w, &crc) != 0 ||
-        write_all(fd, tail, tail_size(s->workers), &crc) != 0 ||
+        write_all(fd, tail, tail_size(s->workers, DCPS_CHECKPOINT_FORMAT), &crc) != 0 ||
         write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
         rc = dcps_say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
         close(fd);
@@ -614,9 +643,12 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         goto out;
     }
     get_header(head, &h);
-    if (h.format != DCPS_CHECKPOINT_FORMAT || h.header_size != HEADER_SIZE) {
-        snprintf(why, n, "format %u with a header of %u bytes, this dcps reads format %d (%d)",
-                 h.format, h.header_size, DCPS_CHECKPOINT_FORMAT, HEADER_SIZE);
+    if ((h.format != DCPS_CHECKPOINT_FORMAT && h.format != FORMAT_NO_SESSIONS) ||
+        h.header_size != HEADER_SIZE) {
+        snprintf(why, n,
+                 "format %u with a header of %u bytes, this dcps reads formats %d and %d (%d)",
+                 h.format, h.header_size, FORMAT_NO_SESSIONS, DCPS_CHECKPOINT_FORMAT,
+                 HEADER_SIZE);
         goto out;
     }
     crc = dcps_checkpoint_crc32c(0, head, HEADER_CRC_AT);
@@ -644,7 +676,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         }
         sized = true;
     }
-    header_of(&want, cfg, s, c->mode);
+    header_of(&want, cfg, s, c->mode, h.format);
     if (foreign(&h, &want, why, n))
         goto out;
     uint64_t size = HEADER_SIZE + h.payload_len + TRAILER_SIZE;
@@ -655,7 +687,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
                  (long long)st.st_size, size);
         goto out;
     }
-    size_t tsize = tail_size(s->workers), fbytes = s->floats * sizeof *s->w;
+    size_t tsize = tail_size(s->workers, h.format), fbytes = s->floats * sizeof *s->w;
     if (!(tail = malloc(tsize))) {
         rc = DCPS_E_NOMEM;
         goto out;
@@ -690,7 +722,11 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         snprintf(why, n, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
         goto out;
     }
-    get_tail(tail, s, c);
+    get_tail(tail, h.format, s, c);
+    if (h.format == FORMAT_NO_SESSIONS)
+        DCPS_NOTICE("%s is a checkpoint of format %d, which holds no sessions: every worker "
+                    "says HELLO again, and a push retried across the restart is applied again",
+                    file, FORMAT_NO_SESSIONS);
     s->version = h.version;
     s->initialized = (h.flags & FLAG_INITIALIZED) != 0;
     touched = false;

@@ -14,16 +14,21 @@
  * integers little-endian (the format is the host's memory, and dcps builds only
  * on little-endian hosts):
  *
- *   header, 128 bytes: "DCPSCKPT", format 1, header size, job id, n_params,
+ *   header, 128 bytes: "DCPSCKPT", format 2, header size, job id, n_params,
  *       range lo and hi, shard index, workers, optimizer kind, mode, pull,
  *       flags (initialised, dc_adaptive), version, seq, creation time (Unix
  *       seconds), floats, payload length, and a CRC-32C of the header before it;
  *   payload: the shard's one float allocation (w, optimizer state, DC-ASGD
  *       backups or delta mirrors, sync sum, sync mirror, diff; shard.c's
- *       layout), last_seq of every rank, the push and pull counters, the
- *       staleness histogram, then the consistency model's round, contributions,
+ *       layout), every rank's session record (server/session.h: the session,
+ *       its last push's seq, and flags 1 pushed, 2 applied), the push and
+ *       pull counters, the staleness histogram, then the consistency model's round, contributions,
  *       max_ahead and every rank's clock and contributed flag;
  *   trailer: a CRC-32C (Castagnoli) of header and payload.
+ *
+ * Format 1, written before sessions, held one word per rank instead of the
+ * session record (the highest applied seq): it is still read, with every rank
+ * left without a session (each says HELLO again), and logged as such.
  *
  * What is not in a file: membership and liveness (joined, left, dead, done,
  * last heard), waiting pulls and barriers, the delta mirrors' tags (no worker's
@@ -44,7 +49,7 @@
 #include "server/consistency.h"
 #include "server/shard.h"
 
-#define DCPS_CHECKPOINT_FORMAT 1
+#define DCPS_CHECKPOINT_FORMAT 2 /* 2: sessions; format 1 is read too */
 
 /* Creates dir if it is missing (its parent must exist), and checks that it is
  * a directory this process can create files in, by creating and removing a
@@ -72,7 +77,8 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
 /* Restores the newest usable checkpoint of shard s->index in dir into s, as
  * dcps_shard_new left it (never initialised), and into cons (initialised for
  * cfg's workers): the state, version and counters of s, then
- * dcps_shard_restored(s); cons's round, contributions, max_ahead and every
+ * dcps_shard_restored(s); every rank's session and last push (none from a
+ * format 1 file); cons's round, contributions, max_ahead and every
  * rank's clock and contributed flag. Checkpoints are tried newest first; each
  * refused one (not a checkpoint, other format, truncated, checksum mismatch,
  * other job id, shard, parameter count or range, workers, optimizer, mode, pull

@@ -11,7 +11,8 @@
  *
  * With [security] curve = true the socket is a CURVE server with the secret key
  * of server_secret_key_file, and admits only the workers whose public keys are
- * in worker_keys_dir (server/auth.h). A key file or directory it cannot use
+ * in worker_keys_dir, each for the ranks its file's name gives (server/auth.h).
+ * A key file or directory it cannot use
  * stops it before it binds anything, with status 1. --keygen writes a new key
  * pair (common/keys.h) and prints its public key.
  *
@@ -374,7 +375,8 @@ static void reload(server_t *s)
         dcps_config_check_role(next, s->opt->config, DCPS_ROLE_SERVER, err, sizeof err) != 0) {
         DCPS_ERR("reload refused: %s; the running configuration stays", err);
     } else if (s->cfg->curve && next->curve &&
-               !(keys = dcps_keyset_load(next->worker_keys_dir, &rc, err, sizeof err))) {
+               !(keys = dcps_keyset_load(next->worker_keys_dir, next->workers, &rc, err,
+                                         sizeof err))) {
         DCPS_ERR("reload refused: %s ([security] worker_keys_dir); the running configuration "
                  "and worker keys stay", err);
     } else if (dcps_config_reload(s->cfg, next, changes, sizeof changes, err, sizeof err) != 0) {
@@ -605,7 +607,7 @@ static int keys_load(const dcps_config_t *cfg, uint8_t *secret, dcps_keyset_t **
                  cfg->server_public_key, cfg->server_secret_key_file, text);
         return -1;
     }
-    if (!(*keys = dcps_keyset_load(cfg->worker_keys_dir, &rc, err, sizeof err))) {
+    if (!(*keys = dcps_keyset_load(cfg->worker_keys_dir, cfg->workers, &rc, err, sizeof err))) {
         DCPS_ERR("%s ([security] worker_keys_dir); not starting", err);
         return -1;
     }
@@ -703,7 +705,7 @@ int main(int argc, char **argv)
             goto fail_socket;
         }
     }
-    int linger = 0, handover = 1;
+    int linger = 0;
     /* A message larger than the biggest valid one (a dense range, or indices and
      * values of the whole range) is refused by ZeroMQ, which drops the sender.
      * The limit holds for the connections of this bind: an unsized shard
@@ -714,9 +716,10 @@ int main(int argc, char **argv)
     int64_t maxmsg = (int64_t)range_max * 8 + 65536;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    /* A worker that reconnects keeps its routing id (worker/client.c): the new
-     * connection takes the id over from the old one. */
-    zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
+    /* No ZMQ_ROUTER_HANDOVER: a worker is its session (server/session.h), not
+     * its routing id, so a connection that names a routing id already in use is
+     * refused by ZeroMQ (its messages are never read) instead of taking the id,
+     * and with it the replies, from the live worker. */
     if (zmq_bind(sock, cfg->shards[opt.shard]) != 0) {
         int e = errno;
         /* ZeroMQ binds an address or an interface name, never a host name; it
@@ -740,6 +743,8 @@ int main(int argc, char **argv)
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
         goto fail_loop;
     }
+    if (cfg->curve)
+        srv.router.auth = &srv.auth; /* which ranks each worker key may speak for */
     if (cfg->curve && (rc = dcps_auth_start(&srv.auth, &srv.loop)) != 0) {
         DCPS_ERR("cannot start the ZAP handler: %s",
                  rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/log.h"
+#include "server/session.h"
 
 /* A handler answers the request itself and returns 0, or returns a negative code
  * with a sentence in why, and the router answers ERROR. */
@@ -54,11 +55,6 @@ static void timed(dcps_latency_t *l, uint64_t since)
     l->hist[b]++;
     l->count++;
     l->sum_ns += ns;
-}
-
-static bool route_eq(const dcps_route_t *a, const dcps_buf_t *id)
-{
-    return a->len == id->len && memcmp(a->b, id->data, id->len) == 0;
 }
 
 static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
@@ -259,13 +255,24 @@ static int learn_size(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
     return 0;
 }
 
+/* HELLO binds the rank to the session it names (server/session.h): the first
+ * session, the same one again (a retry whose WELCOME was lost, or a worker
+ * coming back), or a new one, which retires the old session once that one has
+ * been silent for dead_after_ms or said BYE (a restarted worker). */
 static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                     size_t whylen)
 {
     const dcps_shard_t *s = r->shard;
     const dcps_member_t *mb = &r->cons.m[m->rank];
-    dcps_peer_t *p = &r->peers[m->rank];
+    dcps_session_t *ss = &s->session[m->rank];
+    char old[DCPS_SESSION_SHORT], new[DCPS_SESSION_SHORT];
     int rc;
+    if (m->session == 0) {
+        snprintf(why, whylen,
+                 "HELLO names no session: a worker opens a random nonzero 64-bit session and "
+                 "names it in its HELLO and every later request");
+        return DCPS_E_SESSION;
+    }
     if (m->shard != (uint32_t)s->index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
                  m->shard, s->index);
@@ -278,19 +285,32 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                  (unsigned long long)m->n_params, (unsigned long long)s->n_params);
         return DCPS_E_SIZE;
     }
-    if (mb->joined && dcps_consistency_live(&r->cons, m->rank) && !route_eq(&p->hello, id)) {
+    double silent = now_ms(r) - mb->last_seen;
+    dcps_session_short(ss->id, old);
+    dcps_session_short(m->session, new);
+    if (ss->id != m->session && mb->joined && dcps_consistency_live(&r->cons, m->rank)) {
         snprintf(why, whylen,
-                 "rank %u is already connected from another socket (heard %.0f ms ago); it is "
-                 "admitted again once that one has been silent for %d ms",
-                 m->rank, now_ms(r) - mb->last_seen, r->cfg->dead_after_ms);
+                 "rank %u is already connected in session %s\u2026 (heard %.0f ms ago); another "
+                 "session is admitted once that one has been silent for %d ms or said BYE",
+                 m->rank, old, silent, r->cfg->dead_after_ms);
         return DCPS_E_LIVE;
     }
-    rc = route_set(&p->hello, id, why, whylen);
-    if (rc != 0)
-        return rc;
-    if (!mb->joined)
-        DCPS_INFO("worker %u joined", m->rank);
-    heard(r, m->rank);
+    if (ss->id != m->session) {
+        if (ss->id)
+            DCPS_NOTICE("worker %u joined in session %s\u2026, which retires session %s\u2026 "
+                        "(%s %.0f ms ago)",
+                        m->rank, new, old, mb->left ? "it said BYE" : "last heard", silent);
+        else
+            DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
+        drop_waits(r, m->rank); /* what the old session waited for is not answered */
+        dcps_session_open(ss, m->session);
+    } else if (!mb->joined) {
+        DCPS_INFO("worker %u joined again (session %s\u2026)", m->rank, new);
+    } else if (mb->dead) {
+        DCPS_NOTICE("worker %u is back after %.0f ms of silence; admitted again", m->rank,
+                    silent);
+    }
+    dcps_consistency_heard(&r->cons, m->rank, now_ms(r));
     dcps_consistency_join(&r->cons, m->rank);
 
     dcps_msg_t reply;
@@ -305,6 +325,23 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     reply.step = dcps_consistency_next_step(&r->cons, m->rank);
     send_reply(r, id, &reply);
     return 0;
+}
+
+/* Every request but HELLO names the session its rank's HELLO bound: checked
+ * before anything else of it is read. Returns 0, or DCPS_E_SESSION with why. */
+static int check_session(const dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    const dcps_session_t *ss = &r->shard->session[m->rank];
+    char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
+    if (ss->id != 0 && m->session == ss->id)
+        return 0;
+    if (ss->id == 0)
+        snprintf(why, whylen, "rank %u has not said HELLO to this shard", m->rank);
+    else
+        snprintf(why, whylen, "rank %u's session is %s\u2026, this request names %s%s", m->rank,
+                 dcps_session_short(ss->id, bound), dcps_session_short(m->session, named),
+                 m->session ? "\u2026" : "");
+    return DCPS_E_SESSION;
 }
 
 static int not_ready(char *why, size_t whylen)
@@ -372,6 +409,18 @@ static bool catch_up(dcps_router_t *r, uint32_t rank, uint64_t step, bool pull)
     return true;
 }
 
+/* Answers a push that is not applied because its round closed without it (sync):
+ * PUSH_ACK with flag STALE, and the open round, which the worker computes next. */
+static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m)
+{
+    dcps_msg_t reply;
+    dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
+    reply.param_version = r->shard->version;
+    reply.flags = DCPS_FLAG_STALE;
+    reply.step = r->cons.round;
+    send_reply(r, id, &reply);
+}
+
 static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
@@ -408,11 +457,24 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     }
     if (!s->initialized)
         return not_ready(why, whylen);
-    if (dcps_shard_is_duplicate(s, m->rank, m->seq)) {
-        /* A retry of a push already applied: acknowledge, do not apply twice. */
+    switch (dcps_session_seq(&s->session[m->rank], m->seq)) {
+    case DCPS_SEQ_APPLIED:
+        /* A retry of the push applied last: acknowledged, not applied twice. */
         s->duplicates++;
         send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
         return 0;
+    case DCPS_SEQ_DROPPED: /* a retry of the push dropped last: dropped again */
+        send_stale(r, id, m);
+        return 0;
+    case DCPS_SEQ_BELOW:
+        snprintf(why, whylen,
+                 "seq %llu is below this session's last push, %llu: the pushes of a session "
+                 "carry increasing seqs; nothing applied",
+                 (unsigned long long)m->seq,
+                 (unsigned long long)s->session[m->rank].seq);
+        return DCPS_E_STATE;
+    default:
+        break;
     }
     catch_up(r, m->rank, m->step, false);
     switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
@@ -422,12 +484,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", m->rank,
                   (unsigned long long)m->step, (unsigned long long)r->cons.round);
         dcps_shard_drop(s, m->rank, m->seq);
-        dcps_msg_t reply;
-        dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
-        reply.param_version = s->version;
-        reply.flags = DCPS_FLAG_STALE;
-        reply.step = r->cons.round;
-        send_reply(r, id, &reply);
+        send_stale(r, id, m);
         return 0;
     }
     case DCPS_PUSH_FUTURE:
@@ -602,15 +659,26 @@ static void on_message(dcps_bridge_t *b)
         snprintf(why, sizeof why, "a shard does not accept %s", dcps_msg_type_name(m.type));
         rc = DCPS_E_MSGTYPE;
     }
+    /* Who may speak for the rank, before anything of the request is used: the
+     * CURVE key's ranks, then the rank's session. */
+    if (rc == 0 && r->auth)
+        rc = dcps_auth_check(r->auth, dcps_frames_gets(&f, "User-Id"), m.rank, why, sizeof why);
+    if (rc == 0 && m.type != DCPS_MSG_HELLO)
+        rc = check_session(r, &m, why, sizeof why);
     if (rc == 0) {
-        /* Any good message is a sign of life; HELLO decides for itself. */
+        /* A request of the rank's session is a sign of life; HELLO decides for
+         * itself. */
         if (m.type != DCPS_MSG_HELLO)
             heard(r, m.rank);
         /* A shard restored from a checkpoint does not know who joined: a
-         * worker that goes on talking said HELLO to its previous process. */
+         * worker that goes on talking in a session of the checkpoint said HELLO
+         * to its previous process. */
         if (r->shard->restored && m.type != DCPS_MSG_HELLO && m.type != DCPS_MSG_BYE &&
             !r->cons.m[m.rank].joined) {
-            DCPS_NOTICE("worker %u rejoins: it said HELLO before this shard restarted", m.rank);
+            char sid[DCPS_SESSION_SHORT];
+            DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this "
+                        "shard restarted",
+                        m.rank, dcps_session_short(m.session, sid));
             dcps_consistency_join(&r->cons, m.rank);
         }
         rc = handlers[m.type](r, &id, &m, why, sizeof why);

@@ -13,6 +13,15 @@
  * each waiting worker that it is still waiting (a HEARTBEAT with the request's
  * seq and flag WAITING), so its client keeps waiting instead of timing out.
  *
+ * Who may speak for a rank: under [security] curve, only a worker key whose
+ * file's name lists the rank (server/auth.h), checked first for every request;
+ * then, for every request but HELLO, the rank's session (server/session.h):
+ * HELLO binds a rank to a session, and a request that names another one, or
+ * comes before any HELLO, is answered ERROR SESSION and changes nothing (it is
+ * not even a sign of life). Routing ids identify nothing: a reply goes to the
+ * routing id its request came from, a waiting pull's or barrier's to the one
+ * of the latest request it waits for.
+ *
  * With [model] params = auto the shard is unsized until rank 0's HELLO sizes it
  * (server/shard.h); meanwhile a HELLO of another rank is answered NOTREADY,
  * which its client asks again after, and is not counted as a bad message.
@@ -27,6 +36,7 @@
 
 #include "common/bridge.h"
 #include "common/config.h"
+#include "server/auth.h"
 #include "server/consistency.h"
 #include "server/shard.h"
 
@@ -58,9 +68,9 @@ typedef struct {
     bool exact;     /* flag EXACT: it wants w itself */
 } dcps_pull_req_t;
 
-/* What the router remembers of a worker rank (its membership is in cons). */
+/* What the router remembers of a worker rank (its membership is in cons, its
+ * session in the shard). */
 typedef struct {
-    dcps_route_t hello; /* the socket it said HELLO from */
     dcps_route_t wait;  /* the socket of its waiting request */
     bool in_barrier;    /* waiting in the current barrier */
     bool pulling;       /* a PULL waits for its step to start */
@@ -90,6 +100,7 @@ typedef struct dcps_router {
     int64_t started;           /* Unix seconds the router started */
     uint64_t restored_version; /* the version restored from a checkpoint, or 0 */
     uint64_t lost_logged;      /* the most lost updates logged so far */
+    const dcps_auth_t *auth; /* [security] curve: the worker keys' ranks; else NULL */
     dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
     dcps_latency_t apply_round; /* sync: each round's mean applied */
 } dcps_router_t;

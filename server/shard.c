@@ -37,9 +37,9 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
     dcps_shard_set_lr(s, cfg->lr);
     s->delta_of = -1;
-    s->last_seq = calloc((size_t)cfg->workers, sizeof *s->last_seq);
+    s->session = calloc((size_t)cfg->workers, sizeof *s->session);
     s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
-    if (!s->last_seq || !s->behind || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
+    if (!s->session || !s->behind || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
         goto fail;
     *err = 0;
     return s;
@@ -118,7 +118,7 @@ void dcps_shard_destroy(dcps_shard_t **sp)
         return;
     dcps_shard_unsize(s);
     free(s->behind);
-    free(s->last_seq);
+    free(s->session);
     free(s);
     *sp = NULL;
 }
@@ -153,14 +153,9 @@ bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank)
     return s->behind[rank];
 }
 
-bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq)
-{
-    return seq <= s->last_seq[rank];
-}
-
 static void applied(dcps_shard_t *s, uint32_t rank, uint64_t seq)
 {
-    s->last_seq[rank] = seq;
+    dcps_session_pushed(&s->session[rank], seq, true);
     s->version++;
     s->pushes++;
 }
@@ -281,7 +276,7 @@ void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, c
 {
     for (size_t i = 0; i < s->n; i++)
         s->acc[i] += g[i];
-    s->last_seq[rank] = seq;
+    dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
 }
 
@@ -290,7 +285,7 @@ void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
 {
     for (size_t j = 0; j < k; j++)
         s->acc[idx[j] - s->range.lo] += v[j];
-    s->last_seq[rank] = seq;
+    dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
 }
 
@@ -313,7 +308,7 @@ void dcps_shard_clear_round(dcps_shard_t *s)
 
 void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq)
 {
-    s->last_seq[rank] = seq;
+    dcps_session_pushed(&s->session[rank], seq, false);
     s->dropped++;
 }
 
@@ -348,7 +343,7 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
                       (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
-    out->sequence_numbers = (size_t)s->workers * (sizeof *s->last_seq + sizeof *s->behind);
+    out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)

@@ -2,7 +2,8 @@
  *
  * A shard owns the parameters [lo, hi) of the model, their version, the state of
  * the job's update rule (server/optimizer.h) and what it needs to apply each push
- * exactly once: the last applied sequence number of every worker rank.
+ * exactly once: every worker rank's session and its last push (server/session.h),
+ * recorded by the functions that apply or drop a push.
  *
  * Memory, in floats of the shard's size n: the parameters (1); momentum's u or
  * DC-ASGD-a's mean square (1); in async and ssp mode with DC-ASGD or delta pulls
@@ -49,6 +50,7 @@
 #include "common/shardmap.h"
 #include "kernels/topk.h"
 #include "server/optimizer.h"
+#include "server/session.h"
 
 /* Staleness of applied pushes: the updates applied between the version a
  * gradient was computed on and its arrival. hist[0] counts 0, hist[b] counts
@@ -89,7 +91,8 @@ typedef struct dcps_shard {
                             (dcps_shard_behind) */
     uint64_t version;    /* incremented by every applied update */
     int workers;
-    uint64_t *last_seq;  /* per rank: the highest push seq applied */
+    dcps_session_t *session; /* per rank: its session and last push (the router binds
+                                and checks the session; the functions below record pushes) */
     float lr;            /* from [optimizer] lr */
     size_t floats;       /* size of the allocation, in floats */
     uint64_t pushes, duplicates, pulls, dropped;
@@ -130,20 +133,16 @@ void dcps_shard_restored(dcps_shard_t *s);
 /* Whether rank has not pulled from this shard since it was restored. */
 bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank);
 
-/* Whether a push (rank, seq) was already applied; ranks are < workers. Seqs of a
- * rank start at 1 and increase: a seq at or below the last applied one (0 at
- * start) is a duplicate. */
-bool dcps_shard_is_duplicate(const dcps_shard_t *s, uint32_t rank, uint64_t seq);
-
-/* Applies a gradient from (rank, seq) with the job's rule, records seq and bumps
- * the version. Dense: g has n values. Sparse: global indices in [lo, hi),
- * strictly ascending. */
+/* Applies a gradient from (rank, seq) with the job's rule, records it as rank's
+ * session's last push (applied) and bumps the version. Dense: g has n values.
+ * Sparse: global indices in [lo, hi), strictly ascending. */
 void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
 void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
                              const float *v, size_t k);
 
-/* Sync mode: adds a push from (rank, seq) to the open round's sum and records
- * seq; nothing changes w until dcps_shard_apply_round. Same arguments as above. */
+/* Sync mode: adds a push from (rank, seq) to the open round's sum and records it
+ * as applied; nothing changes w until dcps_shard_apply_round. Same arguments as
+ * above. */
 void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
 void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
                                   const uint32_t *idx, const float *v, size_t k);
@@ -158,8 +157,9 @@ void dcps_shard_apply_round(dcps_shard_t *s, int pushes);
  * when the workers are in a later round: dcps_consistency_catch_up). */
 void dcps_shard_clear_round(dcps_shard_t *s);
 
-/* Records seq of a push from rank that is not applied (sync: its round closed
- * without it), so that a retry of it is a duplicate. */
+/* Records a push (rank, seq) that is not applied (sync: its round closed without
+ * it) as rank's session's last push, dropped: a retry of it is answered STALE
+ * again. */
 void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq);
 
 /* Records that a push computed on parameter version `based_on` (at most the
@@ -197,7 +197,7 @@ typedef struct {
     size_t sync_sum;         /* sync mode's sum of the open round: n floats */
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
                                 delta's pairs and the selection's workspace */
-    size_t sequence_numbers; /* every rank's last applied push seq and restore flag */
+    size_t sequence_numbers; /* every rank's session, last push and restore flag */
 } dcps_shard_memory_t;
 
 void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out);

@@ -1,26 +1,35 @@
 /* dcps — shard checkpoints (server/checkpoint.h): the CRC, a save and restore
- * that give the same state bit for bit, the choice of the newest usable file,
+ * that give the same state bit for bit (sessions and last pushes included), a
+ * format 1 file read without sessions, the choice of the newest usable file,
  * refusals (flipped byte, truncation, another job, shard, size or rule),
  * pruning, no temporary file left, dense pulls after a restore, the checks of
  * the directory, the size of an unsized shard (params = auto) taken from a
- * file; then through the daemon: a restart serves the parameters it had, an
- * auto shard keeps the size rank 0 gave, and a checkpoint_dir that is a file
- * or holds only unusable checkpoints stops it. */
+ * file; then through the daemon: a restart serves the parameters it had,
+ * recognises a retried push and the sessions it had, a worker whose session a
+ * restarted shard does not know says HELLO again, an auto shard keeps the size
+ * rank 0 gave, and a checkpoint_dir that is a file or holds only unusable
+ * checkpoints stops it. */
 #include <check.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/frame.h"
 #include "common/log.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
@@ -123,6 +132,8 @@ static void box_init(box_t *b)
     for (size_t j = 0; j < b->s->n; j++)
         w0[j] = (float)sin(0.7 * (double)j);
     ck_assert_int_eq(dcps_shard_init(b->s, w0), 1);
+    for (int r = 0; r < b->s->workers; r++) /* each rank said HELLO */
+        dcps_session_open(&b->s->session[r], 0x5e55100000000000ull + (uint64_t)r);
 }
 
 /* Step i of a worker: a pull (every third a delta from the tag it holds), then
@@ -131,7 +142,7 @@ static void step(box_t *b, int i)
 {
     dcps_shard_t *s = b->s;
     uint32_t r = (uint32_t)i % (uint32_t)s->workers;
-    uint64_t seq = s->last_seq[r] + 1;
+    uint64_t seq = s->session[r].seq + 1;
     float g[MAXN], v[MAXN];
     uint32_t idx[MAXN];
     size_t k = 0;
@@ -177,7 +188,12 @@ static void assert_same(const box_t *a, const box_t *b)
     const dcps_shard_t *x = a->s, *y = b->s;
     ck_assert_uint_eq(x->floats, y->floats);
     ck_assert_int_eq(memcmp(x->w, y->w, x->floats * sizeof *x->w), 0);
-    ck_assert_int_eq(memcmp(x->last_seq, y->last_seq, (size_t)x->workers * 8), 0);
+    for (int r = 0; r < x->workers; r++) {
+        ck_assert_uint_eq(x->session[r].id, y->session[r].id);
+        ck_assert_int_eq(x->session[r].pushed, y->session[r].pushed);
+        ck_assert_int_eq(x->session[r].applied, y->session[r].applied);
+        ck_assert_uint_eq(x->session[r].seq, y->session[r].seq);
+    }
     ck_assert_uint_eq(x->version, y->version);
     ck_assert_int_eq(x->initialized, y->initialized);
     ck_assert_uint_eq(x->pushes, y->pushes);
@@ -281,8 +297,8 @@ START_TEST(save_and_restore_give_the_same_state_bit_for_bit)
     float g[MAXN];
     for (size_t j = 0; j < a.s->n; j++)
         g[j] = 0.01f * (float)j;
-    dcps_shard_apply_dense(a.s, 1, a.s->last_seq[1] + 1, g);
-    dcps_shard_apply_dense(b.s, 1, b.s->last_seq[1] + 1, g);
+    dcps_shard_apply_dense(a.s, 1, a.s->session[1].seq + 1, g);
+    dcps_shard_apply_dense(b.s, 1, b.s->session[1].seq + 1, g);
     ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
     box_free(&a);
     box_free(&b);
@@ -391,6 +407,111 @@ START_TEST(truncated_checkpoint_is_refused)
 }
 END_TEST
 
+START_TEST(sessions_and_last_pushes_survive_a_restore)
+{
+    box_t a, b;
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 7);                                /* rank 0 pushed last seq 3 */
+    dcps_shard_drop(a.s, 2, 77);                    /* a push of rank 2 dropped */
+    dcps_session_open(&a.s->session[1], 0x42ull);   /* rank 1 restarted: no push yet */
+    save(&a, 3, NULL);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    assert_same(&a, &b);
+    ck_assert_uint_eq(b.s->session[0].id, 0x5e55100000000000ull);
+    ck_assert_int_eq(dcps_session_seq(&b.s->session[0], 3), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&b.s->session[2], 77), DCPS_SEQ_DROPPED);
+    ck_assert_uint_eq(b.s->session[1].id, 0x42);
+    ck_assert(!b.s->session[1].pushed);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
+static void put32(uint8_t *b, size_t at, uint32_t v)
+{
+    memcpy(b + at, &v, 4);
+}
+
+/* Rewrites the checkpoint at path, of shard s, as format 1 wrote it: one word
+ * per rank (the highest applied seq) where format 2 has a session record of
+ * three (session, seq, flags). The header is 128 bytes: format at 8, payload
+ * length at 104, its CRC at 124; the payload's rank records follow the floats. */
+static void as_format_1(const char *path, const dcps_shard_t *s)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t in[1 << 16], out[1 << 16];
+    size_t n = fread(in, 1, sizeof in, f);
+    fclose(f);
+    size_t records = 128 + s->floats * sizeof(float), workers = (size_t)s->workers;
+    size_t rest = records + 24 * workers, m = 0;
+    ck_assert_uint_lt(n, sizeof in);
+    memcpy(out, in, records);
+    m = records;
+    for (size_t r = 0; r < workers; r++, m += 8)
+        memcpy(out + m, in + records + 24 * r + 8, 8); /* the seq */
+    memcpy(out + m, in + rest, n - 4 - rest);
+    m += n - 4 - rest;
+    uint64_t payload;
+    memcpy(&payload, out + 104, 8);
+    payload -= 16 * workers;
+    memcpy(out + 104, &payload, 8);
+    put32(out, 8, 1);
+    put32(out, 124, dcps_checkpoint_crc32c(0, out, 124));
+    put32(out, m, dcps_checkpoint_crc32c(0, out, m));
+    m += 4;
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(out, 1, m, f), m);
+    fclose(f);
+}
+
+START_TEST(format_1_checkpoint_is_read_without_sessions)
+{
+    box_t a, b;
+    char p[1024], want[1200];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 9);
+    save(&a, 3, p);
+    as_format_1(p, a.s);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    /* Everything but the sessions, which format 1 did not have. */
+    for (int r = 0; r < a.s->workers; r++)
+        dcps_session_open(&b.s->session[r], a.s->session[r].id);
+    for (int r = 0; r < a.s->workers; r++)
+        dcps_session_pushed(&b.s->session[r], a.s->session[r].seq, a.s->session[r].applied);
+    assert_same(&a, &b);
+    box_free(&b);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    for (int r = 0; r < b.s->workers; r++) {
+        ck_assert_uint_eq(b.s->session[r].id, 0);
+        ck_assert(!b.s->session[r].pushed);
+    }
+    snprintf(want, sizeof want,
+             "%s is a checkpoint of format 1, which holds no sessions: every worker says HELLO "
+             "again",
+             p);
+    ck_assert_msg(strstr(logged(), want), "log: %s", logged());
+    /* A format this dcps does not know is refused. */
+    FILE *f = fopen(p, "r+b");
+    uint8_t h[128];
+    ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
+    put32(h, 8, 3);
+    put32(h, 124, dcps_checkpoint_crc32c(0, h, 124));
+    fseek(f, 0, SEEK_SET);
+    ck_assert_uint_eq(fwrite(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    box_free(&b);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "format 3 with a header of 128 bytes, this dcps reads formats 1 and 2"),
+                  "%s", err);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
+
 /* Restoring a's one checkpoint under the overrides `ov` is refused with why. */
 static void expect_refused(const char *ov, const char *why)
 {
@@ -466,7 +587,8 @@ START_TEST(unsized_shard_is_sized_by_the_checkpoint_it_restores)
     ck_assert_uint_eq(c.s->n_params, 0);
     ck_assert_ptr_null(c.s->w);
     ck_assert_uint_eq(c.s->n, 0);
-    ck_assert_uint_eq(dcps_shard_memory(c.s), (size_t)c.s->workers * 9);
+    ck_assert_uint_eq(dcps_shard_memory(c.s),
+                      (size_t)c.s->workers * (sizeof(dcps_session_t) + sizeof(bool)));
     box_free(&a);
     box_free(&b);
     box_free(&c);
@@ -728,6 +850,185 @@ START_TEST(restarted_server_serves_exactly_the_parameters_it_had)
 }
 END_TEST
 
+/* A raw DEALER of this test's context, connected to endpoint. */
+static void *raw_ctx;
+static void *raw_dealer(const char *endpoint)
+{
+    int linger = 0, timeout = 5000;
+    if (!raw_ctx)
+        raw_ctx = zmq_ctx_new();
+    void *s = zmq_socket(raw_ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+/* Sends m (job id, rank 0 and session sid filled in) on sock and checks that
+ * the reply is of type `type` (ERROR: with `code`); returns the reply's flags
+ * and, in *version if not NULL, its param_version. */
+static uint32_t raw_ask(void *sock, const dcps_config_t *cfg, dcps_msg_t m, uint64_t sid,
+                        uint32_t type, int code, uint64_t *version)
+{
+    dcps_frames_t f;
+    dcps_msg_t r;
+    char why[256];
+    m.job_id = cfg->job_id;
+    m.session = sid;
+    m.n_params = cfg->n_params;
+    ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
+    ck_assert_msg(dcps_frames_recv(sock, &f, 0) > 0, "no answer to %s", dcps_msg_type_name(m.type));
+    ck_assert_int_eq(dcps_frames_decode(&f, 0, cfg->job_id, &r, why, sizeof why), 0);
+    ck_assert_msg(r.type == type, "%s answered with %s: %s", dcps_msg_type_name(m.type),
+                  dcps_msg_type_name(r.type), r.error_text);
+    if (type == DCPS_MSG_ERROR)
+        ck_assert_msg(r.error_code == (uint32_t)-code, "%s", r.error_text);
+    if (version)
+        *version = r.param_version;
+    dcps_frames_close(&f);
+    return r.flags;
+}
+
+/* A push of rank 0 with seq, whose gradient is g (n values). */
+static dcps_msg_t raw_push(uint64_t seq, const float *g, size_t n)
+{
+    dcps_msg_t m = {.type = DCPS_MSG_PUSH, .seq = seq, .nframes = 1};
+    m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+    m.payload[0] = (dcps_buf_t){g, n * sizeof *g};
+    return m;
+}
+
+/* A push applied before the shard stopped and retried after it restored its
+ * checkpoint is answered DUPLICATE, not applied twice: the checkpoint holds the
+ * rank's session and its last push, and the restored shard takes requests of
+ * that session without a new HELLO. Another session is not taken. */
+START_TEST(restarted_shard_recognises_a_retried_push_and_its_session)
+{
+    char ep[256], job[512], e[512];
+    const uint64_t sid = 0x5e55100000000001ull;
+    const char *dir = ckdir();
+    snprintf(job, sizeof job, "%s", server_job(dir));
+    dcps_config_t cfg;
+    ck_assert_msg(dcps_config_load(&cfg, job, NULL, 0, e, sizeof e) == 0, "%s", e);
+    float w[210], g[210];
+    uint64_t v;
+    for (size_t j = 0; j < 210; j++)
+        w[j] = (float)cos(0.3 * (double)j), g[j] = 0.01f;
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    void *d = raw_dealer(ep);
+    raw_ask(d, &cfg, (dcps_msg_t){.type = DCPS_MSG_HELLO, .seq = 1}, sid, DCPS_MSG_WELCOME, 0,
+            NULL);
+    dcps_msg_t init = raw_push(2, w, 210);
+    init.type = DCPS_MSG_INIT;
+    raw_ask(d, &cfg, init, sid, DCPS_MSG_PUSH_ACK, 0, NULL);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(5, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
+    ck_assert_uint_eq(v, 1);
+    zmq_close(d);
+    ck_assert_int_eq(h_stop(srv, 10000), 0); /* the final checkpoint */
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    d = raw_dealer(ep);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(5, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v),
+                      DCPS_FLAG_DUPLICATE);
+    ck_assert_uint_eq(v, 1);
+    raw_ask(d, &cfg, raw_push(4, g, 210), sid, DCPS_MSG_ERROR, DCPS_E_STATE, NULL);
+    raw_ask(d, &cfg, raw_push(9, g, 210), sid ^ 1, DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(6, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
+    ck_assert_uint_eq(v, 2);
+    zmq_close(d);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "worker 0 rejoins in session 5e551000\u2026, which it opened "
+                              "before this shard restarted"),
+                  "%s", log);
+    ck_assert_msg(strstr(log, "2 pushes (1 duplicates, 0 dropped)"), "%s", log);
+    zmq_ctx_term(raw_ctx);
+    raw_ctx = NULL;
+}
+END_TEST
+
+/* A port that was free a moment ago. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* A shard that restarts from a checkpoint written before a worker's HELLO does
+ * not know the worker's session: the client says HELLO again with it, once,
+ * and its call goes on. If another session holds the rank by then, the call
+ * fails with LIVE and a sentence that says so. */
+START_TEST(client_says_hello_again_to_a_shard_that_lost_its_session)
+{
+    char ep[256], job[512], e[512], text[2048];
+    const char *dir = ckdir();
+    int port = free_port();
+    snprintf(text, sizeof text,
+             "[job]\nname = ckpt-itest\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:%d\n"
+             "[model]\nlayers = 20,10\n"
+             "[optimizer]\nlr = 0.1\n"
+             "[worker]\ntimeout_ms = 300\nretries = 6\n"
+             "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 3600\nheartbeat_ms = 100\n"
+             "dead_after_ms = 2000\n",
+             port, dir);
+    snprintf(job, sizeof job, "%s", h_write("lost.ini", text));
+    float w[210] = {0}, g[210];
+    for (size_t j = 0; j < 210; j++)
+        g[j] = 0.01f;
+    pid_t srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *c = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0); /* a checkpoint of the first session */
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    c = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    ck_assert_int_eq(dcps_client_pull(c, w), 0);
+    ck_assert_int_eq(dcps_client_push_dense(c, g), 0);
+    kill(srv, SIGKILL); /* no checkpoint of this session */
+    ck_assert_int_ne(h_wait(srv, 10000), 0);
+
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    ck_assert_msg(dcps_client_pull(c, w) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_dense(c, g) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(strstr(logged(), "does not know this worker's session (request outside the "
+                                   "rank's session: rank 0's session is "),
+                  "%s", logged());
+    kill(srv, SIGKILL);
+    ck_assert_int_ne(h_wait(srv, 10000), 0);
+
+    /* Again, but another process takes rank 0 first. */
+    srv = h_server(job, 0, ep);
+    ck_assert_msg(srv > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    dcps_client_t *other = dcps_client_open(job, 0, NULL, 0, &(int){0}, e, sizeof e);
+    ck_assert_msg(other != NULL, "%s", e);
+    int rc = dcps_client_pull(c, w);
+    ck_assert_int_eq(rc, DCPS_E_LIVE);
+    ck_assert_msg(strstr(dcps_client_error(c), "did not know this worker's session, and refused "
+                                               "its HELLO again: ") &&
+                      strstr(dcps_client_error(c), "is another process running as this rank?"),
+                  "%s", dcps_client_error(c));
+    dcps_client_close(&other);
+    dcps_client_close(&c);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+}
+END_TEST
+
 /* A client of rank 0 whose model has n parameters, for a job with params =
  * auto (dcps_client_open has no size to give). NULL with *rc and e if refused. */
 static dcps_client_t *connect_sized(const char *job, const char *endpoint, uint64_t n, int *rc,
@@ -896,6 +1197,8 @@ int main(void)
     tcase_add_test(tc, restore_takes_the_newest_of_several);
     tcase_add_test(tc, flipped_byte_is_refused_and_the_previous_one_is_used);
     tcase_add_test(tc, truncated_checkpoint_is_refused);
+    tcase_add_test(tc, sessions_and_last_pushes_survive_a_restore);
+    tcase_add_test(tc, format_1_checkpoint_is_read_without_sessions);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);
@@ -910,6 +1213,8 @@ int main(void)
     tcase_add_checked_fixture(daemon, setup, teardown);
     tcase_set_timeout(daemon, 60);
     tcase_add_test(daemon, restarted_server_serves_exactly_the_parameters_it_had);
+    tcase_add_test(daemon, restarted_shard_recognises_a_retried_push_and_its_session);
+    tcase_add_test(daemon, client_says_hello_again_to_a_shard_that_lost_its_session);
     tcase_add_test(daemon, auto_shard_restarted_from_a_checkpoint_keeps_its_size);
     tcase_add_test(daemon, failed_final_checkpoint_makes_the_exit_status_1);
     tcase_add_test(daemon, server_with_a_checkpoint_dir_that_is_a_file_does_not_start);

@@ -271,10 +271,10 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
 {
     dcps_shard_t *a = delta_shard("async", "sgd", "0.01"), *y = delta_shard("sync", "sgd", "0.01");
     /* async: w, P mirrors, diff, a tag per mirror; sync: w, sum, the shared
-     * mirror, diff, one tag. Both: P sequence numbers, P restore flags
+     * mirror, diff, one tag. Both: P session records, P restore flags
      * (behind), k = 10 index/value pairs and the selection's workspace
      * (n bytes). */
-    size_t extra = P * sizeof(uint64_t) + P * sizeof(bool) + 10 * 8 + N;
+    size_t extra = P * sizeof(dcps_session_t) + P * sizeof(bool) + 10 * 8 + N;
     ck_assert_uint_eq(dcps_shard_memory(a), (1 + P + 1) * N * 4 + extra + P * 8);
     ck_assert_uint_eq(dcps_shard_memory(y), (1 + 1 + 1 + 1) * N * 4 + extra + 8);
     /* By kind (the server's log and /metrics): the same bytes, each once. */
@@ -286,7 +286,7 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
     ck_assert_uint_eq(ka.worker_backups, P * N * 4);
     ck_assert_uint_eq(ka.sync_sum, 0);
     ck_assert_uint_eq(ka.delta_pull, N * 4 + P * 8 + 10 * 8 + N);
-    ck_assert_uint_eq(ka.sequence_numbers, P * (sizeof(uint64_t) + sizeof(bool)));
+    ck_assert_uint_eq(ka.sequence_numbers, P * (sizeof(dcps_session_t) + sizeof(bool)));
     ck_assert_uint_eq(ky.worker_backups, 0);
     ck_assert_uint_eq(ky.sync_sum, N * 4);
     ck_assert_uint_eq(ky.delta_pull, 2 * N * 4 + 8 + 10 * 8 + N);

@@ -279,7 +279,7 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"optimizer_state\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sync_sum\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
-                        2 * (8 + 1));
+                        2 * (24 + 1)); /* per rank: its session record and restore flag */
 
     ck_assert_double_eq(sample(t, "dcps_staleness_count{shard=\"0\"}"), N);
     ck_assert_double_eq(sample(t, "dcps_staleness_sum{shard=\"0\"}"), 0 + 1 + 2 + 0 + 1);
@@ -323,7 +323,7 @@ START_TEST(unsized_shard_reports_no_model_until_rank_0_sizes_it)
     ck_assert_double_eq(sample(t, "dcps_model_params{shard=\"0\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"parameters\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
-                        8 + 1);
+                        24 + 1);
 
     snprintf(shards, sizeof shards, "servers.shards=%s", ep);
     const char *ov[] = {shards};

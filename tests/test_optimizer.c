@@ -1,7 +1,7 @@
 /* Tests for server/optimizer and server/shard: the SGD rules against values worked
  * out by hand (chosen so that every intermediate is exact in float32), and the
- * shard store: range and settings from the job, one-time init, versions, the
- * per-rank duplicate check, sparse pushes equal to the dense push of the same
+ * shard store: range and settings from the job, one-time init, versions, each
+ * rank's session and last push (server/session.h), sparse pushes equal to the dense push of the same
  * vector, and the memory it reports. */
 #include "server/optimizer.h"
 
@@ -183,7 +183,7 @@ START_TEST(new_shard_takes_range_workers_and_lr_from_the_job)
     ck_assert(!s1->initialized);
     ck_assert_uint_eq(s1->version, 0);
     ck_assert_ptr_nonnull(s1->w);
-    ck_assert_ptr_nonnull(s1->last_seq);
+    ck_assert_ptr_nonnull(s1->session);
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -278,43 +278,83 @@ START_TEST(apply_sparse_uses_global_indices)
     dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0);
     assert_floats(s->w, w2, 8);
     ck_assert_uint_eq(s->version, v0 + 3);
-    ck_assert(dcps_shard_is_duplicate(s, 2, 12));
+    ck_assert_int_eq(dcps_session_seq(&s->session[2], 12), DCPS_SEQ_APPLIED);
     dcps_shard_destroy(&s);
 }
 END_TEST
 
-START_TEST(duplicate_is_seq_at_or_below_last_applied_of_that_rank)
+START_TEST(a_new_session_has_no_last_push_so_seq_0_is_a_new_push)
+{
+    dcps_session_t ss = {0};
+    ck_assert_int_eq(dcps_session_seq(&ss, 0), DCPS_SEQ_NEW);
+    dcps_session_open(&ss, 0x3f2a9c01deadbeefull);
+    ck_assert_uint_eq(ss.id, 0x3f2a9c01deadbeefull);
+    ck_assert_int_eq(dcps_session_seq(&ss, 0), DCPS_SEQ_NEW);
+    dcps_session_pushed(&ss, 0, true);
+    ck_assert_int_eq(dcps_session_seq(&ss, 0), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&ss, 1), DCPS_SEQ_NEW);
+    /* A new session forgets the old one's pushes. */
+    dcps_session_open(&ss, 7);
+    ck_assert_int_eq(dcps_session_seq(&ss, 0), DCPS_SEQ_NEW);
+    ck_assert(!ss.pushed);
+}
+END_TEST
+
+START_TEST(only_the_last_push_is_a_retry_and_an_earlier_seq_is_below)
+{
+    dcps_session_t ss;
+    dcps_session_open(&ss, 1);
+    dcps_session_pushed(&ss, 10, true);
+    ck_assert_int_eq(dcps_session_seq(&ss, 10), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&ss, 9), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(&ss, 0), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(&ss, 11), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(&ss, UINT64_MAX), DCPS_SEQ_NEW);
+    /* Seqs may skip (a worker's pulls take numbers too). */
+    dcps_session_pushed(&ss, 25, false);
+    ck_assert_int_eq(dcps_session_seq(&ss, 25), DCPS_SEQ_DROPPED);
+    ck_assert_int_eq(dcps_session_seq(&ss, 10), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(&ss, 24), DCPS_SEQ_BELOW);
+}
+END_TEST
+
+START_TEST(session_short_form_is_its_first_8_hex_digits)
+{
+    char out[DCPS_SESSION_SHORT];
+    ck_assert_str_eq(dcps_session_short(0x3f2a9c01deadbeefull, out), "3f2a9c01");
+    ck_assert_str_eq(dcps_session_short(0x1ull, out), "00000000");
+    ck_assert_str_eq(dcps_session_short(0, out), "none");
+}
+END_TEST
+
+START_TEST(shard_records_each_ranks_last_push_applied_or_dropped)
 {
     dcps_shard_t *s = shard(1);
     const float z[8] = {0};
     ck_assert_int_eq(dcps_shard_init(s, z), 1);
-    for (uint32_t r = 0; r < 3; r++)
-        ck_assert(!dcps_shard_is_duplicate(s, r, 1));
+    for (uint32_t r = 0; r < 3; r++) {
+        dcps_session_open(&s->session[r], 100 + r);
+        ck_assert_int_eq(dcps_session_seq(&s->session[r], 1), DCPS_SEQ_NEW);
+    }
 
     const float g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     dcps_shard_apply_dense(s, 1, 10, g);
-    ck_assert(dcps_shard_is_duplicate(s, 1, 1));
-    ck_assert(dcps_shard_is_duplicate(s, 1, 9));
-    ck_assert(dcps_shard_is_duplicate(s, 1, 10));
-    ck_assert(!dcps_shard_is_duplicate(s, 1, 11));
-    ck_assert(!dcps_shard_is_duplicate(s, 1, UINT64_MAX));
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], 10), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], 9), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], 11), DCPS_SEQ_NEW);
     /* Other ranks are not affected. */
-    ck_assert(!dcps_shard_is_duplicate(s, 0, 5));
-    ck_assert(!dcps_shard_is_duplicate(s, 2, 10));
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], 5), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(&s->session[2], 10), DCPS_SEQ_NEW);
 
     const uint32_t ix[1] = {70};
     const float v[1] = {1};
     dcps_shard_apply_sparse(s, 2, 1000, ix, v, 1);
-    ck_assert(dcps_shard_is_duplicate(s, 2, 1000));
-    ck_assert(!dcps_shard_is_duplicate(s, 2, 1001));
-    ck_assert(dcps_shard_is_duplicate(s, 1, 10));
-    ck_assert(!dcps_shard_is_duplicate(s, 1, 11));
-    ck_assert(!dcps_shard_is_duplicate(s, 0, 11));
-
-    dcps_shard_apply_dense(s, 1, 11, g);
-    ck_assert(dcps_shard_is_duplicate(s, 1, 11));
-    ck_assert(!dcps_shard_is_duplicate(s, 1, 12));
-    ck_assert(dcps_shard_is_duplicate(s, 2, 1000));
+    ck_assert_int_eq(dcps_session_seq(&s->session[2], 1000), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], 10), DCPS_SEQ_APPLIED);
+    dcps_shard_drop(s, 0, 4);
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], 4), DCPS_SEQ_DROPPED);
+    ck_assert_uint_eq(s->dropped, 1);
+    ck_assert_uint_eq(s->session[0].id, 100); /* pushes do not touch the session */
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -324,13 +364,13 @@ START_TEST(large_seqs_are_tracked_in_64_bits)
     dcps_shard_t *s = shard(1);
     const float z[8] = {0};
     ck_assert_int_eq(dcps_shard_init(s, z), 1);
-    /* Worker seqs start near the clock in microseconds: far above 2^32. */
+    dcps_session_open(&s->session[0], 1);
     uint64_t seq = 1700000000000000ull;
     dcps_shard_apply_dense(s, 0, seq, z);
-    ck_assert(dcps_shard_is_duplicate(s, 0, seq));
-    ck_assert(dcps_shard_is_duplicate(s, 0, seq - 1));
-    ck_assert(!dcps_shard_is_duplicate(s, 0, seq + 1));
-    ck_assert(!dcps_shard_is_duplicate(s, 0, seq + (1ull << 32)));
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq - 1), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq + 1), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq - (1ull << 32)), DCPS_SEQ_BELOW);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -372,13 +412,13 @@ END_TEST
 
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
-    /* SGD: n floats of parameters, and per worker a 64-bit sequence number and
-     * a restore flag. */
+    /* SGD: n floats of parameters, and per worker a session record (its
+     * session and last push) and a restore flag. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
-    const size_t per_worker = sizeof(uint64_t) + sizeof(bool);
+    const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool);
     ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * per_worker);
     ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 59); /* 32 + 3 · 9 */
+    ck_assert_uint_eq(dcps_shard_memory(s1), 107); /* 32 + 3 · (24 + 1) */
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -530,7 +570,7 @@ END_TEST
 START_TEST(memory_of_dcasgd_is_two_plus_p_times_the_shard)
 {
     dcps_shard_t *s = dc_shard(true);
-    const size_t per_worker = sizeof(uint64_t) + sizeof(bool); /* seq and restore flag */
+    const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool); /* session, restore flag */
     ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);
@@ -559,7 +599,10 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, init_sets_parameters_once);
     tcase_add_test(tc, apply_dense_gives_hand_computed_values_and_bumps_version);
     tcase_add_test(tc, apply_sparse_uses_global_indices);
-    tcase_add_test(tc, duplicate_is_seq_at_or_below_last_applied_of_that_rank);
+    tcase_add_test(tc, a_new_session_has_no_last_push_so_seq_0_is_a_new_push);
+    tcase_add_test(tc, only_the_last_push_is_a_retry_and_an_earlier_seq_is_below);
+    tcase_add_test(tc, session_short_form_is_its_first_8_hex_digits);
+    tcase_add_test(tc, shard_records_each_ranks_last_push_applied_or_dropped);
     tcase_add_test(tc, large_seqs_are_tracked_in_64_bits);
     tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
     tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);

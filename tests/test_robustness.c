@@ -1,6 +1,10 @@
 /* dcps — robustness: a client that sends garbage and malformed messages to a
  * real shard gets an ERROR reply for each, with the right code, nothing of them
- * is applied, and a worker training at the same time is not affected at all. */
+ * is applied, and a worker training at the same time is not affected at all.
+ * Identity: only the session a rank's HELLO opened speaks for it (a stranger
+ * can neither push, pull, heartbeat nor say BYE for a live rank), sequence
+ * numbers count within a session, a restarted worker's new session retires the
+ * old one once that is silent, and a colliding routing id cuts nobody off. */
 #include <check.h>
 
 #include "tests/check_run.h"
@@ -41,10 +45,15 @@ static const char *job(int workers, const char *shards)
 static dcps_config_t cfg;
 static void *ctx, *sock;
 static float *p0, *got;
+/* The session sock's requests name (HELLO opens it); 0: a stranger's socket. */
+static uint64_t session;
+#define SESSION_A 0x3f2a9c01deadbeefull
+#define SESSION_B 0x9c01beef00c0ffeeull
 
 static void setup(void)
 {
     ctx = zmq_ctx_new();
+    session = 0;
 }
 
 static void teardown(void)
@@ -59,13 +68,22 @@ static void teardown(void)
     p0 = got = NULL;
 }
 
-static void connect_to(const char *endpoint)
+/* A DEALER connected to endpoint, with routing id `id` (NULL: ZeroMQ's). */
+static void *dealer(const char *endpoint, const char *id)
 {
     int linger = 0, timeout = 5000;
-    sock = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    ck_assert_int_eq(zmq_connect(sock, endpoint), 0);
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (id)
+        ck_assert_int_eq(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id)), 0);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void connect_to(const char *endpoint)
+{
+    sock = dealer(endpoint, NULL);
 }
 
 /* Receives one reply into m (payload borrowed from f; caller closes f). */
@@ -76,9 +94,12 @@ static void receive(dcps_frames_t *f, dcps_msg_t *m)
     ck_assert_msg(dcps_frames_decode(f, 0, cfg.job_id, m, why, sizeof why) == 0, "%s", why);
 }
 
+/* Sends req on sock, naming `session` unless req names one, and receives the
+ * reply. */
 static void request(dcps_msg_t *req, dcps_frames_t *f, dcps_msg_t *reply)
 {
     req->job_id = req->job_id ? req->job_id : cfg.job_id;
+    req->session = req->session ? req->session : session;
     ck_assert_int_ge(dcps_frames_send(sock, NULL, req, NULL, NULL, 0), 0);
     receive(f, reply);
 }
@@ -125,8 +146,15 @@ static uint64_t pull(void)
     return reply.param_version;
 }
 
-/* Sends bad message number i (a raw multipart message) and returns the code the
- * shard must answer with; NO_MORE after the last. */
+/* The code of a bad message that the shard reads past the session check: its
+ * own from a socket of the rank's session, SESSION from a stranger's. */
+static int reached(int code)
+{
+    return session ? code : DCPS_E_SESSION;
+}
+
+/* Sends bad message number i (a raw multipart message) as rank 0, in `session`,
+ * and returns the code the shard must answer with; NO_MORE after the last. */
 #define NO_MORE 1
 static int send_bad(int i, dcps_rng_t *rng)
 {
@@ -183,11 +211,12 @@ static int send_bad(int i, dcps_rng_t *rng)
         float keep = p0[n / 2];
         dense(&m, DCPS_MSG_PUSH, p0, n);
         m.job_id = cfg.job_id;
+        m.session = session;
         p0[n / 2] = NAN;
         int rc = dcps_frames_send(sock, NULL, &m, NULL, NULL, 0);
         p0[n / 2] = keep;
         ck_assert_int_ge(rc, 0);
-        return DCPS_E_NONFINITE;
+        return reached(DCPS_E_NONFINITE);
     }
     case 10: /* index past the shard's range */
         idx[0] = 3, idx[1] = (uint32_t)n, val[0] = val[1] = 1;
@@ -240,8 +269,9 @@ static int send_bad(int i, dcps_rng_t *rng)
                                 DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE, 0,
                                 DCPS_E_VERSION, DCPS_E_SIZE};
     m.job_id = m.job_id ? m.job_id : cfg.job_id;
+    m.session = session;
     ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
-    return codes[i];
+    return i >= 8 ? reached(codes[i]) : codes[i]; /* 8 on: read by the handlers */
 }
 
 static void expect_error(int code, int i)
@@ -279,6 +309,12 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
 
     dcps_msg_t req, reply;
     dcps_frames_t f;
+    session = SESSION_A;
+    req = (dcps_msg_t){.type = DCPS_MSG_HELLO, .n_params = cfg.n_params};
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(reply.session, SESSION_A);
+    dcps_frames_close(&f);
     /* Before INIT, a pull is refused, not answered with zeros. */
     req = (dcps_msg_t){.type = DCPS_MSG_PULL, .seq = 1};
     request(&req, &f, &reply);
@@ -305,10 +341,16 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
 
     /* A good push is applied once; the same (rank, seq) again is acknowledged as
      * a duplicate and not applied. */
+    req = (dcps_msg_t){.type = DCPS_MSG_HELLO, .rank = 1, .session = SESSION_B,
+                       .n_params = cfg.n_params};
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_WELCOME);
+    dcps_frames_close(&f);
     float *g = calloc(cfg.n_params, sizeof(float));
     g[5] = 2.0f;
     dense(&req, DCPS_MSG_PUSH, g, cfg.n_params);
     req.rank = 1;
+    req.session = SESSION_B;
     req.seq = 42;
     for (int k = 0; k < 2; k++) {
         request(&req, &f, &reply);
@@ -368,11 +410,12 @@ START_TEST(worker_trains_unaffected_while_garbage_arrives)
 }
 END_TEST
 
-/* HELLO as `rank` on sock; returns the reply's type and error code. */
-static uint32_t hello_on(void *on, uint32_t rank, uint32_t *code)
+/* HELLO as `rank` in session sid on socket `on`; returns the reply's type and
+ * error code. */
+static uint32_t hello_on(void *on, uint32_t rank, uint64_t sid, uint32_t *code)
 {
     dcps_msg_t req = {.type = DCPS_MSG_HELLO, .job_id = cfg.job_id, .rank = rank, .seq = 1,
-                      .n_params = cfg.n_params}, reply;
+                      .session = sid, .n_params = cfg.n_params}, reply;
     dcps_frames_t f;
     void *keep = sock;
     sock = on;
@@ -383,9 +426,10 @@ static uint32_t hello_on(void *on, uint32_t rank, uint32_t *code)
     return reply.type;
 }
 
-/* Rank 1 says HELLO from socket a. A HELLO for rank 1 from socket b is refused
- * while a is heard from (DCPS_E_LIVE), once logged; a's own HELLO again is fine.
- * Once a has been silent for dead_after_ms, b is admitted; after b's BYE, a is. */
+/* Rank 1 says HELLO in session A. A HELLO for rank 1 in session B is refused
+ * while A is heard from (DCPS_E_LIVE), once logged; A's HELLO again is fine,
+ * from any socket. Once A has been silent for dead_after_ms, B is admitted;
+ * after B's BYE, A is again. */
 START_TEST(second_hello_for_a_live_rank_is_refused)
 {
     char ep[256], text[4096];
@@ -402,20 +446,24 @@ START_TEST(second_hello_for_a_live_rank_is_refused)
     sock = a;
     uint32_t code;
 
-    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
-    ck_assert_uint_eq(hello_on(b, 1, &code), DCPS_MSG_ERROR);
+    ck_assert_uint_eq(hello_on(a, 1, SESSION_A, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(b, 1, SESSION_B, &code), DCPS_MSG_ERROR);
     ck_assert_uint_eq(code, (uint32_t)-DCPS_E_LIVE);
-    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
-    ck_assert_uint_eq(hello_on(b, 0, &code), DCPS_MSG_WELCOME); /* another rank is fine */
-    nanosleep(&(struct timespec){0, 700000000}, NULL); /* a falls silent: declared dead */
-    ck_assert_uint_eq(hello_on(b, 1, &code), DCPS_MSG_WELCOME);
-    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_ERROR);
-    dcps_msg_t bye = {.type = DCPS_MSG_BYE, .job_id = cfg.job_id, .rank = 1, .seq = 2}, reply;
+    ck_assert_uint_eq(hello_on(a, 1, SESSION_A, &code), DCPS_MSG_WELCOME); /* a retry */
+    /* The session, not the socket, is the worker: A's HELLO from b is fine too. */
+    ck_assert_uint_eq(hello_on(b, 1, SESSION_A, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(b, 0, SESSION_B, &code), DCPS_MSG_WELCOME); /* another rank */
+    nanosleep(&(struct timespec){0, 700000000}, NULL); /* A falls silent: declared dead */
+    ck_assert_uint_eq(hello_on(b, 1, SESSION_B, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(a, 1, SESSION_A, &code), DCPS_MSG_ERROR);
+    dcps_msg_t bye = {.type = DCPS_MSG_BYE, .job_id = cfg.job_id, .rank = 1, .seq = 2,
+                      .session = SESSION_B}, reply;
     dcps_frames_t f;
     sock = b;
     request(&bye, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_BYE);
     dcps_frames_close(&f);
-    ck_assert_uint_eq(hello_on(a, 1, &code), DCPS_MSG_WELCOME);
+    ck_assert_uint_eq(hello_on(a, 1, SESSION_A, &code), DCPS_MSG_WELCOME);
     zmq_close(a);
 
     ck_assert_int_eq(h_stop(s, 5000), 0);
@@ -429,6 +477,311 @@ START_TEST(second_hello_for_a_live_rank_is_refused)
 }
 END_TEST
 
+/* --- identity: sessions, sequence numbers, routing ids ----------------------------- */
+
+/* A job of 2 workers in `mode` whose silent workers are dead after dead_ms. */
+static const char *fast_job(const char *mode, int dead_ms)
+{
+    char text[4096];
+    snprintf(text, sizeof text,
+             "%s[server]\nheartbeat_ms = 50\ndead_after_ms = %d\n[job]\nmode = %s\n",
+             h_slurp(job(2, "tcp://127.0.0.1:*")), dead_ms, mode);
+    const char *j = h_write("identity.ini", text);
+    load(j);
+    return j;
+}
+
+/* Sends req on socket `on` (job id filled) and receives its reply into m,
+ * skipping what answers other requests (a waiting pull's heartbeats); the
+ * caller closes f. */
+static void ask(void *on, dcps_msg_t *req, dcps_frames_t *f, dcps_msg_t *m)
+{
+    char why[256];
+    req->job_id = cfg.job_id;
+    ck_assert_int_ge(dcps_frames_send(on, NULL, req, NULL, NULL, 0), 0);
+    for (;;) {
+        ck_assert_msg(dcps_frames_recv(on, f, 0) > 0, "no reply within 5 s");
+        ck_assert_msg(dcps_frames_decode(f, 0, cfg.job_id, m, why, sizeof why) == 0, "%s", why);
+        if (m->seq == req->seq)
+            return;
+        dcps_frames_close(f);
+    }
+}
+
+/* Asks req on `on` and checks the reply's type and, for ERROR, code; returns
+ * the reply's flags. With text, the error text must contain it. */
+static uint32_t expect(void *on, dcps_msg_t req, uint32_t type, int code, const char *text)
+{
+    dcps_frames_t f;
+    dcps_msg_t m;
+    ask(on, &req, &f, &m);
+    ck_assert_msg(m.type == type, "%s: got %s: %s", dcps_msg_type_name(req.type),
+                  dcps_msg_type_name(m.type), m.error_text);
+    if (type == DCPS_MSG_ERROR)
+        ck_assert_msg(m.error_code == (uint32_t)-code, "%s: expected %s, got %s: %s",
+                      dcps_msg_type_name(req.type), dcps_errname(code),
+                      dcps_errname(-(int)m.error_code), m.error_text);
+    if (text)
+        ck_assert_msg(strstr(m.error_text, text), "want \"%s\" in \"%s\"", text, m.error_text);
+    uint32_t flags = m.flags;
+    dcps_frames_close(&f);
+    return flags;
+}
+
+/* A request of type to rank in session sid with sequence number seq. */
+static dcps_msg_t req_of(uint32_t type, uint32_t rank, uint64_t sid, uint64_t seq)
+{
+    return (dcps_msg_t){.type = type, .rank = rank, .session = sid, .seq = seq,
+                        .n_params = cfg.n_params};
+}
+
+/* A dense push from rank in session sid for step with seq, of gradient g. */
+static dcps_msg_t push_of(uint32_t rank, uint64_t sid, uint64_t seq, uint64_t step, const float *g)
+{
+    dcps_msg_t m;
+    dense(&m, DCPS_MSG_PUSH, g, cfg.n_params);
+    m.rank = rank, m.session = sid, m.seq = seq, m.step = step;
+    return m;
+}
+
+/* The shard's parameters as a pull of rank in session sid on `on` gets them
+ * (into got); returns their version. */
+static uint64_t pull_as(void *on, uint32_t rank, uint64_t sid)
+{
+    void *keep = sock;
+    uint64_t keep_session = session;
+    sock = on;
+    session = sid;
+    dcps_msg_t req = {.type = DCPS_MSG_PULL, .rank = rank, .seq = 7}, reply;
+    dcps_frames_t f;
+    const float *v;
+    char why[256];
+    request(&req, &f, &reply);
+    ck_assert_msg(reply.type == DCPS_MSG_PULL_REPLY, "%s", reply.error_text);
+    ck_assert_int_eq(dcps_codec_dense(&reply, cfg.n_params, &v, why, sizeof why), 0);
+    memcpy(got, v, cfg.n_params * sizeof(float));
+    dcps_frames_close(&f);
+    sock = keep;
+    session = keep_session;
+    return reply.param_version;
+}
+
+/* Nothing arrives on `on` within ms. */
+static void hears_nothing(void *on, int ms)
+{
+    zmq_pollitem_t item = {on, 0, ZMQ_POLLIN, 0};
+    ck_assert_int_eq(zmq_poll(&item, 1, ms), 0);
+}
+
+/* Rank 0 and 1 are workers with sessions A and B (sync mode); a socket that
+ * never said HELLO cannot push, pull (in sync mode it would take the reply the
+ * real worker waits for), heartbeat or say BYE for them, nor HELLO without a
+ * session; each attempt is answered SESSION, counted, and changes nothing. */
+START_TEST(a_socket_that_never_said_hello_cannot_speak_for_a_live_rank)
+{
+    char ep[256];
+    const char *j = fast_job("sync", 5000);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    void *w0 = dealer(ep, NULL), *w1 = dealer(ep, NULL), *stranger = dealer(ep, NULL);
+    float *g = calloc(cfg.n_params, sizeof(float));
+    g[3] = 1.0f;
+
+    expect(stranger, req_of(DCPS_MSG_HELLO, 0, 0, 1), DCPS_MSG_ERROR, DCPS_E_SESSION,
+           "HELLO names no session");
+    expect(w0, req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1), DCPS_MSG_WELCOME, 0, NULL);
+    expect(w1, req_of(DCPS_MSG_HELLO, 1, SESSION_B, 1), DCPS_MSG_WELCOME, 0, NULL);
+    dcps_msg_t init;
+    dense(&init, DCPS_MSG_INIT, p0, cfg.n_params);
+    init.session = SESSION_A;
+    init.seq = 2;
+    expect(w0, init, DCPS_MSG_PUSH_ACK, 0, NULL);
+
+    /* Pushes: none applied, the parameters stay p0. */
+    expect(stranger, push_of(0, 0, 5, 0, g), DCPS_MSG_ERROR, DCPS_E_SESSION,
+           "rank 0's session is 3f2a9c01\u2026, this request names none");
+    expect(stranger, push_of(1, 0x77ull << 40, 5, 0, g), DCPS_MSG_ERROR, DCPS_E_SESSION,
+           "rank 1's session is 9c01beef\u2026, this request names 00007700\u2026");
+
+    /* Sync: rank 1 waits for step 1 until round 0 closes; a stranger's PULL for
+     * rank 1 neither takes nor replaces that wait. */
+    expect(w0, push_of(0, SESSION_A, 3, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL);
+    dcps_msg_t wait = req_of(DCPS_MSG_PULL, 1, SESSION_B, 2);
+    wait.job_id = cfg.job_id;
+    wait.step = 1;
+    ck_assert_int_ge(dcps_frames_send(w1, NULL, &wait, NULL, NULL, 0), 0);
+    dcps_msg_t steal = req_of(DCPS_MSG_PULL, 1, 0, 2);
+    steal.step = 1;
+    expect(stranger, steal, DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    expect(stranger, req_of(DCPS_MSG_HEARTBEAT, 1, 0, 2), DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    ck_assert_uint_eq(pull_as(w0, 0, SESSION_A), 0); /* round 0 still open: nothing applied */
+    ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+    dcps_frames_t f;
+    dcps_msg_t m;
+    expect(w1, push_of(1, SESSION_B, 3, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL);
+    char why[256];
+    do { /* the waiting pull's answer, after WAITING heartbeats perhaps */
+        ck_assert_msg(dcps_frames_recv(w1, &f, 0) > 0, "rank 1's pull was never answered");
+        ck_assert_int_eq(dcps_frames_decode(&f, 0, cfg.job_id, &m, why, sizeof why), 0);
+        if (m.type == DCPS_MSG_HEARTBEAT)
+            dcps_frames_close(&f);
+    } while (m.type == DCPS_MSG_HEARTBEAT);
+    ck_assert_uint_eq(m.type, DCPS_MSG_PULL_REPLY);
+    ck_assert_uint_eq(m.seq, 2);
+    ck_assert_uint_eq(m.param_version, 1);
+    dcps_frames_close(&f);
+    hears_nothing(stranger, 200);
+
+    /* BYE: refused, so rank 0 stays connected and another session's HELLO is LIVE. */
+    expect(stranger, req_of(DCPS_MSG_BYE, 0, 0, 4), DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    expect(stranger, req_of(DCPS_MSG_DONE, 0, 0, 4), DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    expect(stranger, req_of(DCPS_MSG_BARRIER, 0, 0, 4), DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    expect(stranger, req_of(DCPS_MSG_HELLO, 0, 0x1234ull, 5), DCPS_MSG_ERROR, DCPS_E_LIVE,
+           "rank 0 is already connected in session 3f2a9c01\u2026");
+    expect(w0, req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, 6), DCPS_MSG_HEARTBEAT, 0, NULL);
+    free(g);
+    zmq_close(w0), zmq_close(w1), zmq_close(stranger);
+
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, " 9 bad messages"), "%s", log); /* 8 SESSION, 1 LIVE */
+    ck_assert_msg(strstr(log, "worker 0 joined (session 3f2a9c01\u2026)"), "%s", log);
+    ck_assert_ptr_null(strstr(log, "worker 0 left"));
+}
+END_TEST
+
+/* Seqs count within a session: a stranger's push with a huge seq changes
+ * nothing for the worker; its first push may have seq 0; DUPLICATE answers
+ * only an exact retry of the push applied last, a lower seq is STATE; in sync
+ * mode a retried push that was dropped is answered STALE again. */
+START_TEST(sequence_numbers_count_within_a_session)
+{
+    char ep[256];
+    const char *j = fast_job("async", 5000);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    void *w = dealer(ep, NULL), *stranger = dealer(ep, NULL);
+    float *g = calloc(cfg.n_params, sizeof(float));
+    g[3] = 1.0f;
+    expect(w, req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1), DCPS_MSG_WELCOME, 0, NULL);
+    dcps_msg_t init;
+    dense(&init, DCPS_MSG_INIT, p0, cfg.n_params);
+    init.session = SESSION_A;
+    ck_assert_uint_eq(expect(w, init, DCPS_MSG_PUSH_ACK, 0, NULL), 0);
+    /* INIT again (a retry, or another session of rank 0): acknowledged, not applied. */
+    ck_assert_uint_eq(expect(w, init, DCPS_MSG_PUSH_ACK, 0, NULL), DCPS_FLAG_DUPLICATE);
+
+    expect(stranger, push_of(0, 0, UINT64_MAX - 1, 0, g), DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+    ck_assert_uint_eq(expect(w, push_of(0, SESSION_A, 0, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL), 0);
+    ck_assert_uint_eq(expect(w, push_of(0, SESSION_A, 5, 1, g), DCPS_MSG_PUSH_ACK, 0, NULL), 0);
+    ck_assert_uint_eq(expect(w, push_of(0, SESSION_A, 5, 1, g), DCPS_MSG_PUSH_ACK, 0, NULL),
+                      DCPS_FLAG_DUPLICATE);
+    expect(w, push_of(0, SESSION_A, 3, 2, g), DCPS_MSG_ERROR, DCPS_E_STATE,
+           "seq 3 is below this session's last push, 5");
+    expect(w, push_of(0, SESSION_A, 0, 2, g), DCPS_MSG_ERROR, DCPS_E_STATE, NULL);
+    ck_assert_uint_eq(pull_as(w, 0, SESSION_A), 2); /* two pushes applied */
+    ck_assert_float_eq(got[3], (p0[3] - 0.1f * 1.0f) - 0.1f * 1.0f);
+    ck_assert_uint_eq(expect(w, push_of(0, SESSION_A, 6, 2, g), DCPS_MSG_PUSH_ACK, 0, NULL), 0);
+    ck_assert_uint_eq(pull_as(w, 0, SESSION_A), 3);
+    zmq_close(w), zmq_close(stranger);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, " 3 bad messages"), "%s", log); /* SESSION, STATE, STATE */
+    ck_assert_msg(strstr(log, " 3 pushes (1 duplicates, 0 dropped)"), "%s", log);
+
+    /* Sync: rank 1 leaves, so round 0 closes with rank 0's push alone; rank 1's
+     * push for round 0 after that is dropped (STALE), and so is its retry,
+     * which is not a DUPLICATE: it was never applied. */
+    j = fast_job("sync", 5000);
+    s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    void *w0 = dealer(ep, NULL), *w1 = dealer(ep, NULL);
+    expect(w0, req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1), DCPS_MSG_WELCOME, 0, NULL);
+    expect(w1, req_of(DCPS_MSG_HELLO, 1, SESSION_B, 1), DCPS_MSG_WELCOME, 0, NULL);
+    expect(w0, init, DCPS_MSG_PUSH_ACK, 0, NULL);
+    expect(w0, push_of(0, SESSION_A, 2, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL);
+    expect(w1, req_of(DCPS_MSG_BYE, 1, SESSION_B, 2), DCPS_MSG_BYE, 0, NULL);
+    ck_assert_uint_eq(expect(w1, push_of(1, SESSION_B, 3, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL),
+                      DCPS_FLAG_STALE);
+    ck_assert_uint_eq(expect(w1, push_of(1, SESSION_B, 3, 0, g), DCPS_MSG_PUSH_ACK, 0, NULL),
+                      DCPS_FLAG_STALE);
+    ck_assert_uint_eq(pull_as(w0, 0, SESSION_A), 1);
+    free(g);
+    zmq_close(w0), zmq_close(w1);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, " 1 pushes (0 duplicates, 1 dropped)"), "%s", log);
+}
+END_TEST
+
+/* A restarted worker opens a new session: refused (LIVE) while the old one is
+ * heard, and its refused requests do not keep the old one alive; admitted once
+ * the old session has been silent for dead_after_ms, which is then refused. A
+ * rank's first HELLO after it was given up on is "joined", not "back". */
+START_TEST(a_new_session_retires_the_old_one_once_that_is_silent)
+{
+    char ep[256];
+    const char *j = fast_job("async", 400);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    void *old = dealer(ep, NULL), *restarted = dealer(ep, NULL);
+    expect(old, req_of(DCPS_MSG_HELLO, 1, SESSION_A, 1), DCPS_MSG_WELCOME, 0, NULL);
+    expect(restarted, req_of(DCPS_MSG_HELLO, 1, SESSION_B, 1), DCPS_MSG_ERROR, DCPS_E_LIVE,
+           "rank 1 is already connected in session 3f2a9c01\u2026");
+    /* The new session's heartbeats are refused and are no sign of life for the
+     * old one, which is declared dead after 400 ms. */
+    for (int i = 0; i < 8; i++) {
+        expect(restarted, req_of(DCPS_MSG_HEARTBEAT, 1, SESSION_B, 2 + (uint64_t)i),
+               DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    expect(restarted, req_of(DCPS_MSG_HELLO, 1, SESSION_B, 10), DCPS_MSG_WELCOME, 0, NULL);
+    expect(old, req_of(DCPS_MSG_HEARTBEAT, 1, SESSION_A, 2), DCPS_MSG_ERROR, DCPS_E_SESSION,
+           "rank 1's session is 9c01beef\u2026, this request names 3f2a9c01\u2026");
+    expect(old, req_of(DCPS_MSG_HELLO, 1, SESSION_A, 3), DCPS_MSG_ERROR, DCPS_E_LIVE, NULL);
+    expect(restarted, req_of(DCPS_MSG_HEARTBEAT, 1, SESSION_B, 11), DCPS_MSG_HEARTBEAT, 0, NULL);
+    /* Rank 0 has not said HELLO in all that time: its first is a join. */
+    expect(old, req_of(DCPS_MSG_HELLO, 0, SESSION_A, 4), DCPS_MSG_WELCOME, 0, NULL);
+    zmq_close(old), zmq_close(restarted);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "worker 1 declared dead"), "%s", log);
+    ck_assert_msg(strstr(log, "worker 1 joined in session 9c01beef\u2026, which retires session "
+                              "3f2a9c01\u2026 (last heard "),
+                  "%s", log);
+    ck_assert_msg(strstr(log, "worker 0 has not joined within 400 ms"), "%s", log);
+    ck_assert_msg(strstr(log, "worker 0 joined (session 3f2a9c01\u2026)"), "%s", log);
+    ck_assert_ptr_null(strstr(log, "is back"));
+}
+END_TEST
+
+/* Without ROUTER_HANDOVER a second connection that names a routing id in use is
+ * refused by ZeroMQ (nothing it sends is read), and the live worker with that
+ * id is served as before. */
+START_TEST(a_colliding_routing_id_does_not_cut_off_a_live_worker)
+{
+    char ep[256];
+    const char *j = fast_job("async", 5000);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    void *live = dealer(ep, "worker-7");
+    expect(live, req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1), DCPS_MSG_WELCOME, 0, NULL);
+    void *twin = dealer(ep, "worker-7");
+    dcps_msg_t hello = req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1);
+    hello.job_id = cfg.job_id;
+    dcps_msg_t beat = req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, 2);
+    beat.job_id = cfg.job_id;
+    ck_assert_int_ge(dcps_frames_send(twin, NULL, &hello, NULL, NULL, 0), 0);
+    ck_assert_int_ge(dcps_frames_send(twin, NULL, &beat, NULL, NULL, 0), 0);
+    hears_nothing(twin, 500);
+    for (uint64_t seq = 3; seq < 6; seq++)
+        expect(live, req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, seq), DCPS_MSG_HEARTBEAT, 0, NULL);
+    hears_nothing(twin, 100);
+    zmq_close(live), zmq_close(twin);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("robustness");
@@ -438,6 +791,10 @@ int main(void)
     tcase_add_test(tc, bad_messages_get_errors_and_change_nothing);
     tcase_add_test(tc, worker_trains_unaffected_while_garbage_arrives);
     tcase_add_test(tc, second_hello_for_a_live_rank_is_refused);
+    tcase_add_test(tc, a_socket_that_never_said_hello_cannot_speak_for_a_live_rank);
+    tcase_add_test(tc, sequence_numbers_count_within_a_session);
+    tcase_add_test(tc, a_new_session_retires_the_old_one_once_that_is_silent);
+    tcase_add_test(tc, a_colliding_routing_id_does_not_cut_off_a_live_worker);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

@@ -1,8 +1,9 @@
-/* dcps — [security] curve = true: key files (common/keys.h), dcps-server
- * --keygen, and real shards on 127.0.0.1 that admit only the workers whose
- * public keys are in worker_keys_dir (server/auth.h), while a refused worker
- * learns why at once (worker/client.c) instead of timing out. Exits 77 when
- * libzmq has no CURVE. */
+/* dcps — [security] curve = true: key files (common/keys.h) and the ranks their
+ * names give (NAME@RANKS.pub), dcps-server --keygen, and real shards on
+ * 127.0.0.1 that admit only the workers whose public keys are in
+ * worker_keys_dir (server/auth.h), each only for its ranks, while a refused
+ * worker learns why at once (worker/client.c) instead of timing out. Exits 77
+ * when libzmq has no CURVE. */
 #include <check.h>
 
 #include <arpa/inet.h>
@@ -22,6 +23,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/frame.h"
 #include "common/keys.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
@@ -29,6 +31,7 @@
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
 #define KEY_A "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7" /* RFC 26's example public key */
+#define KEY_B "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID" /* and its example client key */
 
 static void teardown(void)
 {
@@ -230,39 +233,124 @@ START_TEST(worker_keys_dir_admits_its_pub_files_and_refuses_a_bad_one)
 {
     char err[1024], want[1200];
     int rc = 0;
-    uint8_t a[DCPS_KEY_BYTES], other[DCPS_KEY_BYTES] = {0};
+    uint8_t a[DCPS_KEY_BYTES], b[DCPS_KEY_BYTES], other[DCPS_KEY_BYTES] = {0};
     zmq_z85_decode(a, KEY_A);
-    const char *const good[] = {"w0.pub", KEY_A "\n",
-                                "w1.pub", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID\n",
+    zmq_z85_decode(b, KEY_B);
+    const char *const good[] = {"w0@0.pub", KEY_A "\n",
+                                "w1@1,3.pub", KEY_B "\n",
                                 "README", "not a key",
                                 ".w9.pub", "not a key either"};
     const char *dir = key_dir("good", good, 8);
-    dcps_keyset_t *set = dcps_keyset_load(dir, &rc, err, sizeof err);
+    dcps_keyset_t *set = dcps_keyset_load(dir, 4, &rc, err, sizeof err);
     ck_assert_msg(set != NULL, "%s", err);
     ck_assert_uint_eq(dcps_keyset_count(set), 2);
-    ck_assert_str_eq(dcps_keyset_find(set, a), "w0.pub");
+    ck_assert_str_eq(dcps_keyset_find(set, a), "w0@0.pub");
     ck_assert_ptr_null(dcps_keyset_find(set, other));
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 0), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 1), 0);
+    ck_assert_int_eq(dcps_keyset_admits(set, b, 1), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, b, 2), 0);
+    ck_assert_int_eq(dcps_keyset_admits(set, b, 3), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, other, 0), -1);
     dcps_keyset_destroy(&set);
     ck_assert_ptr_null(set);
 
-    const char *const bad[] = {"w0.pub", KEY_A "\n", "w1.pub", "Yne@$w-vo<fVvi]a<NY6T1ed\n"};
+    const char *const bad[] = {"w0@0.pub", KEY_A "\n", "w1@1.pub", "Yne@$w-vo<fVvi]a<NY6T1ed\n"};
     dir = key_dir("bad", bad, 4);
-    ck_assert_ptr_null(dcps_keyset_load(dir, &rc, err, sizeof err));
+    ck_assert_ptr_null(dcps_keyset_load(dir, 4, &rc, err, sizeof err));
     ck_assert_int_eq(rc, DCPS_E_DATA);
-    snprintf(want, sizeof want, "%s/w1.pub: is 24 characters; a Z85 key has 40", dir);
+    snprintf(want, sizeof want, "%s/w1@1.pub: is 24 characters; a Z85 key has 40", dir);
     ck_assert_str_eq(err, want);
 
     const char *const none[] = {"README", "keys go here"};
     dir = key_dir("empty", none, 2);
-    ck_assert_ptr_null(dcps_keyset_load(dir, &rc, err, sizeof err));
+    ck_assert_ptr_null(dcps_keyset_load(dir, 4, &rc, err, sizeof err));
     ck_assert_int_eq(rc, DCPS_E_DATA);
     snprintf(want, sizeof want, "%s: no *.pub file, so no worker could connect", dir);
     ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
 
-    ck_assert_ptr_null(dcps_keyset_load("/nonexistent/keys", &rc, err, sizeof err));
+    ck_assert_ptr_null(dcps_keyset_load("/nonexistent/keys", 4, &rc, err, sizeof err));
     ck_assert_int_eq(rc, DCPS_E_IO);
     ck_assert_str_eq(err,
                      "/nonexistent/keys: cannot open the directory: No such file or directory");
+}
+END_TEST
+
+/* Loads a directory holding one key file `name` (KEY_A) for a job of `workers`;
+ * returns the code, the sentence in err (after the directory's path). */
+static int load_one(const char *name, int workers, dcps_keyset_t **set, const char **err)
+{
+    static int dirs;
+    static char buf[1024];
+    char dname[32];
+    int rc;
+    snprintf(dname, sizeof dname, "one%d", dirs++);
+    const char *const files[] = {name, KEY_A "\n"};
+    const char *dir = key_dir(dname, files, 2);
+    *set = dcps_keyset_load(dir, workers, &rc, buf, sizeof buf);
+    *err = strncmp(buf, dir, strlen(dir)) == 0 ? buf + strlen(dir) : buf;
+    return rc;
+}
+
+START_TEST(key_file_names_say_which_ranks_a_key_may_speak_for)
+{
+    dcps_keyset_t *set;
+    const char *err;
+    uint8_t a[DCPS_KEY_BYTES];
+    zmq_z85_decode(a, KEY_A);
+
+    ck_assert_int_eq(load_one("gpu-node-3.pub", 4, &set, &err), DCPS_E_DATA);
+    ck_assert_str_eq(err, "/gpu-node-3.pub: the name does not say which ranks this key may "
+                          "speak for: rename it gpu-node-3@RANKS.pub, for example "
+                          "gpu-node-3@0-3.pub (ranks 0 to 3), gpu-node-3@0,2,5.pub or "
+                          "gpu-node-3@all.pub (any rank)");
+    static const char *const lists[] = {"", "1-", "a", "1,,2", "-1", "1-2-3", " 1", "1,",
+                                        "4294967296", "ALL", "0x1"};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        char name[64], want[256];
+        snprintf(name, sizeof name, "w@%s.pub", lists[i]);
+        ck_assert_int_eq(load_one(name, 0, &set, &err), DCPS_E_DATA);
+        snprintf(want, sizeof want,
+                 "/%s: '%s' is not a list of ranks: after the last '@' comes all, or ranks and "
+                 "ranges of ranks separated by commas, such as 0-3,5",
+                 name, lists[i]);
+        ck_assert_str_eq(err, want);
+    }
+    ck_assert_int_eq(load_one("w@5-3.pub", 0, &set, &err), DCPS_E_DATA);
+    ck_assert_str_eq(err, "/w@5-3.pub: the range 5-3 of its ranks runs backwards (write 3-5)");
+    ck_assert_int_eq(load_one("w@1,4.pub", 4, &set, &err), DCPS_E_DATA);
+    ck_assert_str_eq(err, "/w@1,4.pub: rank 4 is outside the job, whose 4 workers are ranks 0 "
+                          "to 3");
+    ck_assert_int_eq(load_one("w@0-7.pub", 4, &set, &err), DCPS_E_DATA);
+    ck_assert_ptr_nonnull(strstr(err, "rank 7 is outside the job"));
+
+    /* Good names: the last '@' starts the ranks; ranges include both ends. */
+    ck_assert_int_eq(load_one("me@host@0-1,5.pub", 8, &set, &err), 0);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 0), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 1), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 2), 0);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 5), 1);
+    dcps_keyset_destroy(&set);
+    ck_assert_int_eq(load_one("ops@all.pub", 4, &set, &err), 0);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 3), 1);
+    ck_assert_int_eq(dcps_keyset_admits(set, a, 1000), 1);
+    dcps_keyset_destroy(&set);
+    ck_assert_int_eq(load_one("w@4000000.pub", 0, &set, &err), 0); /* no job to check against */
+    dcps_keyset_destroy(&set);
+
+    /* One key, one file. */
+    char err2[1024], want[1200];
+    int rc;
+    const char *const twice[] = {"x@0.pub", KEY_A "\n", "y@1.pub", KEY_A "\n"};
+    const char *dir = key_dir("twice", twice, 4);
+    ck_assert_ptr_null(dcps_keyset_load(dir, 4, &rc, err2, sizeof err2));
+    ck_assert_int_eq(rc, DCPS_E_DATA);
+    ck_assert_msg(strstr(err2, "holds the same key as ") &&
+                      strstr(err2, "; give each key one file, whose name lists all the ranks it "
+                                   "may speak for"),
+                  "%s", err2);
+    snprintf(want, sizeof want, "%s/", dir);
+    ck_assert_msg(strncmp(err2, want, strlen(want)) == 0, "%s", err2);
 }
 END_TEST
 
@@ -303,7 +391,7 @@ END_TEST
 /* --- real shards --------------------------------------------------------------------- */
 
 /* The keys of a test: the shards' pair, workers 0 and 1 and a stranger, each a
- * secret key file (path) and its public key; worker_keys_dir holds w0.pub. */
+ * secret key file (path) and its public key; worker_keys_dir holds w0@0.pub. */
 typedef struct {
     char server[512], w0[512], w1[512], stranger[512], dir[512];
     char server_pub[48], w0_pub[48], w1_pub[48], stranger_pub[48];
@@ -333,7 +421,7 @@ static void make_keys(keys_t *k)
     gen("stranger", k->stranger, k->stranger_pub);
     snprintf(k->dir, sizeof k->dir, "%s/workers", h_dir());
     ck_assert_int_eq(mkdir(k->dir, 0755), 0);
-    admit("w0.pub", k->w0_pub);
+    admit("w0@0.pub", k->w0_pub);
 }
 
 /* A job of one shard and one worker (rank 0 with w0's key), 12000 examples of
@@ -524,7 +612,7 @@ START_TEST(a_listed_worker_trains_while_strangers_are_refused_at_once)
     ck_assert_int_eq(count(h_slurp(log), refusal_of(&k, k.stranger_pub)), 2);
     ck_assert_int_eq(count(h_slurp(log), "refused a connection"), 2);
     snprintf(want, sizeof want,
-             "admitted a connection from 127.0.0.1: CURVE key %.8s\u2026 (w0.pub)", k.w0_pub);
+             "admitted a connection from 127.0.0.1: CURVE key %.8s\u2026 (w0@0.pub)", k.w0_pub);
     ck_assert_msg(strstr(h_slurp(log), want), "%s", h_slurp(log));
     double refused = NAN;
     for (int i = 0; i < 100 && refused != 2; i++, usleep(50000))
@@ -708,7 +796,7 @@ START_TEST(sighup_rereads_the_worker_keys)
     ck_assert_ptr_null(c);
     ck_assert_int_eq(rc, DCPS_E_AUTH);
 
-    admit("w1.pub", k.w1_pub);
+    admit("w1@0.pub", k.w1_pub);
     kill(server, SIGHUP);
     ck_assert_msg(wait_for(log, "worker keys: 2 in ", 5000), "%s", h_slurp(log));
     ck_assert_ptr_nonnull(strstr(h_slurp(log), ", 1 added, 0 removed"));
@@ -716,7 +804,7 @@ START_TEST(sighup_rereads_the_worker_keys)
     ck_assert_msg(c != NULL, "%s", err);
     dcps_client_close(&c);
 
-    snprintf(path, sizeof path, "%s/w1.pub", k.dir);
+    snprintf(path, sizeof path, "%s/w1@0.pub", k.dir);
     ck_assert_int_eq(unlink(path), 0);
     kill(server, SIGHUP);
     ck_assert_msg(wait_for(log, ", 0 added, 1 removed", 5000), "%s", h_slurp(log));
@@ -736,6 +824,110 @@ START_TEST(sighup_rereads_the_worker_keys)
 }
 END_TEST
 
+/* A raw CURVE DEALER with the key pair in secret_path (its public key pub),
+ * connected to the shard at ep whose public key is server_pub. */
+static void *curve_dealer(void *ctx, const char *ep, const char *server_pub,
+                          const char *secret_path, const char *pub)
+{
+    uint8_t secret[DCPS_KEY_BYTES], public[DCPS_KEY_BYTES], server[DCPS_KEY_BYTES];
+    const char *err;
+    int linger = 0, timeout = 5000;
+    ck_assert_msg(read_key(secret_path, true, secret, &err) == 0, "%s", err);
+    zmq_z85_decode(public, pub);
+    zmq_z85_decode(server, server_pub);
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server, sizeof server), 0);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, public, sizeof public), 0);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret, sizeof secret), 0);
+    ck_assert_int_eq(zmq_connect(s, ep), 0);
+    return s;
+}
+
+/* Sends a request of type for rank in session sid on s and checks the reply's
+ * type (and for ERROR its code and that its text holds text). */
+static void curve_ask(void *s, const dcps_config_t *cfg, uint32_t type, uint32_t rank,
+                      uint64_t sid, uint32_t want, int code, const char *text)
+{
+    static uint64_t seq;
+    dcps_msg_t m = {.type = type, .job_id = cfg->job_id, .rank = rank, .session = sid,
+                    .seq = ++seq, .n_params = cfg->n_params}, r;
+    dcps_frames_t f;
+    char why[256];
+    ck_assert_int_ge(dcps_frames_send(s, NULL, &m, NULL, NULL, 0), 0);
+    ck_assert_msg(dcps_frames_recv(s, &f, 0) > 0, "no answer to %s", dcps_msg_type_name(type));
+    ck_assert_int_eq(dcps_frames_decode(&f, 0, cfg->job_id, &r, why, sizeof why), 0);
+    ck_assert_msg(r.type == want, "%s for rank %u: %s: %s", dcps_msg_type_name(type), rank,
+                  dcps_msg_type_name(r.type), r.error_text);
+    if (want == DCPS_MSG_ERROR)
+        ck_assert_msg(r.error_code == (uint32_t)-code && strstr(r.error_text, text), "%s",
+                      r.error_text);
+    dcps_frames_close(&f);
+}
+
+/* A key named for rank 1 cannot HELLO or push as rank 0 (AUTH, before the
+ * session is looked at), through the library neither; a SIGHUP that renames
+ * its file for ranks 0-1 lets it, on the same connection, and one that removes
+ * the file refuses its next request. */
+START_TEST(a_key_speaks_only_for_the_ranks_its_file_names)
+{
+    keys_t k;
+    char ep[256], err[1024], from[700], to[700], e[512];
+    int rc;
+    double ms;
+    make_keys(&k);
+    admit("w1@1.pub", k.w1_pub);
+    char text[8192];
+    snprintf(text, sizeof text, "%s", h_slurp(curve_job(&k, 0, "")));
+    char *one = strstr(text, "workers = 1\n");
+    ck_assert_ptr_nonnull(one);
+    one[10] = '2'; /* a job of 2 workers */
+    const char *j = h_write("job2.ini", text);
+    dcps_config_t cfg;
+    ck_assert_msg(dcps_config_load(&cfg, j, NULL, 0, e, sizeof e) == 0, "%s", e);
+    ck_assert_int_eq(cfg.workers, 2);
+    pid_t server = h_server(j, 0, ep);
+    ck_assert_msg(server > 0, "server: %s", h_slurp(h_path("server0", "err")));
+    char log[512];
+    snprintf(log, sizeof log, "%s", h_path("server0", "err"));
+
+    void *ctx = zmq_ctx_new(), *s = curve_dealer(ctx, ep, k.server_pub, k.w1, k.w1_pub);
+    curve_ask(s, &cfg, DCPS_MSG_HELLO, 0, 0xa1, DCPS_MSG_ERROR, DCPS_E_AUTH,
+              "the CURVE key of w1@1.pub may not speak for rank 0");
+    curve_ask(s, &cfg, DCPS_MSG_HELLO, 1, 0xa1, DCPS_MSG_WELCOME, 0, NULL);
+    curve_ask(s, &cfg, DCPS_MSG_HEARTBEAT, 0, 0xa1, DCPS_MSG_ERROR, DCPS_E_AUTH,
+              "may not speak for rank 0");
+    curve_ask(s, &cfg, DCPS_MSG_HEARTBEAT, 1, 0xa1, DCPS_MSG_HEARTBEAT, 0, NULL);
+    /* The library says the same, at once. */
+    dcps_client_t *c = open_client(j, ep, k.w1, NULL, &rc, err, sizeof err, &ms);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(rc, DCPS_E_AUTH);
+    ck_assert_msg(strstr(err, "refused HELLO: ") &&
+                      strstr(err, "the CURVE key of w1@1.pub may not speak for rank 0"),
+                  "%s", err);
+    ck_assert_msg(ms < 2000, "took %.0f ms", ms);
+
+    snprintf(from, sizeof from, "%s/w1@1.pub", k.dir);
+    snprintf(to, sizeof to, "%s/w1@0-1.pub", k.dir);
+    ck_assert_int_eq(rename(from, to), 0);
+    kill(server, SIGHUP);
+    ck_assert_msg(wait_for(log, "worker keys: 2 in ", 5000), "%s", h_slurp(log));
+    curve_ask(s, &cfg, DCPS_MSG_HELLO, 0, 0xa2, DCPS_MSG_WELCOME, 0, NULL);
+
+    ck_assert_int_eq(unlink(to), 0);
+    kill(server, SIGHUP);
+    ck_assert_msg(wait_for(log, ", 0 added, 1 removed", 5000), "%s", h_slurp(log));
+    curve_ask(s, &cfg, DCPS_MSG_HEARTBEAT, 1, 0xa1, DCPS_MSG_ERROR, DCPS_E_AUTH,
+              "is no longer in worker_keys_dir");
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+    /* The library's refusal and the three above. */
+    ck_assert_msg(strstr(h_slurp(log), " 4 bad messages"), "%s", h_slurp(log));
+}
+END_TEST
+
 int main(void)
 {
     if (!dcps_keys_available()) {
@@ -751,6 +943,7 @@ int main(void)
     tcase_add_test(files, a_secret_key_that_group_or_others_may_read_is_refused);
     tcase_add_test(files, keygen_writes_a_pair_and_refuses_to_overwrite);
     tcase_add_test(files, worker_keys_dir_admits_its_pub_files_and_refuses_a_bad_one);
+    tcase_add_test(files, key_file_names_say_which_ranks_a_key_may_speak_for);
     tcase_add_test(files, each_side_needs_its_own_keys_when_curve_is_on);
     suite_add_tcase(s, files);
     TCase *shards = tcase_create("shards");
@@ -761,6 +954,7 @@ int main(void)
     tcase_add_test(shards, unusable_key_files_stop_the_server_before_it_binds);
     tcase_add_test(shards, a_wrong_server_key_or_a_plain_shard_gives_a_clear_error);
     tcase_add_test(shards, sighup_rereads_the_worker_keys);
+    tcase_add_test(shards, a_key_speaks_only_for_the_ranks_its_file_names);
     suite_add_tcase(s, shards);
     return dcps_test_run(s);
 }

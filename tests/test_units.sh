@@ -170,7 +170,7 @@ if ! "$DCPS_BUILDDIR/dcps-server" --keygen "$tmp/keys/server.key" >"$tmp/keys/se
     ! "$DCPS_BUILDDIR/dcps-server" --keygen "$tmp/keys/worker.key" >/dev/null 2>>"$tmp/out"; then
     echo "SKIP: no CURVE key pair ($(tail -n 1 "$tmp/out")): not run under the policy with CURVE"
 else
-    cp "$tmp/keys/worker.key.pub" "$tmp/keys/workers/"
+    cp "$tmp/keys/worker.key.pub" "$tmp/keys/workers/worker@all.pub" # any rank
     curve=(-s security.curve=true -s "security.server_secret_key_file=$tmp/keys/server.key"
         -s "security.server_public_key=$(cat "$tmp/keys/server.txt")"
         -s "security.worker_keys_dir=$tmp/keys/workers"

@@ -7,9 +7,16 @@
  * with that number and flag WAITING (it waits for other workers) starts the
  * attempt's time again.
  *
- * Every DEALER socket of one client has the same routing id, made from the rank
- * and the time the client opened, so a shard recognises the worker across
- * reconnects and tells it from a second process with the same rank.
+ * A client is one session (server/session.h): a random 64-bit number (top bit
+ * set) drawn when it opens, named in its HELLO and in every later request to every
+ * shard (the heartbeat thread's too), which is how a shard tells this worker
+ * from anyone else who claims its rank. Sequence numbers count the client's
+ * requests from 1, so its pushes carry increasing seqs. A shard that answers a
+ * request with ERROR SESSION does not know the session (it restarted from a
+ * checkpoint older than this worker's HELLO): the client says HELLO again, once,
+ * with the same session, and resends the request; if that HELLO is refused (LIVE:
+ * another session holds the rank) the call fails. The sockets leave routing ids
+ * to ZeroMQ: they identify nothing.
  *
  * With [security] curve = true every socket is a CURVE client with the worker's
  * key pair and the shards' public key. A shard that refuses the key does not
@@ -28,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -57,13 +65,13 @@ struct dcps_client {
     int rank;
     void *ctx;
     conn_t conn[DCPS_MAX_SHARDS];
-    uint64_t seq;
+    uint64_t session;    /* random, nonzero: named in every request */
+    uint64_t seq;        /* of the last request sent; the first is 1 */
     uint64_t clock;      /* the step computed next */
     double pull_density; /* of a delta, asked for; 0: the job's */
-    char route[32];      /* the routing id of every socket of this client */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
     int monitors;        /* curve: monitors made so far, to name each one's endpoint */
-    bool refused;        /* curve: a shard refused this worker's key */
+    bool refused;        /* curve: a shard refused this worker's key, or its rank (AUTH) */
     pthread_t heartbeat;
     bool heartbeat_running;
     atomic_bool heartbeat_stop;
@@ -82,6 +90,8 @@ struct slot {
     dcps_msg_t req;
     uint32_t want;  /* expected reply type */
     int rc;
+    int rejoin;       /* ERROR SESSION: 1 while hello is unanswered, 2 once req was resent */
+    dcps_msg_t hello; /* the HELLO of a rejoin, with its own seq */
 };
 
 static int fail(dcps_client_t *c, int code, const char *fmt, ...)
@@ -267,7 +277,6 @@ static int connect_shard(dcps_client_t *c, int s)
         return fail(c, DCPS_E_ZMQ, "cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
-    zmq_setsockopt(sock, ZMQ_ROUTING_ID, c->route, strlen(c->route));
     if (c->cfg.curve && (curve_client(c, sock) != 0 || !(k->monitor = monitor(c, sock)))) {
         e = errno;
         zmq_close(sock);
@@ -338,19 +347,67 @@ static void account(dcps_client_t *c, int s, uint32_t type, uint64_t n, const dc
     }
 }
 
+/* Sends the slot's request, or the HELLO of its rejoin while that is unanswered. */
 static int send_slot(dcps_client_t *c, int s, slot_t *sl)
 {
-    bool zerocopy = sl->req.nframes > 0;
+    const dcps_msg_t *m = sl->rejoin == 1 ? &sl->hello : &sl->req;
+    bool zerocopy = m->nframes > 0;
     if (zerocopy)
-        atomic_fetch_add(&c->inflight, sl->req.nframes);
-    int n = dcps_frames_send(c->conn[s].sock, NULL, &sl->req, zerocopy ? released : NULL,
-                             &c->inflight, ZMQ_DONTWAIT);
+        atomic_fetch_add(&c->inflight, m->nframes);
+    int n = dcps_frames_send(c->conn[s].sock, NULL, m, zerocopy ? released : NULL, &c->inflight,
+                             ZMQ_DONTWAIT);
     if (n < 0)
         return fail(c, DCPS_E_ZMQ, "cannot send %s to shard %d (%s): %s",
-                    dcps_msg_type_name(sl->req.type), s, c->cfg.shards[s], zmq_strerror(errno));
+                    dcps_msg_type_name(m->type), s, c->cfg.shards[s], zmq_strerror(errno));
     c->stats.bytes_sent += (uint64_t)n;
-    account(c, s, sl->req.type, (uint64_t)n, &sl->req);
+    account(c, s, m->type, (uint64_t)n, m);
     return 0;
+}
+
+static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg);
+
+/* ERROR SESSION for the slot's request: the shard does not know this worker's
+ * session. Says HELLO again with it (the reply is taken by rejoined). Returns 0,
+ * or a code if the HELLO cannot be sent. */
+static int rejoin(dcps_client_t *c, int s, slot_t *sl, const char *text)
+{
+    DCPS_WARN("shard %d (%s) does not know this worker's session (%s): saying HELLO again, then "
+              "%s again",
+              s, c->cfg.shards[s], text, dcps_msg_type_name(sl->req.type));
+    sl->rejoin = 1;
+    sl->hello = (dcps_msg_t){.type = DCPS_MSG_HELLO, .job_id = c->cfg.job_id,
+                             .rank = (uint32_t)c->rank, .seq = ++c->seq,
+                             .session = c->session, .shard = (uint32_t)s,
+                             .n_params = c->cfg.n_params};
+    return send_slot(c, s, sl);
+}
+
+/* The answer m to a rejoin's HELLO. WELCOME: the request is sent again, and the
+ * slot waits for its reply (returns 0). Anything else ends the slot with an
+ * error (returns 1). */
+static int rejoined(dcps_client_t *c, int s, slot_t *sl, const dcps_msg_t *m)
+{
+    const char *at = c->cfg.shards[s];
+    uint64_t first = UINT64_MAX;
+    if (m->type == DCPS_MSG_WELCOME) {
+        if ((sl->rc = on_welcome(c, s, m, &first)) != 0)
+            return 1;
+        sl->rejoin = 2;
+        sl->rc = send_slot(c, s, sl);
+        return sl->rc != 0;
+    }
+    if (m->type != DCPS_MSG_ERROR) {
+        sl->rc = fail(c, DCPS_E_MSGTYPE, "shard %d (%s) answered HELLO with %s", s, at,
+                      dcps_msg_type_name(m->type));
+        return 1;
+    }
+    int code = -(int)m->error_code;
+    sl->rc = fail(c, dcps_error_known(code) ? code : DCPS_E_REMOTE,
+                  "shard %d (%s) did not know this worker's session, and refused its HELLO "
+                  "again: %s%s",
+                  s, at, m->error_text,
+                  code == DCPS_E_LIVE ? "; is another process running as this rank?" : "");
+    return 1;
 }
 
 /* Receives what shard s sent; returns 1 if it answered the slot. */
@@ -369,6 +426,11 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
     int rc = dcps_frames_decode(&f, 0, c->cfg.job_id, &m, why, sizeof why);
     if (rc != 0) {
         sl->rc = fail(c, rc, "shard %d (%s) sent a bad reply: %s", s, c->cfg.shards[s], why);
+    } else if (sl->rejoin == 1 && m.seq == sl->hello.seq) {
+        if (!rejoined(c, s, sl, &m)) {
+            dcps_frames_close(&f);
+            return 0;
+        }
     } else if (m.seq != sl->req.seq) {
         dcps_frames_close(&f); /* an answer to an earlier attempt */
         return 0;
@@ -376,8 +438,16 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         sl->alive = true;
         dcps_frames_close(&f);
         return 0;
+    } else if (m.type == DCPS_MSG_ERROR && m.error_code == (uint32_t)-DCPS_E_SESSION &&
+               sl->rejoin == 0 && sl->req.type != DCPS_MSG_HELLO &&
+               sl->req.type != DCPS_MSG_BYE) {
+        if ((sl->rc = rejoin(c, s, sl, m.error_text)) == 0) {
+            dcps_frames_close(&f);
+            return 0;
+        }
     } else if (m.type == DCPS_MSG_ERROR) {
         int code = -(int)m.error_code;
+        c->refused |= code == DCPS_E_AUTH; /* its key may not speak for this rank */
         sl->rc = fail(c, dcps_error_known(code) ? code : DCPS_E_REMOTE,
                       "shard %d (%s) refused %s: %s", s, c->cfg.shards[s],
                       dcps_msg_type_name(sl->req.type), m.error_text);
@@ -419,10 +489,12 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
             continue;
         slots[s].done = false;
         slots[s].rc = 0;
+        slots[s].rejoin = 0;
         slots[s].req.job_id = c->cfg.job_id;
         slots[s].req.rank = (uint32_t)c->rank;
         slots[s].req.shard = (uint32_t)s;
         slots[s].req.seq = ++c->seq;
+        slots[s].req.session = c->session;
     }
     for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
@@ -608,7 +680,8 @@ static void *heartbeat_main(void *arg)
         seq++;
         for (int s = 0; s < n; s++) {
             dcps_msg_t m = {.type = DCPS_MSG_HEARTBEAT, .job_id = c->cfg.job_id,
-                            .rank = (uint32_t)c->rank, .seq = seq, .shard = (uint32_t)s};
+                            .rank = (uint32_t)c->rank, .seq = seq, .session = c->session,
+                            .shard = (uint32_t)s};
             dcps_frames_send(sock[s], NULL, &m, NULL, NULL, ZMQ_DONTWAIT);
         }
         double until = now_ms() + c->cfg.heartbeat_ms;
@@ -648,18 +721,24 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
                   "it opens the client");
         goto fail;
     }
-    /* Sequence numbers start from the clock, so a restarted worker's pushes are
-     * never mistaken for retries of its previous life's. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    c->seq = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-    snprintf(c->route, sizeof c->route, "w%d.%" PRIx64, rank, c->seq);
     if (rank < 0 || rank >= cfg->workers) {
         rc = fail(c, DCPS_E_RANK, "rank %d is outside the job's %d workers", rank, cfg->workers);
         goto fail;
     }
     if (cfg->curve && (rc = load_keys(c)) != 0)
         goto fail;
+    /* A restarted worker is a new session: its seqs may start from 1 again. The
+     * top bit is set: never 0, and every header has the same size (a varint of
+     * 10 bytes), so byte counts do not depend on the draw. */
+    ssize_t got;
+    while ((got = getrandom(&c->session, sizeof c->session, 0)) < 0 && errno == EINTR)
+        ;
+    if (got != (ssize_t)sizeof c->session) {
+        rc = fail(c, DCPS_E_IO, "cannot draw a random session: %s",
+                  got < 0 ? strerror(errno) : "short read");
+        goto fail;
+    }
+    c->session |= 1ull << 63;
     c->ctx = zmq_ctx_new();
     if (!c->ctx) {
         rc = fail(c, DCPS_E_ZMQ, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));

@@ -9,6 +9,14 @@
  * (ZeroMQ reconnects by itself). A resent push carries the same sequence number,
  * so a shard applies it once.
  *
+ * A client is one session: a random 64-bit number drawn when it opens and named
+ * in every request, which is how the shards tell this worker from anyone else
+ * claiming its rank. A second process of the same rank is refused
+ * (DCPS_E_LIVE, asked again for up to dead_after_ms) while this one is heard
+ * from; a restarted worker is a new session, admitted once the old one has been
+ * silent for dead_after_ms. A shard that restarted from a checkpoint older than
+ * this client's HELLO is told HELLO again, once, with the same session.
+ *
  * Errors are values: calls return 0 or a negative DCPS_E_… code (common/error.h,
  * installed as <dcps/error.h> beside this header's <dcps/dcps.h>) and
  * dcps_client_error() gives a sentence that names the shard and what went wrong.

@@ -1,0 +1,35 @@
+/* dcps — a rank's session and last push; see session.h. */
+#include "server/session.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+void dcps_session_open(dcps_session_t *s, uint64_t id)
+{
+    *s = (dcps_session_t){.id = id};
+}
+
+enum dcps_seq_verdict dcps_session_seq(const dcps_session_t *s, uint64_t seq)
+{
+    if (!s->pushed || seq > s->seq)
+        return DCPS_SEQ_NEW;
+    if (seq < s->seq)
+        return DCPS_SEQ_BELOW;
+    return s->applied ? DCPS_SEQ_APPLIED : DCPS_SEQ_DROPPED;
+}
+
+void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied)
+{
+    s->pushed = true;
+    s->applied = applied;
+    s->seq = seq;
+}
+
+const char *dcps_session_short(uint64_t id, char *out)
+{
+    if (id == 0)
+        snprintf(out, DCPS_SESSION_SHORT, "none");
+    else
+        snprintf(out, DCPS_SESSION_SHORT, "%08" PRIx64, id >> 32);
+    return out;
+}

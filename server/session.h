@@ -1,0 +1,58 @@
+/* dcps — who speaks for a worker rank: its session, and its last push.
+ *
+ * A worker picks a random nonzero 64-bit session when it opens (worker/client.c)
+ * and names it in its HELLO and in every later request. A shard binds each rank
+ * to one session at HELLO; the router (server/router.c) refuses any other
+ * request for the rank that names another session (DCPS_E_SESSION) before it
+ * reads anything else of it, so a socket that never said HELLO cannot push,
+ * pull, heartbeat or say BYE for a live rank.
+ *
+ * Within a session the pushes carry strictly increasing sequence numbers (any
+ * start, 0 included). A rank's record keeps its session's last push: its seq and
+ * whether it was applied or dropped as STALE (sync mode). That is all a shard
+ * needs to answer a retry exactly as it answered the first attempt, and to
+ * refuse a seq from the past; a new session starts with no last push.
+ *
+ * This module is the record and its rules, nothing else: the records live in
+ * the shard (one per rank, saved in its checkpoints: server/checkpoint.h), the
+ * router decides what to answer. */
+#ifndef DCPS_SESSION_H
+#define DCPS_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint64_t id;   /* the session bound at HELLO; 0: none */
+    bool pushed;   /* a push of this session was seen: seq and applied hold */
+    bool applied;  /* that push was applied (false: dropped as STALE) */
+    uint64_t seq;  /* that push's sequence number */
+} dcps_session_t;
+
+/* What a push's seq is to a rank's session. */
+enum dcps_seq_verdict {
+    DCPS_SEQ_NEW = 0,   /* after the last push (or the first one): a new push */
+    DCPS_SEQ_APPLIED,   /* the last push again, which was applied: acknowledge DUPLICATE */
+    DCPS_SEQ_DROPPED,   /* the last push again, which was dropped: answer STALE again */
+    DCPS_SEQ_BELOW,     /* before the last push: refused, nothing applied */
+};
+
+/* Characters of a session's short form in logs and error texts: the first 8 of
+ * its 16 hex digits, and a NUL. */
+#define DCPS_SESSION_SHORT 9
+
+/* Binds s to session id (nonzero) with no push seen yet. */
+void dcps_session_open(dcps_session_t *s, uint64_t id);
+
+/* The verdict on a push of s's session with sequence number seq. */
+enum dcps_seq_verdict dcps_session_seq(const dcps_session_t *s, uint64_t seq);
+
+/* Records a push of s's session: applied (or added to a sync round), or dropped. */
+void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied);
+
+/* Writes id's short form ("3f2a9c01") to out (DCPS_SESSION_SHORT bytes);
+ * "none" for 0. Returns out. */
+const char *dcps_session_short(uint64_t id, char *out);
+
+#endif
