@@ -121,10 +121,6 @@ do_check() {
     say "all tests passed"
 }
 
-# The Debian packages, end to end (docs/packaging.md). Each check prints PASS: or
-# FAIL:; a failed build, lintian or installation ends it, the checks after the
-# installation all run. What it installed, and only that, is purged on the way
-# out, whatever happened, unless DCPS_KEEP_PACKAGES=1.
 # pass/fail: one line each; fail counts in the caller's local $fails.
 pass() { echo "PASS: $*"; }
 fail() {
@@ -134,6 +130,11 @@ fail() {
 deb_names=(dcps-common dcps-server dcps-worker libdcps0 libdcps-dev python3-dcps)
 # The lintian warnings justified in docs/packaging.md; any other, or an error, fails.
 lintian_justified=(initial-upload-closes-no-bugs)
+
+# The Debian packages, end to end (docs/packaging.md). Each check prints PASS: or
+# FAIL:; a failed build, lintian or installation ends it, the checks after the
+# installation all run. What it installed, and only that, is purged on the way
+# out, whatever happened, unless DCPS_KEEP_PACKAGES=1.
 do_packages() {
     local t0=$SECONDS fails=0 sudo= out=$build/deb
     [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -171,8 +172,14 @@ do_packages() {
         return 1
     fi
 
-    local tags unjustified
-    lintian --tag-display-limit 0 "$out"/dcps_*.changes >"$out/lintian.log" 2>&1
+    # lintian exits 1 when it finds an error, 2 when it cannot run.
+    local tags unjustified lrc=0
+    lintian --tag-display-limit 0 "$out"/dcps_*.changes >"$out/lintian.log" 2>&1 || lrc=$?
+    if [ $lrc -gt 1 ]; then
+        cat "$out/lintian.log"
+        fail "lintian did not run (exit status $lrc)"
+        return 1
+    fi
     tags=$(awk '/^[EW]: / {print $1, $3}' "$out/lintian.log" | sort | uniq -c |
         awk '{printf "%s%s %s (x%d)", sep, $2, $3, $1; sep = ", "}')
     unjustified=$(awk '/^[EW]: / {print $1, $3}' "$out/lintian.log" |
