@@ -10,8 +10,16 @@
 #                                train the PyTorch CNN of examples/torch/ with dcps.torch
 #                                (2 shards + 2 workers, Top-k 1% + error feedback, delta
 #                                pulls, DC-ASGD-a), print both workers' final: lines
+#   deploy/quickstart.sh packages
+#                                build the Debian packages (debian/) from a clean copy of
+#                                the tree into build/deb/, lintian them, install them, run
+#                                a 2-shard, 2-worker job and other checks with the installed
+#                                files only, then purge what it installed
+#                                (DCPS_KEEP_PACKAGES=1 keeps it); PASS/FAIL lines, exit 1
+#                                on a failure. `check` ends with it when
+#                                DCPS_CHECK_PACKAGES=1 (CI's .ci/run sets it)
 #
-# Both are idempotent: packages already there are not reinstalled and the build is
+# All are idempotent: packages already there are not reinstalled and the build is
 # incremental (in build/). The demo stops everything it started, also on Ctrl-C.
 set -euo pipefail
 
@@ -23,6 +31,9 @@ packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
     procps groff-base iproute2 python3-dev python3-numpy python3-torch)
+# What `packages` needs besides: the Debian tools, and systemd-analyze and man for
+# the units. The build dependencies (debian/control) are all in the list above.
+deb_packages=(dpkg-dev debhelper dh-python lintian systemd man-db)
 
 # The system Python: Debian's python3-torch is importable there (a python3
 # earlier in PATH, from pyenv or a venv, may not see it).
@@ -43,7 +54,7 @@ install_missing() {
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-        "${missing[@]}" >/dev/null
+        -o DPkg::Lock::Timeout=300 "${missing[@]}" >/dev/null
 }
 
 build_tree() {
@@ -104,7 +115,193 @@ do_check() {
         return $status
     fi
     grep -E 'archives ready for distribution|^dcps-.*tar' "$build/distcheck.log" | head -2 || true
+    if [ "${DCPS_CHECK_PACKAGES:-0}" = 1 ]; then
+        do_packages || return
+    fi
     say "all tests passed"
+}
+
+# pass/fail: one line each; fail counts in the caller's local $fails.
+pass() { echo "PASS: $*"; }
+fail() {
+    echo "FAIL: $*"
+    fails=$((fails + 1))
+}
+deb_names=(dcps-common dcps-server dcps-worker libdcps0 libdcps-dev python3-dcps)
+# The lintian warnings justified in docs/packaging.md; any other, or an error, fails.
+lintian_justified=(initial-upload-closes-no-bugs)
+
+# The Debian packages, end to end (docs/packaging.md). Each check prints PASS: or
+# FAIL:; a failed build, lintian or installation ends it, the checks after the
+# installation all run. What it installed, and only that, is purged on the way
+# out, whatever happened, unless DCPS_KEEP_PACKAGES=1.
+do_packages() {
+    local t0=$SECONDS fails=0 sudo= out=$build/deb
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+
+    local version deb_version
+    version=$(sed -n 's/^AC_INIT(\[dcps\], \[\([^]]*\)\].*/\1/p' configure.ac)
+    deb_version=$(dpkg-parsechangelog -S Version)
+    if [ "${deb_version%-*}" = "$version" ]; then
+        pass "debian/changelog's version $deb_version is configure.ac's $version and a revision"
+    else
+        fail "debian/changelog's version $deb_version does not match configure.ac's $version"
+    fi
+
+    # A clean copy: the files git knows, committed or not, less the ignored ones
+    # (so no in-tree build). debian/ is not in the release tarball (make dist).
+    git rev-parse --git-dir >/dev/null 2>&1 ||
+        { fail "not a git checkout: the packages are built from one"; return 1; }
+    local src=$out/dcps-$version
+    say "packages: clean copy of the tree in ${src#"$here"/}"
+    rm -rf "$out" && mkdir -p "$src"
+    git ls-files -z --cached --others --exclude-standard |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        tar --null -T - -cf - | tar -xf - -C "$src"
+
+    # No tests in the package build unless DEB_BUILD_OPTIONS says so: `check` runs
+    # them all (DEB_BUILD_OPTIONS=parallel=2 runs make check inside it too).
+    local opts=${DEB_BUILD_OPTIONS-nocheck parallel=$(nproc)} debs=() p
+    say "packages: dpkg-buildpackage -us -uc -b (DEB_BUILD_OPTIONS=$opts), log in ${out#"$here"/}/build.log"
+    if (cd "$src" && DEB_BUILD_OPTIONS=$opts dpkg-buildpackage -us -uc -b) >"$out/build.log" 2>&1; then
+        for p in "${deb_names[@]}"; do debs+=("$(ls "$out/${p}_"*.deb 2>/dev/null)"); done
+        pass "dpkg-buildpackage -us -uc -b: $(cd "$out" && ls ./*.deb | sed 's|^\./||' | paste -sd' ')"
+    else
+        tail -n 40 "$out/build.log"
+        fail "dpkg-buildpackage (${out#"$here"/}/build.log)"
+        return 1
+    fi
+
+    # lintian exits 1 when it finds an error, 2 when it cannot run.
+    local tags unjustified lrc=0
+    lintian --tag-display-limit 0 "$out"/dcps_*.changes >"$out/lintian.log" 2>&1 || lrc=$?
+    if [ $lrc -gt 1 ]; then
+        cat "$out/lintian.log"
+        fail "lintian did not run (exit status $lrc)"
+        return 1
+    fi
+    tags=$(awk '/^[EW]: / {print $1, $3}' "$out/lintian.log" | sort | uniq -c |
+        awk '{printf "%s%s %s (x%d)", sep, $2, $3, $1; sep = ", "}')
+    unjustified=$(awk '/^[EW]: / {print $1, $3}' "$out/lintian.log" |
+        grep -vxF -f <(printf 'W: %s\n' "${lintian_justified[@]}") | sort -u | paste -sd, - || true)
+    if [ -z "$unjustified" ]; then
+        pass "lintian: no error; warnings: ${tags:-none} (justified in docs/packaging.md)"
+    else
+        cat "$out/lintian.log"
+        fail "lintian: $unjustified: fix it, or justify it in docs/packaging.md and here"
+        return 1
+    fi
+
+    local new=()
+    for p in "${deb_names[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || new+=("$p")
+    done
+    if [ "${DCPS_KEEP_PACKAGES:-0}" != 1 ] && [ ${#new[@]} -gt 0 ]; then
+        # shellcheck disable=SC2064  # expanded now: the list is fixed
+        trap "say 'packages: purging ${new[*]}'; $sudo apt-get purge -y -qq -o DPkg::Lock::Timeout=300 ${new[*]} >/dev/null" EXIT
+    fi
+    if DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        -o DPkg::Lock::Timeout=300 "${debs[@]}" >"$out/install.log" 2>&1; then
+        pass "apt-get install: ${deb_names[*]}"
+    else
+        cat "$out/install.log"
+        fail "apt-get install of the packages"
+        return 1
+    fi
+    deb_checks "$version" || fails=$((fails + $?))
+    echo "packages: $((SECONDS - t0)) s, $fails failure(s); the .deb files are in ${out#"$here"/}/"
+    [ $fails -eq 0 ]
+}
+
+# The installed packages in use, from installed files only: the programs in
+# /usr/bin, the job file in /etc/dcps, the launcher of the examples, a PATH without
+# the build tree. Returns the number of failures.
+deb_checks() {
+    local version=$1 fails=0 tmp out
+    local ipath=/usr/sbin:/usr/bin:/sbin:/bin examples=/usr/share/doc/dcps-common/examples
+    tmp=$(mktemp -d)
+
+    if dpkg-query -W -f='${Conffiles}\n' dcps-common | grep -q '^ /etc/dcps/job.ini '; then
+        pass "/etc/dcps/job.ini is a conffile of dcps-common"
+    else
+        fail "/etc/dcps/job.ini is not a conffile of dcps-common"
+    fi
+    if out=$(env PATH=$ipath dcps-server --version 2>&1) && [ "$out" = "dcps-server $version" ]; then
+        pass "dcps-server --version (PATH=$ipath): $out"
+    else
+        fail "dcps-server --version: $out"
+    fi
+
+    say "packages: 2 shards and 2 workers, 1 epoch on 2,000 examples, with the installed files"
+    if (cd "$tmp" && env -u PYTHONPATH -u LD_LIBRARY_PATH PATH=$ipath \
+        bash "$examples/launch-local.sh" /etc/dcps/job.ini -b /usr/bin -e -q -d "$tmp/run" \
+        -s data.epochs=1 -s data.train_limit=2000) >"$tmp/job.out" 2>&1 &&
+        [ "$(grep -c '^final: ' "$tmp/job.out")" -eq 2 ]; then
+        grep '^final: ' "$tmp/job.out"
+        pass "the job: /usr/bin/dcps-server x2, /usr/bin/dcps-worker x2, /etc/dcps/job.ini, $examples/launch-local.sh"
+    else
+        tail -n 40 "$tmp/job.out" "$tmp"/run/*.log 2>/dev/null
+        fail "the job with the installed files"
+    fi
+
+    if out=$(cd "$tmp" && env -u PYTHONPATH PATH=$ipath python3 -c \
+        'import dcps, dcps.torch; print(dcps.__version__, dcps.__file__)' 2>&1) &&
+        [ "$out" = "$version /usr/lib/python3/dist-packages/dcps/__init__.py" ]; then
+        pass "python3 -c 'import dcps, dcps.torch': $out"
+    else
+        fail "python3 -c 'import dcps, dcps.torch': $out"
+    fi
+
+    # A program built against libdcps-dev through pkg-config, run against libdcps0.
+    cat >"$tmp/prog.c" <<'PROG'
+#include <dcps/dcps.h>
+#include <dcps/error.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    int code = 0;
+    char why[256] = "";
+    dcps_client_t *c = dcps_client_open(argc > 1 ? argv[1] : "", 0, NULL, 0, &code, why, sizeof why);
+    if (c || code != DCPS_E_CONFIG)
+        return 1;
+    printf("%s: %s\n", dcps_strerror(code), why);
+    return 0;
+}
+PROG
+    # (ld.so may name the library by /lib, the same directory on a merged /usr.)
+    local lib=
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    if out=$(cd "$tmp" && env PATH=$ipath sh -c 'cc -std=c11 -Wall -Wextra -Werror -o prog prog.c \
+        $(pkg-config --cflags --libs dcps) && ./prog none.ini' 2>&1) &&
+        lib=$(ldd "$tmp/prog" | awk '$1 == "libdcps.so.0" {print $3}') &&
+        [[ $lib =~ ^(/usr)?/lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*/libdcps\.so\.0$ ]]; then
+        pass "cc prog.c \$(pkg-config --cflags --libs dcps), run with $lib: $out"
+    else
+        fail "a program built against libdcps-dev: $out${lib:+ (libdcps.so.0 from $lib)}"
+    fi
+
+    if out=$(man -w dcps-server dcps-worker dcps.conf 2>&1); then
+        pass "man pages: $(printf '%s\n' "$out" | paste -sd' ')"
+    else
+        fail "man -w dcps-server dcps-worker dcps.conf: $out"
+    fi
+
+    # The installed units, each template as the instance systemd loads, with the
+    # installed programs and man pages. Warnings about the host's own units (what
+    # network-online.target pulls in) do not count; any other line does.
+    local unitdir=/lib/systemd/system u
+    mkdir -p "$tmp/units"
+    for u in dcps-server dcps-worker; do cp "$unitdir/$u@.service" "$tmp/units/$u@0.service"; done
+    if (cd "$tmp/units" && systemd-analyze verify --man=yes "$tmp/units/dcps-server@0.service" \
+        "$tmp/units/dcps-worker@0.service") \
+        >"$tmp/verify.out" 2>&1 && ! grep -qvE '^/(lib|usr|etc|run)/' "$tmp/verify.out"; then
+        pass "systemd-analyze verify: $unitdir/dcps-server@.service and dcps-worker@.service (as @0), no warning"
+    else
+        cat "$tmp/verify.out"
+        fail "systemd-analyze verify of the installed units"
+    fi
+    rm -rf "$tmp"
+    return $fails
 }
 
 # The demo is deploy/launch-local.sh on the example job: it starts the 2 shards
@@ -132,9 +329,16 @@ do_torch_demo() {
 case "${1:-}" in
 demo) install_missing && build_tree && do_demo ;;
 torch-demo) install_missing && build_tree && do_torch_demo ;;
-check) install_missing && build_tree && do_check ;;
+check)
+    [ "${DCPS_CHECK_PACKAGES:-0}" = 1 ] && packages+=("${deb_packages[@]}")
+    install_missing && build_tree && do_check
+    ;;
+packages)
+    packages+=("${deb_packages[@]}")
+    install_missing && do_packages
+    ;;
 *)
-    echo "usage: $0 demo|check|torch-demo" >&2
+    echo "usage: $0 demo|check|torch-demo|packages" >&2
     exit 2
     ;;
 esac

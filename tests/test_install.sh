@@ -121,6 +121,19 @@ if [ -n "$pkgpyexecdir" ]; then
         fail "the staged Python package: $out"
     fi
 fi
+# libdcps exports the functions its installed headers declare and nothing else
+# (libdcps.sym): no internal module is part of its ABI.
+if [ -e "$stage$libdir/libdcps.so" ] && command -v nm >/dev/null; then
+    nm -D --defined-only "$stage$libdir/libdcps.so" | awk '{print $3}' | LC_ALL=C sort >"$tmp/exported"
+    sed -n 's/^[a-z][^(]*[ *]\(dcps_[a-z0-9_]*\)(.*/\1/p' "$stage$includedir"/dcps/*.h |
+        LC_ALL=C sort -u >"$tmp/declared"
+    if [ -s "$tmp/declared" ] && cmp -s "$tmp/exported" "$tmp/declared"; then
+        pass "libdcps.so exports exactly the $(wc -l <"$tmp/declared") functions its headers declare"
+    else
+        fail "libdcps.so's exports differ from its headers' functions (< exported, > declared):"
+        diff "$tmp/exported" "$tmp/declared" | grep '^[<>]' | head -20
+    fi
+fi
 version=$($PKG_CONFIG --modversion dcps 2>/dev/null)
 [ "$version" = "$("$DCPS_BUILDDIR/dcps-server" --version | awk '{print $2}')" ] &&
     pass "pkg-config --modversion dcps: $version" || fail "pkg-config --modversion dcps: $version"
