@@ -9,6 +9,7 @@ promises, the header cap, the job id hash and the shard map. Exits 77 when pyzmq
 protobuf, protoc or numpy is missing."""
 import os
 import re
+import resource
 import shutil
 import stat
 import sys
@@ -347,6 +348,469 @@ class HappyPath(Case):
         for c, seq in zip(a.conns, seqs):
             rep = answer(c, 2000)
             self.assertEqual((rep.type, rep.h.seq, rep.h.step), (pb.BARRIER, seq, 5))
+
+
+
+# --- section 5: sessions, sequence numbers -------------------------------------------------
+
+SA, SB, SC = 0x3F2A9C01DEADBEEF, 0x9C01BEEF00C0FFEE, 0x0123456789ABCDEF
+
+
+def short(session):
+    """A session as error texts show it: its first 8 hex digits and an ellipsis."""
+    return f"{session >> 32:08x}\u2026"
+
+
+class Identity(Case):
+    def requests(self, w0):
+        """One request of every type but HELLO, for rank 0 on shard 0."""
+        return ((pb.PUSH, P.dense(np.ones(512, F32)), {"step": 0}),
+                (pb.PULL, (), {}), (pb.INIT, P.dense(w0[:512]), {}),
+                (pb.BARRIER, (), {"step": 0}), (pb.HEARTBEAT, (), {}),
+                (pb.DONE, (), {}), (pb.BYE, (), {}))
+
+    def test_every_request_before_hello_is_session(self):
+        self.start()
+        w0 = gradient(rng(5), N)
+        c = self.conn(0)
+        for type_, frames, fields in self.requests(w0):
+            self.refused(c, "SESSION", "rank 0 has not said HELLO to this shard", type_, frames,
+                         **fields)
+        c.hello(0, N)
+        self.assertEqual(c.init(w0[:512]).h.flags, 0)  # nothing of the above was applied
+
+    def test_hello_without_a_session_is_session(self):
+        self.start()
+        c = self.conn(0, session=0)
+        self.refused(c, "SESSION", "HELLO names no session: a worker opens a random nonzero "
+                     "64-bit session and names it in its HELLO and every later request",
+                     pb.HELLO, shard=0, n_params=N)
+        self.refused(c, "SESSION", "rank 0 has not said HELLO to this shard", pb.HEARTBEAT)
+
+    def test_a_strangers_requests_are_refused_and_change_nothing(self):
+        self.start(job={"mode": "sync"})
+        w0 = gradient(rng(6), N)
+        real = self.joined(0, init=w0, session=SA)
+        other = self.joined(1, session=SB)
+        stranger = self.conn(0, session=SC)
+        text = f"rank 0's session is {short(SA)}, this request names {short(SC)}"
+        for type_, frames, fields in self.requests(w0 + F32(1)):
+            self.refused(stranger, "SESSION", text, type_, frames, **fields)
+        nobody = self.conn(0, session=0)
+        self.refused(nobody, "SESSION", f"rank 0's session is {short(SA)}, this request names "
+                     "none", pb.HEARTBEAT)
+        # The real worker: its parameters, its round and its BYE are its own.
+        self.assertTrue(np.array_equal(real.pull(0).arrays[0], w0[:512]))
+        g = np.ones(512, F32)
+        real.push(0, 0, g=g)
+        waiting = real.send(pb.PULL, step=1)
+        self.refused(stranger, "SESSION", text, pb.PULL, step=1)
+        self.assertEqual(other.push(0, 0, g=g).h.flags, 0)
+        rep = answer(real, 2000)
+        self.assertEqual((rep.type, rep.h.seq, rep.h.param_version),
+                         (pb.PULL_REPLY, waiting, 1))
+        self.assertTrue(np.array_equal(rep.arrays[0], w0[:512] - F32(LR) * g))
+        self.assertIsNone(stranger.recv(200))
+        self.assertEqual(real.heartbeat().type, pb.HEARTBEAT)
+        # Still live: another session's HELLO is LIVE.
+        self.refused(stranger, "LIVE", re.compile(
+            rf"rank 0 is already connected in session {short(SA)} \(heard \d+ ms ago\); another "
+            r"session is admitted once that one has been silent for 5000 ms or said BYE"),
+            pb.HELLO, shard=0, n_params=N)
+
+    def test_a_silent_session_is_retired_by_a_new_one(self):
+        self.start(server={"dead_after_ms": 500})
+        old = self.joined(0, init=np.zeros(N, F32), session=SA)
+        old.push(0, 0, g=np.ones(512, F32), seq=50)
+        new = self.conn(0, session=SB)
+        self.refused(new, "LIVE", re.compile(rf"rank 0 is already connected in session "
+                                             rf"{short(SA)} .*"), pb.HELLO, shard=0, n_params=N)
+        time.sleep(1.0)  # the old session falls silent: declared dead after 500 ms
+        w = new.hello(0, N)
+        self.assertEqual((w.type, w.h.initialized, w.h.param_version), (pb.WELCOME, True, 1))
+        self.refused(old, "SESSION", f"rank 0's session is {short(SB)}, this request names "
+                     f"{short(SA)}", pb.HEARTBEAT)
+        self.refused(old, "LIVE", re.compile(r".*"), pb.HELLO, shard=0, n_params=N)
+        # The new session starts with no last push: seq 1 is new.
+        ack = new.push(0, 1, g=np.ones(512, F32), seq=1)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
+
+    def test_bye_frees_the_rank_at_once(self):
+        self.start()
+        old = self.joined(0, session=SA)
+        self.assertEqual(old.bye().type, pb.BYE)
+        self.assertEqual(self.conn(0, session=SB).hello(0, N).type, pb.WELCOME)
+
+    def test_the_same_session_may_say_hello_again_and_keeps_its_last_push(self):
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32), session=SA)
+        g = np.ones(512, F32)
+        self.assertEqual(c.push(0, 0, g=g, seq=3).h.flags, 0)
+        again = self.conn(0, session=SA)  # another socket, the same session
+        self.assertEqual(again.hello(0, N).type, pb.WELCOME)
+        ack = again.push(0, 1, g=g, seq=3)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+
+    def test_sequence_numbers(self):
+        self.start()
+        w0 = gradient(rng(7), N)
+        c = self.joined(0, init=w0, session=SA)
+        g = gradient(rng(8), 512)
+        ack = c.push(0, 0, g=g, seq=0)  # seq 0 is an ordinary first seq
+        self.assertEqual((ack.type, ack.h.flags, ack.h.param_version, ack.h.seq),
+                         (pb.PUSH_ACK, 0, 1, 0))
+        once = w0[:512] - F32(LR) * g
+        ack = c.push(0, 0, g=g, seq=0)  # its retry: DUPLICATE, not applied again
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+        self.assertTrue(np.array_equal(c.pull(1).arrays[0], once))
+        # A stranger's push with a huge seq is refused and means nothing to the session.
+        self.refused(self.conn(0, session=SB), "SESSION", re.compile(".*"), pb.PUSH,
+                     P.dense(g), seq=2**63, step=1)
+        self.assertEqual(c.push(1, 1, g=g, seq=9).h.param_version, 2)
+        self.refused(c, "STATE", "seq 5 is below this session's last push, 9: the pushes of "
+                     "a session carry increasing seqs; nothing applied", pb.PUSH, P.dense(g),
+                     seq=5, step=2, param_version=2)
+        twice = once - F32(LR) * g
+        self.assertTrue(np.array_equal(c.pull(2).arrays[0], twice))
+        # A retry of a push that was not the last one is below it too.
+        self.refused(c, "STATE", re.compile("seq 0 is below .*"), pb.PUSH, P.dense(g), seq=0,
+                     step=0)
+
+    def test_a_retried_stale_push_is_stale_again(self):
+        self.start(job={"mode": "sync"}, server={"dead_after_ms": 500})
+        a = self.joined(0, init=np.zeros(N, F32), session=SA)
+        b = self.joined(1, session=SB)
+        g = np.ones(512, F32)
+        for _ in range(8):  # b falls silent; a keeps the rank alive and closes round 0
+            time.sleep(0.125)
+            a.heartbeat()
+        self.assertEqual(a.push(0, 0, g=g).h.flags, 0)
+        self.assertEqual(a.pull(1).h.param_version, 1)
+        ack = b.push(0, 0, g=g, seq=7)
+        self.assertEqual((ack.type, ack.h.flags, ack.h.step), (pb.PUSH_ACK, pb.FLAG_STALE, 1))
+        ack = b.push(0, 0, g=g, seq=7)
+        self.assertEqual((ack.h.flags, ack.h.step), (pb.FLAG_STALE, 1))
+        self.assertEqual(b.push(1, 1, g=g, seq=8).h.flags, 0)
+
+
+# --- sections 3 and 7: every error a shard sends ---------------------------------------------
+
+
+def unknown_field(number, size):
+    """A length-delimited protobuf field of `size` bytes in all, number unknown to
+    dcps.Header."""
+    def varint(x):
+        out = b""
+        while True:
+            out += bytes([(x & 0x7F) | (0x80 if x > 0x7F else 0)])
+            x >>= 7
+            if not x:
+                return out
+    tag = varint(number << 3 | 2)
+    n = size - len(tag) - 1
+    n -= len(varint(n)) - 1
+    return tag + varint(n) + b"x" * n
+
+
+class Errors(Case):
+    def setUp(self):
+        super().setUp()
+        self.start()
+        self.w0 = gradient(rng(9), N)
+
+    def ready(self, rank=0, shard=0):
+        """A conn of rank that said HELLO to shard, which rank 0 initialised."""
+        c = self.joined(rank, shard)
+        if rank == 0:
+            c.init(self.w0[slice(*P.shard_range(N, 2, shard))])
+        return c
+
+    def raw(self, c, parts):
+        """Sends parts as one message on c; returns the reply."""
+        c.sock.send_multipart(parts)
+        r = c.recv(2000)
+        self.assertIsNotNone(r, "no reply")
+        return r
+
+    def test_header(self):
+        c = self.conn()
+        for hdr, text in ((b"", "header of 0 bytes (expected 1 to 1024)"),
+                          (b"\xff\xff\xff", "header of 3 bytes does not parse as dcps.Header")):
+            r = self.raw(c, [hdr])
+            self.assertError(r, "HEADER", text)
+            # Nothing of such a header is read: the ERROR names rank 0, seq 0.
+            self.assertEqual((r.h.rank, r.h.seq, r.h.session, r.h.shard), (0, 0, 0, 0))
+
+    def test_header_cap_and_unknown_fields(self):
+        c = self.ready()
+        hello = c.header(pb.HELLO, 77, shard=0, n_params=N).SerializeToString()
+        over = hello + unknown_field(1000, P.HEADER_MAX + 1 - len(hello))
+        self.assertEqual(len(over), P.HEADER_MAX + 1)
+        self.assertError(self.raw(c, [over]), "HEADER",
+                         f"header of {P.HEADER_MAX + 1} bytes (expected 1 to {P.HEADER_MAX})")
+        # Below the cap, unknown fields are ignored: a PUSH with 4096 bytes of header.
+        g = P.dense(np.ones(512, F32))
+        push = c.header(pb.PUSH, 78, g, step=0).SerializeToString()
+        extra = unknown_field(1000, P.HEADER_MAX - len(push))
+        r = self.raw(c, [push + extra, g[0][1]])
+        self.assertEqual((r.type, r.h.seq, r.h.param_version), (pb.PUSH_ACK, 78, 1))
+
+    def test_protover(self):
+        c = self.ready()
+        self.refused(c, "PROTOVER", "protocol version 1, this shard speaks 2", pb.HEARTBEAT,
+                     protocol=1)
+        self.refused(c, "PROTOVER", "protocol version 0, this shard speaks 2", pb.HEARTBEAT,
+                     protocol=None)
+        # Checked first: a wrong job id and type too are PROTOVER.
+        self.refused(c, "PROTOVER", "protocol version 3, this shard speaks 2", 99, protocol=3,
+                     job_id=5)
+
+    def test_jobid(self):
+        c = self.ready()
+        self.refused(c, "JOBID", f"job id 5, this is job {self.job_id}", pb.HEARTBEAT, job_id=5)
+        self.refused(c, "JOBID", f"job id 0, this is job {self.job_id}", 99, job_id=None)
+
+    def test_msgtype(self):
+        c = self.ready()
+        self.refused(c, "MSGTYPE", "message type 99 is unknown", 99, rank=7)
+        self.refused(c, "MSGTYPE", "message type 0 is unknown", 0)
+        for t in (pb.WELCOME, pb.PUSH_ACK, pb.PULL_REPLY, pb.ERROR):
+            self.refused(c, "MSGTYPE", f"a shard does not accept {pb.MsgType.Name(t)}", t)
+        # The rank is checked before the type is refused.
+        self.refused(c, "RANK", "rank 7, the job has ranks 0 to 1", pb.WELCOME, rank=7)
+
+    def test_rank(self):
+        c = self.conn(2)
+        self.refused(c, "RANK", "rank 2, the job has ranks 0 to 1", pb.HELLO, shard=0, n_params=N)
+        c = self.conn(2**32 - 1)
+        self.refused(c, "RANK", f"rank {2**32 - 1}, the job has ranks 0 to 1", pb.HEARTBEAT)
+
+    def test_framecount(self):
+        c = self.ready()
+        ones = P.dense(np.ones(512, F32))
+        # Described and sent differ.
+        hdr = c.header(pb.PUSH, 5, ones, step=0).SerializeToString()
+        self.assertError(self.raw(c, [hdr]), "FRAMECOUNT",
+                         "PUSH header describes 1 payload frames, message has 0")
+        five = P.dense(np.ones(1, F32)) * 5
+        self.refused(c, "FRAMECOUNT", "PUSH header describes 5 payload frames, message has 5",
+                     pb.PUSH, five, step=0)
+        # The shape of a PUSH and an INIT.
+        self.refused(c, "FRAMECOUNT", "a sparse PUSH needs an indices frame then a values frame",
+                     pb.PUSH, step=0)
+        self.refused(c, "FRAMECOUNT", "PUSH needs one dense frame, got 1 frames", pb.PUSH,
+                     [P.frame(pb.FRAME_INDICES, np.arange(3))], step=0)
+        self.refused(c, "FRAMECOUNT", "a sparse PUSH needs an indices frame then a values frame",
+                     pb.PUSH, P.sparse([1], [1.0])[::-1], step=0)
+        self.refused(c, "FRAMECOUNT", "INIT needs one dense frame, got 2 frames", pb.INIT,
+                     P.sparse([1], [1.0]))
+
+    def test_framelen(self):
+        c = self.ready()
+        ones = np.ones(512, F32)
+
+        def described(kind, dtype, count, nbytes, data):
+            return [(dict(kind=kind, dtype=dtype, count=count, bytes=nbytes), data)]
+        data = ones.tobytes()
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 4 or dtype 1", pb.PUSH,
+                     described(4, 1, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 3", pb.PUSH,
+                     described(1, 3, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2047 bytes, frame "
+                     "has 2047 bytes", pb.PUSH, described(1, 1, 512, 2047, data[:2047]), step=0)
+        self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2048 bytes, frame "
+                     "has 2044 bytes", pb.PUSH, described(1, 1, 512, 2048, data[:2044]), step=0)
+        self.refused(c, "FRAMELEN", "a dense frame must hold float32 values", pb.PUSH,
+                     [P.frame(pb.FRAME_DENSE, np.arange(512))], step=0)
+        self.refused(c, "FRAMELEN", "sparse frames must be uint32 indices and float32 values",
+                     pb.PUSH, [P.frame(pb.FRAME_INDICES, np.ones(2, F32)),
+                               P.frame(pb.FRAME_VALUES, np.ones(2, F32))], step=0)
+        self.refused(c, "FRAMELEN", "3 indices but 2 values", pb.PUSH,
+                     [P.frame(pb.FRAME_INDICES, np.arange(3)),
+                      P.frame(pb.FRAME_VALUES, np.ones(2, F32))], step=0)
+
+    def test_range_order_nonfinite(self):
+        c0, c1 = self.ready(0, 0), self.ready(0, 1)
+        self.refused(c1, "RANGE", "index 5 at position 0 is outside the shard's range "
+                     "[512, 1000)", pb.PUSH, P.sparse([5], [1.0]), step=0)
+        self.refused(c0, "RANGE", "index 512 at position 1 is outside the shard's range "
+                     "[0, 512)", pb.PUSH, P.sparse([3, 512], [1.0, 1.0]), step=0)
+        self.refused(c0, "ORDER", "index 3 at position 1 follows 5", pb.PUSH,
+                     P.sparse([5, 3], [1.0, 1.0]), step=0)
+        self.refused(c0, "ORDER", "index 5 at position 1 follows 5", pb.PUSH,
+                     P.sparse([5, 5], [1.0, 1.0]), step=0)
+        # Entry by entry: position 1's ORDER before position 2's RANGE.
+        self.refused(c0, "ORDER", "index 3 at position 1 follows 7", pb.PUSH,
+                     P.sparse([7, 3, 9999], [1.0, 1.0, 1.0]), step=0)
+        g = np.ones(512, F32)
+        g[7] = np.nan
+        self.refused(c0, "NONFINITE", "value nan at offset 7 is not finite", pb.PUSH,
+                     P.dense(g), step=0)
+        self.refused(c0, "NONFINITE", "value -inf for index 9 is not finite", pb.PUSH,
+                     P.sparse([8, 9], [1.0, -np.inf]), step=0)
+        # Values are checked after every index: RANGE before NONFINITE.
+        self.refused(c0, "RANGE", "index 600 at position 1 is outside the shard's range "
+                     "[0, 512)", pb.PUSH, P.sparse([8, 600], [np.nan, 1.0]), step=0)
+        init = self.w0[:512].copy()
+        init[0] = np.inf
+        self.refused(self.conn(1), "SESSION", re.compile(".*"), pb.INIT, P.dense(init))
+        # Nothing of it all was applied.
+        self.assertEqual(c0.pull(0).h.param_version, 0)
+        self.assertTrue(np.array_equal(c0.pull(0).arrays[0], self.w0[:512]))
+
+    def test_size(self):
+        c = self.conn(0)
+        self.refused(c, "SIZE", "worker expected shard 1 at this endpoint, this is shard 0",
+                     pb.HELLO, shard=1, n_params=N)
+        self.refused(c, "SIZE", "worker's model has 999 parameters, this job has 1000",
+                     pb.HELLO, shard=0, n_params=999)
+        self.refused(c, "SIZE", "worker's model has 0 parameters, this job has 1000",
+                     pb.HELLO, shard=0)
+        c.hello(0, N)
+        self.refused(c, "SIZE", "dense frame of 5 elements, the shard's range has 512",
+                     pb.INIT, P.dense(np.ones(5, F32)))
+        c.init(self.w0[:512])
+        self.refused(c, "SIZE", "dense frame of 511 elements, the shard's range has 512",
+                     pb.PUSH, P.dense(np.ones(511, F32)), step=0)
+        self.refused(c, "SIZE", "513 entries, more than the shard's 512 parameters",
+                     pb.PUSH, P.sparse(np.arange(513), np.ones(513, F32)), step=0)
+
+    def test_notready_version_state(self):
+        c = self.joined(0)
+        ones = P.dense(np.ones(512, F32))
+        self.refused(c, "NOTREADY", "rank 0 has not initialised the parameters yet", pb.PULL)
+        self.refused(c, "NOTREADY", "rank 0 has not initialised the parameters yet", pb.PUSH,
+                     ones, step=0)
+        # Before NOTREADY: the payload, then the version.
+        self.refused(c, "SIZE", re.compile("dense frame of 5 .*"), pb.PUSH,
+                     P.dense(np.ones(5, F32)), step=0)
+        self.refused(c, "VERSION", "gradient computed on version 1, this shard is at version 0",
+                     pb.PUSH, ones, step=0, param_version=1)
+        other = self.joined(1)
+        self.refused(other, "STATE", "only rank 0 initialises parameters, not rank 1", pb.INIT,
+                     P.dense(self.w0[:512]))
+        c.init(self.w0[:512])
+        self.refused(c, "VERSION", "gradient computed on version 5, this shard is at version 0",
+                     pb.PUSH, ones, step=0, param_version=5)
+        self.assertEqual(c.push(0, 0, g=np.ones(512, F32)).h.param_version, 1)
+        self.refused(c, "VERSION", "gradient computed on version 2, this shard is at version 1",
+                     pb.PUSH, ones, step=1, param_version=2)
+
+    def test_state_of_barriers(self):
+        a, b = self.joined(0), self.joined(1)
+        first = a.send(pb.BARRIER, step=1)
+        self.refused(b, "STATE", "barrier 2 requested while barrier 1 is open", pb.BARRIER,
+                     step=2)
+        self.assertEqual(b.barrier(1).type, pb.BARRIER)
+        rep = answer(a, 2000)
+        self.assertEqual((rep.type, rep.h.seq), (pb.BARRIER, first))
+        self.assertEqual(a.bye().type, pb.BYE)
+        self.refused(a, "STATE", "rank 0 entered a barrier without HELLO", pb.BARRIER, step=3)
+
+
+class SyncErrors(Case):
+    def test_a_push_for_another_round_is_state(self):
+        self.start(job={"mode": "sync"})
+        a = self.joined(0, init=np.zeros(N, F32))
+        self.joined(1)
+        ones = P.dense(np.ones(512, F32))
+        self.refused(a, "STATE", "push for step 3, the open round is 0", pb.PUSH, ones, step=3)
+        self.assertEqual(a.push(0, 0, g=np.ones(512, F32)).h.flags, 0)
+        self.refused(a, "STATE", "a second push from rank 0 for step 0", pb.PUSH, ones, step=0)
+
+
+class SizeFromRankZero(Case):
+    """Section 9: [model] params = auto."""
+
+    def test_hellos_of_an_unsized_shard(self):
+        self.start(model={"params": "auto"})
+        self.refused(self.conn(1), "NOTREADY", "the model's size is not known yet: [model] "
+                     "params = auto, and rank 0 has not said HELLO to this shard", pb.HELLO,
+                     shard=0, n_params=N)
+        c = self.conn(0)
+        for n, text in ((2**30 + 1, "rank 0's model has 1073741825 parameters, more than the "
+                         "1073741824 that [model] params = auto accepts: give the count as "
+                         "[model] params"),
+                        (0, "rank 0's model has 0 parameters, outside [1, 4294967295] (indices "
+                         "are 32-bit on the wire)"),
+                        (64, "rank 0's model has 64 parameters, too few for the 2 [servers] "
+                         "shards: shard 0 would own none")):
+            self.refused(c, "SIZE", text, pb.HELLO, shard=0, n_params=n)
+        self.refused(c, "SESSION", "rank 0 has not said HELLO to this shard", pb.PULL)
+        w = c.hello(0, 200)
+        self.assertEqual((w.h.n_params, w.h.range_lo, w.h.range_hi, w.h.initialized),
+                         (200, 0, 128, False))
+        self.refused(self.conn(1), "SIZE", "worker's model has 1000 parameters, this job has 200",
+                     pb.HELLO, shard=0, n_params=N)
+        self.assertEqual(self.conn(1).hello(0, 200).type, pb.WELCOME)
+
+
+    def test_a_shard_that_cannot_allocate_the_model_says_nomem_and_waits_on(self):
+        job = self.start(model={"params": "auto"})
+        pid = job.servers[0].pid
+        with open(f"/proc/{pid}/status") as f:
+            vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+        limit = (vm + 256 * 1024) * 1024  # 256 MiB more than it has: not the 2 GiB asked
+        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+        c = self.conn(0)
+        self.refused(c, "NOMEM", f"cannot allocate this shard for rank 0's model of {2**30} "
+                     "parameters", pb.HELLO, shard=0, n_params=2**30)
+        self.assertEqual(c.hello(0, N).h.range_hi, 512)
+
+
+class Transport(Case):
+    def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32))
+        most = 8 * 512 + 65536  # shard 0's range has 512 parameters
+        self.refused(c, "SIZE", f"dense frame of {most // 4} elements, the shard's range has 512",
+                     pb.PUSH, P.dense(np.ones(most // 4, F32)), step=0)
+        big = P.dense(np.ones(most // 4 + 1, F32))
+        c.send(pb.PUSH, big, step=0)
+        self.assertIsNone(c.recv(500))  # no reply: ZeroMQ dropped the connection
+        # The shard serves on, this client too once its socket has reconnected.
+        self.assertEqual(self.joined(1).heartbeat().type, pb.HEARTBEAT)
+        self.assertEqual(c.pull(0).h.param_version, 0)
+
+
+class Curve(Case):
+    """Section 1 and 5 under [security] curve = true: a key the shard does not
+    hold gets no reply at all; a key speaks only for the ranks of its file name."""
+
+    def test_a_key_speaks_only_for_its_ranks(self):
+        if not zmq.has("curve"):
+            self.skipTest("this libzmq has no CURVE")
+        d = tempfile.mkdtemp(prefix="dcps-curve-")
+        self.addCleanup(shutil.rmtree, d, True)
+        server_pub, server_sec = zmq.curve_keypair()
+        secret = os.path.join(d, "server.key")
+        with open(secret, "wb") as f:
+            f.write(server_sec + b"\n")
+        os.chmod(secret, stat.S_IRUSR | stat.S_IWUSR)
+        keys = os.path.join(d, "workers")
+        os.mkdir(keys)
+        pairs = {}
+        for name in ("one@1", "all@all", "stranger@0"):
+            pairs[name] = zmq.curve_keypair()
+            if name != "stranger@0":
+                with open(os.path.join(keys, name + ".pub"), "wb") as f:
+                    f.write(pairs[name][0] + b"\n")
+        self.start(security={"curve": "true", "server_secret_key_file": secret,
+                             "server_public_key": server_pub.decode(),
+                             "worker_keys_dir": keys})
+
+        def conn(rank, name, **kw):
+            return self.conn(rank, curve=(server_pub, *pairs[name]), **kw)
+        self.refused(conn(0, "one@1"), "AUTH", "the CURVE key of one@1.pub may not speak for "
+                     "rank 0", pb.HELLO, shard=0, n_params=N)
+        self.assertEqual(conn(1, "one@1").hello(0, N).type, pb.WELCOME)
+        self.assertEqual(conn(0, "all@all").hello(0, N).type, pb.WELCOME)
+        # Before the session: a key's request for a rank it may not speak for is AUTH.
+        self.refused(conn(0, "one@1"), "AUTH", re.compile(".*rank 0"), pb.HEARTBEAT)
+        # Refused in the handshake: nothing it sends reaches the shard.
+        stranger = conn(0, "stranger@0", timeout_ms=300, retries=0)
+        with self.assertRaises(P.Timeout):
+            stranger.hello(0, N)
 
 
 if __name__ == "__main__":
