@@ -92,7 +92,9 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap);
  * known type (MSGTYPE), as many frames as descriptions and at most
  * DCPS_MAX_FRAMES (FRAMECOUNT), known kind/dtype and byte length = count × size =
  * the frame's length (FRAMELEN). On failure returns the code and writes a
- * sentence to why; out is then only valid for type, rank and seq. */
+ * sentence to why; out is then only valid for type, rank and seq. frames holds
+ * nframes entries, or none past DCPS_MAX_FRAMES when nframes is larger (the
+ * parts received: refused before any frame is read). */
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen);
 

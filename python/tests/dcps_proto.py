@@ -152,11 +152,12 @@ class Conn:
     other header fields are given per request (a field left out is absent on the
     wire). With curve = (server_public, public, secret), Z85 keys, the socket is a
     CURVE client (section 1). seq counts from `seq` up, one per request; a retry
-    sends the same bytes again."""
+    sends the same bytes again. With `shard` (its index) every reply must name
+    that shard (section 7)."""
 
     def __init__(self, ctx, endpoint, job, rank, session=None, seq=1, curve=None,
-                 timeout_ms=2000, retries=2):
-        self.job, self.rank = job, rank
+                 timeout_ms=2000, retries=2, shard=None):
+        self.job, self.rank, self.shard = job, rank, shard
         self.session = new_session() if session is None else session
         self.seq = seq
         self.timeout_ms, self.retries = timeout_ms, retries
@@ -225,11 +226,23 @@ class Conn:
                         and type_ != pb.HEARTBEAT:
                     deadline = time.monotonic() + self.timeout_ms / 1000
                     continue
+                self.check(r)
                 if r.type == pb.ERROR and check:
                     raise Error(r)
                 return r
         raise Timeout(f"{pb.MsgType.Name(type_)} seq {seq}: no reply after "
                       f"{self.retries + 1} attempts of {self.timeout_ms} ms")
+
+    def check(self, r):
+        """Section 7: a reply names the shard that sends it and, unless it is an
+        ERROR, the request's job id, rank and session. Raises ValueError."""
+        if self.shard is not None and r.h.shard != self.shard:
+            raise ValueError(f"{pb.MsgType.Name(r.type)} names shard {r.h.shard}, "
+                             f"not {self.shard}")
+        if r.type != pb.ERROR and (r.h.job_id, r.h.rank, r.h.session) != \
+                (self.job, self.rank, self.session):
+            raise ValueError(f"{pb.MsgType.Name(r.type)} names job {r.h.job_id}, rank "
+                             f"{r.h.rank}, session {r.h.session:x}")
 
     # --- the requests (section 7) -----------------------------------------------------------
 
@@ -273,7 +286,8 @@ class Worker:
     def __init__(self, ctx, endpoints, job, rank, n_params, **conn):
         self.n = n_params
         self.session = new_session()
-        self.conns = [Conn(ctx, ep, job, rank, self.session, **conn) for ep in endpoints]
+        self.conns = [Conn(ctx, ep, job, rank, self.session, shard=s, **conn)
+                      for s, ep in enumerate(endpoints)]
         self.ranges, self.welcome = [], []
         self.held = np.zeros(n_params, dtype=np.float32)
         self.version = [None] * len(endpoints)  # the version held of each range

@@ -72,10 +72,13 @@ def gradient(r, n, scale=1.0):
 
 
 def answer(c, ms):
-    """The next message on c that is not a HEARTBEAT WAITING, or None within ms."""
+    """The next message on c that is not a HEARTBEAT WAITING, or None within ms.
+    Each must name c's shard and session (Conn.check)."""
     until = time.monotonic() + ms / 1000
     while True:
         rep = c.recv(max(1, int((until - time.monotonic()) * 1000)))
+        if rep is not None:
+            c.check(rep)
         if rep is None or not (rep.type == pb.HEARTBEAT and rep.h.flags & pb.FLAG_WAITING):
             return rep
         if time.monotonic() > until:
@@ -112,7 +115,8 @@ class Case(unittest.TestCase):
         return job
 
     def conn(self, rank=0, shard=0, session=None, **kw):
-        c = P.Conn(self.ctx, self.endpoints[shard], self.job_id, rank, session, **kw)
+        c = P.Conn(self.ctx, self.endpoints[shard], self.job_id, rank, session, shard=shard,
+                   **kw)
         self.conns.append(c)
         return c
 
@@ -325,6 +329,7 @@ class HappyPath(Case):
             seqs = [c.send(pb.PULL, step=step + 1) for c in a.conns]
             for c, seq in zip(a.conns, seqs):
                 beat = c.recv(1000)
+                c.check(beat)  # it names the shard and the session too
                 self.assertEqual((beat.type, beat.h.seq, beat.h.flags),
                                  (pb.HEARTBEAT, seq, pb.FLAG_WAITING))
             if step == 1:
