@@ -295,6 +295,9 @@ class HappyPath(Case):
         self.assertTrue(np.array_equal(held, w0 + (w2 - w0)))
         # EXACT: w itself, dense.
         self.assertTrue(np.array_equal(wk2.pull(2, exact=True), w2))
+        # A plain pull once the version moved past the mirror's tag: w too.
+        self.assertTrue(np.array_equal(wk.pull(2), w2))
+        self.assertEqual(wk.kinds, [[pb.FRAME_DENSE]] * 2)
 
     def test_delta_is_ignored_without_delta_pulls(self):
         self.start()
@@ -560,6 +563,16 @@ class Errors(Case):
         r = self.raw(c, [push + extra, g[0][1]])
         self.assertEqual((r.type, r.h.seq, r.h.param_version), (pb.PUSH_ACK, 78, 1))
 
+    def test_which_errors_name_the_session(self):
+        c = self.ready()
+        for fields in ({"protocol": 1}, {"job_id": 5}, {"type": 99}):
+            r = c.request(fields.pop("type", pb.HEARTBEAT), check=False, **fields)
+            self.assertEqual((r.type, r.h.session, r.h.seq), (pb.ERROR, 0, c.seq - 1), r.h)
+        r = c.request(pb.PUSH, P.dense(np.ones(3, F32)), check=False, step=0)
+        self.assertEqual((r.h.error_code, r.h.session), (pb.E_SIZE, c.session))
+        r = c.request(pb.WELCOME, check=False)
+        self.assertEqual((r.h.error_code, r.h.session), (pb.E_MSGTYPE, c.session))
+
     def test_protover(self):
         c = self.ready()
         self.refused(c, "PROTOVER", "protocol version 1, this shard speaks 2", pb.HEARTBEAT,
@@ -694,12 +707,19 @@ class Errors(Case):
         other = self.joined(1)
         self.refused(other, "STATE", "only rank 0 initialises parameters, not rank 1", pb.INIT,
                      P.dense(self.w0[:512]))
+        bad = self.w0[:512].copy()
+        bad[3] = np.inf
+        self.refused(c, "NONFINITE", "value inf at offset 3 is not finite", pb.INIT,
+                     P.dense(bad))
         c.init(self.w0[:512])
         self.refused(c, "VERSION", "gradient computed on version 5, this shard is at version 0",
                      pb.PUSH, ones, step=0, param_version=5)
-        self.assertEqual(c.push(0, 0, g=np.ones(512, F32)).h.param_version, 1)
+        self.assertEqual(c.push(0, 0, g=np.ones(512, F32), seq=20).h.param_version, 1)
         self.refused(c, "VERSION", "gradient computed on version 2, this shard is at version 1",
-                     pb.PUSH, ones, step=1, param_version=2)
+                     pb.PUSH, ones, step=1, param_version=2, seq=21)
+        # A refused push is not the session's last: its seq is new again.
+        ack = c.push(1, 1, g=np.ones(512, F32), seq=21)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
 
     def test_state_of_barriers(self):
         a, b = self.joined(0), self.joined(1)
@@ -711,6 +731,42 @@ class Errors(Case):
         self.assertEqual((rep.type, rep.h.seq), (pb.BARRIER, first))
         self.assertEqual(a.bye().type, pb.BYE)
         self.refused(a, "STATE", "rank 0 entered a barrier without HELLO", pb.BARRIER, step=3)
+        # Its session is still bound: it may speak, and say HELLO again.
+        self.assertEqual(a.heartbeat().type, pb.HEARTBEAT)
+        self.assertEqual(a.hello(0, N).type, pb.WELCOME)
+
+
+class Waiting(Case):
+    """Section 8: waiting requests, retries from another socket, DONE."""
+
+    def test_a_waiting_pull_is_answered_to_its_latest_retry(self):
+        self.start(job={"mode": "sync"})
+        a = self.joined(0, init=np.zeros(N, F32), session=SA)
+        b = self.joined(1)
+        a.push(0, 0, g=np.ones(512, F32))
+        seq = a.send(pb.PULL, step=1)
+        self.assertEqual(a.recv(1000).h.flags, pb.FLAG_WAITING)
+        again = self.conn(0, session=SA)  # the same session, another socket
+        again.heartbeat()
+        again.send(pb.PULL, step=1, seq=seq)
+        beat = again.recv(1000)  # the wait is its now
+        self.assertEqual((beat.type, beat.h.seq, beat.h.flags), (pb.HEARTBEAT, seq, pb.FLAG_WAITING))
+        b.push(0, 0, g=np.ones(512, F32))
+        rep = answer(again, 2000)
+        self.assertEqual((rep.type, rep.h.seq, rep.h.param_version), (pb.PULL_REPLY, seq, 1))
+        self.assertIsNone(answer(a, 300))
+
+    def test_a_done_rank_is_not_waited_for(self):
+        self.start(job={"mode": "sync"})
+        a = self.joined(0, init=np.zeros(N, F32))
+        b = self.joined(1)
+        self.assertEqual(b.done().type, pb.DONE)
+        a.push(0, 0, g=np.ones(512, F32))
+        self.assertEqual(a.pull(1).h.param_version, 1)  # round 0 closed without rank 1
+        # It may still push; the round waits for it no longer.
+        self.assertEqual(b.push(1, 1, g=np.ones(512, F32)).h.flags, 0)
+        self.assertEqual(a.push(1, 1, g=np.ones(512, F32)).h.param_version, 1)
+        self.assertEqual(a.pull(2).h.param_version, 2)
 
 
 class SyncErrors(Case):
