@@ -750,7 +750,8 @@ class Waiting(Case):
         again.heartbeat()
         again.send(pb.PULL, step=1, seq=seq)
         beat = again.recv(1000)  # the wait is its now
-        self.assertEqual((beat.type, beat.h.seq, beat.h.flags), (pb.HEARTBEAT, seq, pb.FLAG_WAITING))
+        self.assertEqual((beat.type, beat.h.seq, beat.h.flags),
+                         (pb.HEARTBEAT, seq, pb.FLAG_WAITING))
         b.push(0, 0, g=np.ones(512, F32))
         rep = answer(again, 2000)
         self.assertEqual((rep.type, rep.h.seq, rep.h.param_version), (pb.PULL_REPLY, seq, 1))
