@@ -156,7 +156,7 @@ class Conn:
     that shard (section 7)."""
 
     def __init__(self, ctx, endpoint, job, rank, session=None, seq=1, curve=None,
-                 timeout_ms=2000, retries=2, shard=None):
+                 timeout_ms=2000, retries=2, shard=None, routing_id=None):
         self.job, self.rank, self.shard = job, rank, shard
         self.session = new_session() if session is None else session
         self.seq = seq
@@ -165,6 +165,8 @@ class Conn:
         self.sock.setsockopt(zmq.LINGER, 0)
         if curve:
             self.sock.curve_serverkey, self.sock.curve_publickey, self.sock.curve_secretkey = curve
+        if routing_id:  # section 1: better not; for the tests of what happens then
+            self.sock.setsockopt(zmq.ROUTING_ID, routing_id)
         self.sock.connect(endpoint)
 
     def close(self):

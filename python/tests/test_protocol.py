@@ -443,6 +443,16 @@ class Identity(Case):
         ack = new.push(0, 1, g=np.ones(512, F32), seq=1)
         self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
 
+    def test_a_routing_id_in_use_cuts_nobody_off(self):
+        self.start()
+        live = self.joined(0, routing_id=b"worker-7", session=SA)
+        twin = self.conn(0, routing_id=b"worker-7", session=SA)
+        twin.send(pb.HEARTBEAT)
+        self.assertIsNone(twin.recv(500))  # never delivered, never answered
+        for _ in range(3):
+            self.assertEqual(live.heartbeat().type, pb.HEARTBEAT)
+        self.assertIsNone(twin.recv(100))
+
     def test_bye_frees_the_rank_at_once(self):
         self.start()
         old = self.joined(0, session=SA)
