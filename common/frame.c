@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -30,6 +31,7 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
     bool nomem = false;
     f->n = 0;
     f->extra = 0;
+    f->peer[0] = '\0';
     for (;;) {
         zmq_msg_t scratch;
         zmq_msg_t *p = f->n < DCPS_MAX_PARTS ? &f->part[f->n] : &scratch;
@@ -44,6 +46,11 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
             return DCPS_E_ZMQ;
         }
         int more = zmq_msg_more(p);
+        if (!f->peer[0]) {
+            const char *a = zmq_msg_gets(p, "Peer-Address");
+            if (a)
+                snprintf(f->peer, sizeof f->peer, "%s", a);
+        }
         if (p != &scratch && align_part(p) != 0)
             nomem = true; /* the rest is still received: never leave a socket mid-message */
         if (p == &scratch) {

@@ -274,11 +274,13 @@ START_TEST(apply_sparse_uses_global_indices)
     assert_floats(s->w, w2, 8);
     ck_assert_uint_eq(s->version, v0 + 2);
 
-    /* An empty sparse push is still an applied push. */
-    dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0);
+    /* An empty sparse push is no update (shard.h): w, version, count and
+     * sequence numbers stay. */
+    ck_assert_int_eq(dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0), 0);
     assert_floats(s->w, w2, 8);
-    ck_assert_uint_eq(s->version, v0 + 3);
-    ck_assert(dcps_shard_is_duplicate(s, 2, 12));
+    ck_assert_uint_eq(s->version, v0 + 2);
+    ck_assert_uint_eq(s->pushes, 2);
+    ck_assert(!dcps_shard_is_duplicate(s, 2, 12));
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -372,13 +374,17 @@ END_TEST
 
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
-    /* SGD: n floats of parameters, and per worker a 64-bit sequence number and
-     * a restore flag. */
+    /* SGD: n floats of parameters, n of the update buffer, and per worker a
+     * 64-bit sequence number and a restore flag. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
     const size_t per_worker = sizeof(uint64_t) + sizeof(bool);
-    ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 59); /* 32 + 3 · 9 */
+    ck_assert_uint_eq(dcps_shard_memory(s0), 2 * 64 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 2 * 8 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 91); /* 2 · 32 + 3 · 9 */
+    dcps_shard_memory_t k;
+    dcps_shard_memory_kinds(s1, &k);
+    ck_assert_uint_eq(k.parameters, 32);
+    ck_assert_uint_eq(k.update_buffer, 32);
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -527,14 +533,15 @@ START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
 }
 END_TEST
 
-START_TEST(memory_of_dcasgd_is_two_plus_p_times_the_shard)
+START_TEST(memory_of_dcasgd_is_three_plus_p_times_the_shard)
 {
+    /* w, MS, P backups and the update buffer; constant λ: no MS. */
     dcps_shard_t *s = dc_shard(true);
     const size_t per_worker = sizeof(uint64_t) + sizeof(bool); /* seq and restore flag */
-    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (3 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);
-    ck_assert_uint_eq(dcps_shard_memory(s), (1 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -564,7 +571,7 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
     tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);
     tcase_add_test(tc, shard_dcasgd_keeps_one_backup_per_worker);
-    tcase_add_test(tc, memory_of_dcasgd_is_two_plus_p_times_the_shard);
+    tcase_add_test(tc, memory_of_dcasgd_is_three_plus_p_times_the_shard);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("momentum and dcasgd");
