@@ -19,6 +19,7 @@
 #include "dcps.pb-c.h"
 #include "proto/codec.h"
 #include "tests/harness.h"
+#include "worker/dcps.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
 
@@ -614,6 +615,46 @@ START_TEST(a_push_with_a_long_unknown_field_is_applied)
 }
 END_TEST
 
+/* The client library passes every header-field check on every path: dense and
+ * sparse (also empty) pushes, dense, delta (with want) and exact pulls (without
+ * want: it needs DELTA), barrier, done. Not one bad message. */
+START_TEST(the_client_library_passes_every_field_check)
+{
+    char ep[256], set[300], e[512], text[4096];
+    int rc = 0;
+    snprintf(text, sizeof text, "%s[compression]\npull = delta\n",
+             h_slurp(job(1, "tcp://127.0.0.1:*")));
+    const char *j = h_write("job-delta.ini", text);
+    load(j);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    snprintf(set, sizeof set, "servers.shards=%s", ep);
+    const char *ov[] = {set};
+    dcps_client_t *c = dcps_client_open(j, 0, ov, 1, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    float *g = calloc(cfg.n_params, sizeof *g);
+    const uint32_t idx[2] = {3, 700};
+    const float val[2] = {1, -1};
+    g[9] = 1;
+    ck_assert_int_eq(dcps_client_init(c, p0), 0);
+    dcps_client_set_pull_density(c, 0.01);
+    ck_assert_msg(dcps_client_pull(c, got) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_dense(c, g) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_pull(c, got) == 0, "%s", dcps_client_error(c)); /* delta */
+    ck_assert_msg(dcps_client_push_sparse(c, idx, val, 2) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_sparse(c, idx, val, 0) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_pull_exact(c, got) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_barrier(c, 1) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_done(c) == 0, "%s", dcps_client_error(c));
+    dcps_client_close(&c);
+    free(g);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "version 2, 2 pushes") && strstr(log, " 0 bad messages"), "%s",
+                  log);
+}
+END_TEST
+
 /* One worker on one shard is deterministic, so a run with garbage arriving all
  * along must end exactly like a run without. */
 START_TEST(worker_trains_unaffected_while_garbage_arrives)
@@ -727,6 +768,7 @@ int main(void)
                         (int)(sizeof flt_max_cases / sizeof flt_max_cases[0]));
     tcase_add_test(tc, empty_sparse_push_changes_nothing_in_async_and_counts_in_sync);
     tcase_add_test(tc, a_push_with_a_long_unknown_field_is_applied);
+    tcase_add_test(tc, the_client_library_passes_every_field_check);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }
