@@ -129,19 +129,29 @@ void dcps_momentum_dense_state(float *u, const float *g, size_t n, float mu)
         u[i] = mu * u[i] + g[i];
 }
 
+/* The sparse momentum forms walk the array in runs: the entries between two
+ * pushed ones take g = 0 in a plain loop the compiler vectorises, then the
+ * pushed entry its value. The arithmetic of each entry is dcps_momentum_sparse's
+ * (μ u + 0.0f, which turns −0 into +0 as the in-place rule does). */
 size_t dcps_momentum_sparse_to(float *out, const float *w, const float *u, size_t n,
                                uint64_t base, const uint32_t *idx, const float *v, size_t k,
                                float lr, float mu)
 {
     uint32_t acc = 0;
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        float g = 0.0f;
-        if (j < k && idx[j] - base == i)
-            g = v[j++];
-        const float ui = mu * u[i] + g;
-        out[i] = w[i] - lr * ui;
-        acc |= nonfinite_bit(out[i]);
+    size_t i = 0;
+    for (size_t j = 0; j <= k; j++) {
+        const size_t end = j < k ? (size_t)(idx[j] - base) : n;
+        for (; i < end; i++) {
+            const float ui = mu * u[i] + 0.0f;
+            out[i] = w[i] - lr * ui;
+            acc |= nonfinite_bit(out[i]);
+        }
+        if (j < k) {
+            const float ui = mu * u[i] + v[j];
+            out[i] = w[i] - lr * ui;
+            acc |= nonfinite_bit(out[i]);
+            i++;
+        }
     }
     return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
 }
@@ -149,12 +159,15 @@ size_t dcps_momentum_sparse_to(float *out, const float *w, const float *u, size_
 void dcps_momentum_sparse_state(float *u, size_t n, uint64_t base, const uint32_t *idx,
                                 const float *v, size_t k, float mu)
 {
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        float g = 0.0f;
-        if (j < k && idx[j] - base == i)
-            g = v[j++];
-        u[i] = mu * u[i] + g;
+    size_t i = 0;
+    for (size_t j = 0; j <= k; j++) {
+        const size_t end = j < k ? (size_t)(idx[j] - base) : n;
+        for (; i < end; i++)
+            u[i] = mu * u[i] + 0.0f;
+        if (j < k) {
+            u[i] = mu * u[i] + v[j];
+            i++;
+        }
     }
 }
 
