@@ -24,12 +24,14 @@
 # At the end of each configuration OUT/summary.txt gets its numbers and a PASS or
 # FAIL per target:
 #   rss      every shard's RSS stays flat within 5% after the first WARMUP (60) s:
-#            growth = (end - start) / start, where start is the median of the
-#            samples of the minute from WARMUP s and end the median of the samples
-#            of the run's last minute, both while every worker runs (a median, so
-#            that the messages in flight at one sample do not count as growth). The
-#            highest sample after WARMUP s and the lowest of each minute (the RSS
-#            with the fewest messages in flight) are given too.
+#            growth = (end - start) / start, where start is the lowest sample of
+#            the minute from WARMUP s and end the lowest of the run's last minute,
+#            both while every worker runs. The lowest sample is the RSS with the
+#            fewest messages in flight: memory that a shard keeps (a leak,
+#            fragmentation) raises it, while a sample can be up to a push and a
+#            pull reply per worker above it (dense: 2 x 4N / SHARDS bytes each)
+#            depending on how many are queued at that moment. The medians of the
+#            two minutes, their growth, and the highest sample are given too.
 #   errors   no error: dcps_errors_total 0 on every shard, no "warning:" or "err:"
 #            line in a shard's log, no "err:" line in a worker's log and no
 #            warning there other than a resend, no worker declared dead, no sync push
@@ -45,12 +47,17 @@
 #
 # usage: bench/soak.sh [-w WORKERS] [-n SHARDS] [-t DURATION] [-c COMPUTE_MS]
 #            [-s STEP_MS] [-i INTERVAL] [-W WARMUP] [-l LAYERS] [-p PARAMS]
-#            [-x "async-dense async-topk sync-dense sync-topk"] [-P PORT] [-o OUT]
+#            [-x "async-dense async-topk sync-dense sync-topk"] [-P PORT] [-o OUT] [-R]
 #   defaults: 64 workers, 2 shards, 600 s, compute 100 ms, STEP_MS = COMPUTE_MS,
 #      INTERVAL 10 s, WARMUP 60 s, the MLP 784,256,128,10 (235,146 parameters; -p N
 #      gives the shards and workers a model of N parameters instead), all four
 #      configurations, metrics on ports from PORT (19100) up that nothing listens on,
 #      OUT bench/results/$(date +%F)/soak.
+#   -R: runs nothing; evaluates the recorded run in OUT again (its CSVs, logs and
+#      workers.txt; give the options of the run that made them) and writes
+#      summary.txt (keeping its first lines: command, commit, machine, job) and
+#      summary.csv anew, with this script's targets; the summary.txt the run wrote
+#      is kept as summary-at-run.txt.
 # Exit status: 0 if every target of every configuration passed, 1 otherwise, 2 for a
 # bad option. Programs from $BUILD (default build/).
 set -uo pipefail
@@ -58,12 +65,12 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$root/build}
 WORKERS=64 SHARDS=2 DURATION=600 COMPUTE_MS=100 STEP_MS='' INTERVAL=10 WARMUP=60
-LAYERS=784,256,128,10 PARAMS=layers PORT=19100 EPOCHS=10
+LAYERS=784,256,128,10 PARAMS=layers PORT=19100 EPOCHS=10 AGAIN=0
 CONFIGS="async-dense async-topk sync-dense sync-topk"
 OUT=$root/bench/results/$(date +%F)/soak
 cmdline="bench/soak.sh $*"
 usage() { sed -n '/^# usage:/,/^# bad option/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts w:n:t:c:s:i:W:l:p:x:P:o: opt; do
+while getopts w:n:t:c:s:i:W:l:p:x:P:o:R opt; do
     case $opt in
     w) WORKERS=$OPTARG ;;
     n) SHARDS=$OPTARG ;;
@@ -77,6 +84,7 @@ while getopts w:n:t:c:s:i:W:l:p:x:P:o: opt; do
     x) CONFIGS=$OPTARG ;;
     P) PORT=$OPTARG ;;
     o) OUT=$OPTARG ;;
+    R) AGAIN=1 ;;
     *) usage ;;
     esac
 done
@@ -96,7 +104,7 @@ declare -A config=(
     [sync-topk]="job.mode=sync optimizer.kind=sgd compression.push=topk compression.density=0.01 compression.pull=delta"
 )
 for x in $CONFIGS; do [ -n "${config[$x]:-}" ] || die "-x: no configuration $x (${!config[*]})"; done
-for p in dcps-server dcps-worker; do
+[ $AGAIN = 1 ] || for p in dcps-server dcps-worker; do
     [ -x "$BUILD/$p" ] || die "no $BUILD/$p (build first, or set BUILD)"
 done
 . "$root/bench/lib.sh"
@@ -127,7 +135,7 @@ trap 'exit 143' TERM
 # The job: emulated workers need no [data] file, only the number of examples
 # (train_limit) that, with the batch size and the epochs, gives each its STEPS.
 list=$(printf 'tcp://127.0.0.1:*%.0s, ' $(seq "$SHARDS"))
-cat >"$OUT/job.ini" <<EOF
+[ $AGAIN = 1 ] || cat >"$OUT/job.ini" <<EOF
 ; written by bench/soak.sh
 [job]
 name = soak
@@ -157,11 +165,11 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
 else
     machine="$machine, no GPU"
 fi
-{
+[ $AGAIN = 1 ] || {
     echo "# dcps soak test, $(date -u '+%F %T UTC')"
     echo "command: $cmdline"
     echo "commit: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
-    echo "machine: $machine; $(uname -sr)"
+    echo "machine: $machine; $(uname -sr); run at niceness $(nice)"
     echo "job: $SHARDS shards, $WORKERS emulated workers (compute_ms $COMPUTE_MS), model $LAYERS" \
         "($N parameters), batch $BATCH, $STEPS steps a worker ($EPOCHS epochs of $PER)," \
         "meant to last about $DURATION s (STEP_MS $STEP_MS); samples every $INTERVAL s," \
@@ -169,6 +177,17 @@ fi
     echo
 } >"$OUT/summary.txt"
 
+if [ $AGAIN = 1 ]; then
+    [ -s "$OUT/summary.txt" ] || die "-R: no $OUT/summary.txt"
+    # What the run itself said stays, once, in summary-at-run.txt.
+    [ -e "$OUT/summary-at-run.txt" ] || cp "$OUT/summary.txt" "$OUT/summary-at-run.txt"
+    { sed '/^$/q' "$OUT/summary.txt" | sed '$d' | grep -v '^evaluated again: '
+      echo "evaluated again: bench/soak.sh $* at commit $(git -C "$root" describe --always --dirty 2>/dev/null ||
+          echo unknown), $(date -u '+%F %T UTC'), from the recorded CSVs, logs and workers.txt"
+      echo; } >"$OUT/summary.txt.new"
+    mv "$OUT/summary.txt.new" "$OUT/summary.txt"
+    rm -f "$OUT/summary.csv"
+fi
 # The first port from $1 up that nothing on this host listens on, and not in $2.
 free_port() {
     local p=$1
@@ -328,14 +347,38 @@ run_config() {
         grep -E ' (warning|err): ' "$dir/w$r.log" 2>/dev/null | sed "s/^/$r: /"
     done >"$OUT/$name.worker-warnings.log"
 
-    summarize "$name" "$wall" "$ok" "$finals" "$hang" "$shard_bad"
+    echo "$wall $ok $finals $hang $shard_bad" >"$OUT/$name.run"
+    summarize "$name"
 }
 
-# summarize NAME WALL OK FINALS HANG SHARD_BAD: the configuration's block in
-# summary.txt (and on stdout) and its row in summary.csv; sets FAILED when a
-# target failed.
+# again NAME: summarize NAME's recorded run. Its .run file has the wall time, the
+# workers that exited 0 and printed a final: line, the hung ones and the shards
+# that did not stop with 0; without one (a run of an earlier version of this
+# script) they are taken from the CSV's last row, workers.txt and the shards'
+# logs ("stopped:" lines), and no worker counts as hung (one that was would have
+# no final: line anyway).
+again() {
+    local name=$1 wall ok finals bad=0 s
+    [ -s "$OUT/$name.csv" ] || { echo "soak.sh: -R: no $OUT/$name.csv; $name left out" >&2; return; }
+    if [ ! -s "$OUT/$name.run" ]; then
+        wall=$(tail -1 "$OUT/$name.csv" | cut -d, -f1)
+        ok=$(awk -F, '$2 == 0' "$OUT/$name.workers.txt" | wc -l)
+        finals=$(grep -c ',final: ' "$OUT/$name.workers.txt")
+        for s in $(seq 0 $((SHARDS - 1))); do
+            grep -q ' stopped: version ' "$OUT/$name.shard$s.log" 2>/dev/null || bad=$((bad + 1))
+        done
+        echo "$wall $ok $finals 0 $bad" >"$OUT/$name.run"
+    fi
+    summarize "$name"
+}
+
+# summarize NAME: the configuration's block in summary.txt (and on stdout) and its
+# row in summary.csv, from its CSV, logs, workers.txt and .run file (wall time,
+# workers that exited 0 and that printed their final: line, hung workers, shards
+# that did not stop with 0); sets FAILED when a target failed.
 summarize() {
-    local name=$1 wall=$2 ok=$3 finals=$4 hang=$5 shard_bad=$6
+    local name=$1 wall ok finals hang shard_bad
+    read -r wall ok finals hang shard_bad <"$OUT/$name.run"
     local resend worker_err worker_warn shard_lines dead retries dropped_final stats cpu
     resend=$(grep -c 'asking again' "$OUT/$name.worker-warnings.log")
     worker_err=$(grep -c ' err: ' "$OUT/$name.worker-warnings.log")
@@ -410,10 +453,10 @@ wall $wall s (workers started to all exited), $STEPS steps a worker; CPU: this j
     while read -r s r0 r1 g mx peak f0 f1 fg e d mem; do
         [ "$s" = cpu ] && continue
         report="$report
-shard $s: RSS $r0 kB from $WARMUP s (median of a minute), $r1 kB at the end (median of the last minute): growth $g%; highest sample from $WARMUP s on $mx kB ($peak% over the first); lowest sample $f0 kB in the first minute, $f1 kB in the last ($fg%); holds $mem bytes by its metrics; errors_total $e, dropped pushes $d"
-        if [ "$g" = - ] || awk -v g="$g" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
+shard $s: RSS $f0 kB from $WARMUP s (lowest sample of a minute), $f1 kB at the end (lowest of the last minute): growth $fg%; medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; errors_total $e, dropped pushes $d"
+        if [ "$fg" = - ] || awk -v g="$fg" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
         metrics_err=$((metrics_err + e)) dropped=$((dropped + d))
-        row="$row,$r0,$r1,$g,$mx,$peak,$f0,$f1,$fg"
+        row="$row,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak"
     done <<<"$stats"
     [ "$(grep -vc '^cpu ' <<<"$stats")" = "$SHARDS" ] || rss_ok=FAIL
     [ $((metrics_err + shard_lines + worker_err + worker_warn + dead + dropped + dropped_final + shard_bad)) = 0 ] ||
@@ -431,8 +474,8 @@ targets: rss $rss_ok, errors $err_ok, workers $work_ok
     if [ ! -s "$OUT/summary.csv" ]; then
         local head="config,wall_s,steps,job_cpu_pct"
         for s in $(seq 0 $((SHARDS - 1))); do
-            head="$head,s${s}_rss_kb_start,s${s}_rss_kb_end,s${s}_growth_pct,s${s}_rss_kb_max,s${s}_peak_pct"
-            head="$head,s${s}_rss_kb_low_start,s${s}_rss_kb_low_end,s${s}_low_growth_pct"
+            head="$head,s${s}_rss_kb_start,s${s}_rss_kb_end,s${s}_growth_pct"
+            head="$head,s${s}_rss_kb_median_start,s${s}_rss_kb_median_end,s${s}_median_growth_pct,s${s}_rss_kb_max,s${s}_peak_pct"
         done
         echo "$head,errors,resend_lines,retries,workers_exit0,workers_final,rss,errors_target,workers_target" >"$OUT/summary.csv"
     fi
@@ -441,6 +484,8 @@ targets: rss $rss_ok, errors $err_ok, workers $work_ok
 }
 
 FAILED=0
-for name in $CONFIGS; do run_config "$name"; done
+for name in $CONFIGS; do
+    if [ $AGAIN = 1 ]; then again "$name"; else run_config "$name"; fi
+done
 echo "soak.sh: results in $OUT" >&2
 exit $FAILED

@@ -4,7 +4,7 @@
 # exits 0; each configuration's CSV has a row a second with each shard's RSS and
 # metrics, the last one after the workers ended; summary.txt says all 3 workers
 # finished with no error and summary.csv has a row per configuration; no process
-# is left. A shard that cannot start is a FAIL and exit status 1. The workers
+# is left; -R, which evaluates the recorded run again, gives the same summary.csv. A shard that cannot start is a FAIL and exit status 1. The workers
 # read no data file, so this runs without the Fashion-MNIST files.
 set -uo pipefail
 
@@ -67,6 +67,20 @@ done
 [ "$(grep -c '^async-topk,\|^sync-dense,' "$out/summary.csv")" = 2 ] && pass "summary.csv: a row per configuration" ||
     fail "summary.csv: $(cat "$out/summary.csv")"
 [ -z "$(leftovers)" ] && pass "no process left" || fail "left running: $(leftovers)"
+
+# -R evaluates the recorded run again: the same verdicts, the run's own summary kept.
+cp "$out/summary.csv" "$tmp/summary.csv"
+rc=0
+BUILD=$DCPS_BUILDDIR bash "$soak" -w 3 -t 4 -c 20 -i 1 -W 1 -x "async-topk sync-dense" -o "$out" -R \
+    >"$tmp/log" 2>&1 || rc=$?
+if [ $rc = 0 ] && cmp -s "$out/summary.csv" "$tmp/summary.csv" && [ -s "$out/summary-at-run.txt" ] &&
+    grep -q '^evaluated again: ' "$out/summary.txt" &&
+    [ "$(grep -c '^targets: rss PASS, errors PASS, workers PASS$' "$out/summary.txt")" = 2 ]; then
+    pass "soak.sh -R: the recorded run evaluated again gives the same summary.csv"
+else
+    fail "soak.sh -R: exit $rc"
+    cat "$tmp/log"
+fi
 
 # A model the shards refuse ([model] layers above 65536): they do not start, and
 # the configuration fails.
