@@ -6,6 +6,15 @@
  * the same run: memcpy of the shard (dense) or of the pushed values (sparse).
  * Prints the machine, then one CSV row per measurement.
  *
+ * Then the same pushes through a shard (dcps_shard_push, async mode), which
+ * refuses an update that would make a parameter NaN or Inf: dense updates and
+ * sparse momentum out of place into its update buffer with the check fused,
+ * then a pointer swap and the state recomputed; sparse SGD and DC-ASGD checked
+ * entry by entry, then applied in place. Those rows say kind "dense_checked" or
+ * "sparse_checked"; their baseline is the in-place rule on the same shard's
+ * arrays (what the shard did before the check), timed alternately with it, so
+ * ratio_to_baseline is what keeping the parameters finite costs.
+ *
  * usage: bench/apply [N] [repeats]      (defaults 4194304 and 21) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +23,10 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "common/config.h"
 #include "common/rng.h"
 #include "server/optimizer.h"
+#include "server/shard.h"
 
 enum { SGD, MOMENTUM, DC_CONST, DC_ADAPTIVE };
 static const char *const rule_names[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
@@ -52,6 +63,77 @@ static double median_time(data_t *d, int rule, int sparse, int reps, int baselin
         t[r] = bench_now() - t0;
     }
     return bench_median(t, reps);
+}
+
+/* A one-worker async shard of n parameters with rule `rule` and the parameters
+ * apply() uses, initialised to w; NULL on failure (said on stderr). */
+static dcps_shard_t *rule_shard(size_t n, int rule, const float *w)
+{
+    static dcps_config_t cfg;
+    char err[512], params[64];
+    snprintf(params, sizeof params, "model.params=%zu", n);
+    const char *kinds[] = {"optimizer.kind=sgd", "optimizer.kind=momentum",
+                           "optimizer.kind=dcasgd", "optimizer.kind=dcasgd"};
+    const char *ov[] = {params, "servers.shards=tcp://127.0.0.1:1", "job.workers=1",
+                        kinds[rule], "optimizer.lr=1e-6", "optimizer.momentum=0.9",
+                        "optimizer.dc_lambda=0.04", "optimizer.dc_ms_decay=0.95",
+                        "optimizer.dc_epsilon=1e-7",
+                        rule == DC_ADAPTIVE ? "optimizer.dc_adaptive=true"
+                                            : "optimizer.dc_adaptive=false"};
+    int rc = 0;
+    if (dcps_config_load(&cfg, NULL, ov, sizeof ov / sizeof ov[0], err, sizeof err) != 0) {
+        fprintf(stderr, "bench/apply: %s\n", err);
+        return NULL;
+    }
+    dcps_shard_t *s = dcps_shard_new(&cfg, 0, &rc);
+    if (!s) {
+        fprintf(stderr, "bench/apply: a shard of %zu parameters: out of memory\n", n);
+        return NULL;
+    }
+    dcps_shard_init(s, w);
+    return s;
+}
+
+/* The old shard's apply: the in-place rule on the shard's own arrays. */
+static void inplace_on_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse)
+{
+    switch (rule * 2 + sparse) {
+    case SGD * 2: dcps_sgd_dense(s->w, d->g, s->n, s->lr); break;
+    case SGD * 2 + 1: dcps_sgd_sparse(s->w, 0, d->idx, d->v, d->k, s->lr); break;
+    case MOMENTUM * 2: dcps_momentum_dense(s->w, s->state, d->g, s->n, s->lr, s->momentum); break;
+    case MOMENTUM * 2 + 1:
+        dcps_momentum_sparse(s->w, s->state, s->n, 0, d->idx, d->v, d->k, s->lr, s->momentum);
+        break;
+    case DC_CONST * 2:
+    case DC_ADAPTIVE * 2: dcps_dcasgd_dense(s->w, s->bak, s->state, d->g, s->n, &s->dc); break;
+    default: dcps_dcasgd_sparse(s->w, s->bak, s->state, 0, d->idx, d->v, d->k, &s->dc); break;
+    }
+}
+
+/* Median times of one push through shard s (dense, or the k sparse entries),
+ * checked (*checked) and as the shard applied it before the check (*before),
+ * measured alternately on the same arrays. */
+static void median_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse, int reps,
+                         double *checked, double *before)
+{
+    double t[101], u[101];
+    char why[256];
+    for (int r = 0; r < reps; r++) {
+        double t0 = bench_now();
+        int rc = dcps_shard_push(s, false, 0, s->version + 1, s->version,
+                                 sparse ? d->idx : NULL, sparse ? d->v : d->g,
+                                 sparse ? d->k : d->n, why, sizeof why);
+        t[r] = bench_now() - t0;
+        if (rc != 0) {
+            fprintf(stderr, "bench/apply: push refused: %s\n", why);
+            exit(1);
+        }
+        t0 = bench_now();
+        inplace_on_shard(s, d, rule, sparse);
+        u[r] = bench_now() - t0;
+    }
+    *checked = bench_median(t, reps);
+    *before = bench_median(u, reps);
 }
 
 static void machine(void)
@@ -99,13 +181,25 @@ int main(int argc, char **argv)
             for (size_t j = 0; j < d.k; j++)
                 d.idx[j] = (uint32_t)(n / 3 + j);
         double base = median_time(&d, 0, sparse, reps, 1);
+        const char *indices = layout == 0 ? "all" : layout == 1 ? "random" : "clustered";
+        size_t elems = sparse ? d.k : n;
         for (int rule = SGD; rule <= DC_ADAPTIVE; rule++) {
             double t = median_time(&d, rule, sparse, reps, 0);
-            size_t elems = sparse ? d.k : n;
             printf("%s,%s,%s,%zu,%zu,%.6f,%.3e,%.6f,%.2f\n", rule_names[rule],
-                   sparse ? "sparse" : "dense",
-                   layout == 0 ? "all" : layout == 1 ? "random" : "clustered", n, elems, t,
-                   (double)elems / t, base, t / base);
+                   sparse ? "sparse" : "dense", indices, n, elems, t, (double)elems / t, base,
+                   t / base);
+        }
+        for (int rule = SGD; rule <= DC_ADAPTIVE; rule++) {
+            dcps_shard_t *sh = rule_shard(n, rule, d.w);
+            if (!sh)
+                return 1;
+            double t, before;
+            median_shard(sh, &d, rule, sparse, reps, &t, &before);
+            printf("%s,%s,%s,%zu,%zu,%.6f,%.3e,%.6f,%.2f\n", rule_names[rule],
+                   sparse ? "sparse_checked" : "dense_checked", indices, n, elems, t,
+                   (double)elems / t, before, t / before);
+            fflush(stdout);
+            dcps_shard_destroy(&sh);
         }
     }
     free(all);

@@ -98,7 +98,8 @@ static const struct key keys[] = {
         "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "test labels (IDX)"),
     INT("data", "batch_size", batch_size, "64", 1, 65536, "examples per step and worker"),
     INT("data", "epochs", epochs, "3", 1, 10000, "passes over the training set"),
-    INT("data", "train_limit", train_limit, "0", 0, 1e8, "use the first N training examples; 0: all"),
+    INT("data", "train_limit", train_limit, "0", 0, 1e8,
+        "use the first N training examples; 0: all (emulated compute: N examples, 0: 60000)"),
     ENUM("optimizer", "kind", opt_kind, "sgd", opt_names, "server update rule"),
     {ROW("optimizer", "lr", T_DOUBLE, lr, "0.05", "learning rate"), .lo = 0, .lo_open = true,
      .hi = 10, .live = true},
@@ -141,7 +142,7 @@ static const struct key keys[] = {
         "sleep after each step (experiments: a slow worker)"),
     INT("worker", "compute_ms", compute_ms, "0", 0, 600000,
         "emulated compute: each step sleeps N ms and pushes a seeded synthetic gradient of "
-        "the model's size instead of the MLP's (no evaluation); 0: off"),
+        "the model's size instead of the MLP's (no data read, no evaluation); 0: off"),
     STR("server", "checkpoint_dir", checkpoint_dir, "",
         "directory of the shards' checkpoints, created if missing; empty: none"),
     {ROW("server", "checkpoint_every", T_INT, checkpoint_every, "60",

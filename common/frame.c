@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -31,6 +32,7 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
     f->n = 0;
     f->extra = 0;
     zmq_msg_init(&f->meta);
+    f->peer[0] = '\0';
     for (;;) {
         zmq_msg_t scratch;
         zmq_msg_t *p = f->n < DCPS_MAX_PARTS ? &f->part[f->n] : &scratch;
@@ -47,6 +49,11 @@ int dcps_frames_recv(void *sock, dcps_frames_t *f, int flags)
         int more = zmq_msg_more(p);
         if (!more) /* before align_part: a copy has no metadata */
             zmq_msg_copy(&f->meta, p);
+        if (!f->peer[0]) {
+            const char *a = zmq_msg_gets(p, "Peer-Address");
+            if (a)
+                snprintf(f->peer, sizeof f->peer, "%s", a);
+        }
         if (p != &scratch && align_part(p) != 0)
             nomem = true; /* the rest is still received: never leave a socket mid-message */
         if (p == &scratch) {

@@ -17,11 +17,18 @@
 
 #define DCPS_MAX_PARTS (2 + DCPS_MAX_FRAMES)
 
+/* Room for ZeroMQ's Peer-Address: an IPv6 address in text, and more. */
+#define DCPS_PEER_MAX 64
+
 typedef struct {
     zmq_msg_t part[DCPS_MAX_PARTS];
     int n;        /* parts held in part[] */
     size_t extra; /* parts received beyond DCPS_MAX_PARTS and dropped */
     zmq_msg_t meta; /* the last part as received, for its metadata */
+    /* The sender's address: the Peer-Address of the first part that carries one
+     * (a ROUTER's routing id does not; tcp parts do, ipc and inproc ones do not),
+     * taken before a part is copied for alignment, which loses it. "" if none. */
+    char peer[DCPS_PEER_MAX];
 } dcps_frames_t;
 
 /* Receives one multipart message with zmq flags (ZMQ_DONTWAIT or 0). Returns the

@@ -36,6 +36,7 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
     if (m->nframes < 0 || m->nframes > DCPS_MAX_FRAMES)
         return DCPS_E_INVAL;
 #define SET(field, value) (h.has_##field = 1, h.field = (value))
+#define SEND(field, bit) (m->field || (m->has & (bit)))
     SET(protocol, DCPS_PROTOCOL);
     SET(type, m->type);
     SET(job_id, m->job_id);
@@ -43,28 +44,30 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
     SET(seq, m->seq);
     SET(shard, m->shard);
     SET(param_version, m->param_version);
-    if (m->n_params)
+    if (SEND(n_params, DCPS_HAS_N_PARAMS))
         SET(n_params, m->n_params);
-    if (m->range_lo || m->range_hi) {
+    /* A range is sent whole: [0, hi) has a range_lo of 0. */
+    if (m->range_lo || m->range_hi || (m->has & DCPS_HAS_RANGE_LO))
         SET(range_lo, m->range_lo);
+    if (m->range_lo || m->range_hi || (m->has & DCPS_HAS_RANGE_HI))
         SET(range_hi, m->range_hi);
-    }
-    if (m->initialized)
-        SET(initialized, 1);
-    if (m->error_code) {
+    if (SEND(initialized, DCPS_HAS_INITIALIZED))
+        SET(initialized, m->initialized);
+    if (SEND(error_code, DCPS_HAS_ERROR_CODE))
         SET(error_code, m->error_code);
+    if (m->error_code || m->error_text[0] || (m->has & DCPS_HAS_ERROR_TEXT))
         h.error_text = (char *)m->error_text;
-    }
-    if (m->flags)
+    if (SEND(flags, DCPS_HAS_FLAGS))
         SET(flags, m->flags);
-    if (m->workers)
+    if (SEND(workers, DCPS_HAS_WORKERS))
         SET(workers, m->workers);
-    if (m->step)
+    if (SEND(step, DCPS_HAS_STEP))
         SET(step, m->step);
-    if (m->want)
+    if (SEND(want, DCPS_HAS_WANT))
         SET(want, m->want);
-    if (m->session)
+    if (SEND(session, DCPS_HAS_SESSION))
         SET(session, m->session);
+#undef SEND
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
         dcps__frame_desc__init(&fd[i]);
@@ -98,7 +101,9 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
 
     memset(out, 0, sizeof *out);
     if (hdr_len == 0 || hdr_len > DCPS_HEADER_MAX) {
-        snprintf(why, whylen, "header of %zu bytes (expected 1 to %d)", hdr_len, DCPS_HEADER_MAX);
+        snprintf(why, whylen,
+                 "header of %zu bytes: a header is 1 to %d bytes, unknown fields included",
+                 hdr_len, DCPS_HEADER_MAX);
         return DCPS_E_HEADER;
     }
     h = dcps__header__unpack(NULL, hdr_len, hdr);
@@ -151,6 +156,15 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->step = h->step;
     out->want = h->want;
     out->session = h->session;
+#define HAS(field, bit) (h->has_##field ? (bit) : 0u)
+    out->has = HAS(shard, DCPS_HAS_SHARD) | HAS(param_version, DCPS_HAS_PARAM_VERSION) |
+               HAS(n_params, DCPS_HAS_N_PARAMS) | HAS(range_lo, DCPS_HAS_RANGE_LO) |
+               HAS(range_hi, DCPS_HAS_RANGE_HI) | HAS(initialized, DCPS_HAS_INITIALIZED) |
+               HAS(error_code, DCPS_HAS_ERROR_CODE) | HAS(flags, DCPS_HAS_FLAGS) |
+               HAS(workers, DCPS_HAS_WORKERS) | HAS(step, DCPS_HAS_STEP) |
+               HAS(want, DCPS_HAS_WANT) | HAS(session, DCPS_HAS_SESSION) |
+               (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
+#undef HAS
 out:
     dcps__header__free_unpacked(h, NULL);
     return rc;
@@ -175,13 +189,36 @@ static size_t first_nonfinite(const float *v, size_t n)
     return n;
 }
 
+/* What payload m carries, for a sentence: "no frames", "1 frame (INDICES)",
+ * "2 frames (DENSE, VALUES)". Returns buf. */
+static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
+{
+    static const char *const kinds[] = {[DCPS_FRAME_DENSE] = "DENSE",
+                                        [DCPS_FRAME_INDICES] = "INDICES",
+                                        [DCPS_FRAME_VALUES] = "VALUES"};
+    if (m->nframes <= 0) {
+        snprintf(buf, len, "no frames");
+        return buf;
+    }
+    int at = snprintf(buf, len, "%d frame%s (", m->nframes, m->nframes == 1 ? "" : "s");
+    for (int i = 0; i < m->nframes && at >= 0 && (size_t)at < len; i++) {
+        uint32_t k = m->frame[i].kind;
+        at += snprintf(buf + at, len - (size_t)at, "%s%s", i ? ", " : "",
+                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_VALUES ? kinds[k] : "unknown");
+    }
+    if (at >= 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, ")");
+    return buf;
+}
+
 int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
                      size_t whylen)
 {
+    char got[64];
     int rc = 0;
     if (m->nframes != 1 || m->frame[0].kind != DCPS_FRAME_DENSE)
-        FAIL(DCPS_E_FRAMECOUNT, "%s needs one dense frame, got %d frames",
-             dcps_msg_type_name(m->type), m->nframes);
+        FAIL(DCPS_E_FRAMECOUNT, "%s needs one DENSE frame, got %s", dcps_msg_type_name(m->type),
+             frames_of(m, got, sizeof got));
     if (m->frame[0].dtype != DCPS_DTYPE_F32)
         FAIL(DCPS_E_FRAMELEN, "a dense frame must hold float32 values");
     if (m->frame[0].count != count)
@@ -199,11 +236,12 @@ out:
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                       const float **values, size_t *k, char *why, size_t whylen)
 {
+    char got[64];
     int rc = 0;
     if (m->nframes != 2 || m->frame[0].kind != DCPS_FRAME_INDICES ||
         m->frame[1].kind != DCPS_FRAME_VALUES)
-        FAIL(DCPS_E_FRAMECOUNT, "a sparse %s needs an indices frame then a values frame",
-             dcps_msg_type_name(m->type));
+        FAIL(DCPS_E_FRAMECOUNT, "a sparse %s needs an INDICES frame then a VALUES frame, got %s",
+             dcps_msg_type_name(m->type), frames_of(m, got, sizeof got));
     if (m->frame[0].dtype != DCPS_DTYPE_U32 || m->frame[1].dtype != DCPS_DTYPE_F32)
         FAIL(DCPS_E_FRAMELEN, "sparse frames must be uint32 indices and float32 values");
     uint64_t n = m->frame[0].count;
@@ -229,6 +267,134 @@ int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint3
     *idx = ix;
     *values = v;
     *k = n;
+out:
+    return rc;
+}
+
+int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
+                    const float **values, size_t *k, char *why, size_t whylen)
+{
+    char got[64];
+    if (m->nframes == 1 && m->frame[0].kind == DCPS_FRAME_DENSE) {
+        *idx = NULL;
+        *k = (size_t)(hi - lo);
+        return dcps_codec_dense(m, hi - lo, values, why, whylen);
+    }
+    if (m->nframes == 2 && m->frame[0].kind == DCPS_FRAME_INDICES &&
+        m->frame[1].kind == DCPS_FRAME_VALUES)
+        return dcps_codec_sparse(m, lo, hi, idx, values, k, why, whylen);
+    snprintf(why, whylen,
+             "%s needs one DENSE frame, or an INDICES frame then a VALUES frame; got %s",
+             dcps_msg_type_name(m->type), frames_of(m, got, sizeof got));
+    return DCPS_E_FRAMECOUNT;
+}
+
+/* --- the header fields of requests ---------------------------------------------------------
+ *
+ * Every header field of every request is checked or documented as ignored here:
+ * this table is the protocol's (README "Wire protocol"; docs/protocol.md).
+ *
+ *   field          HELLO  PUSH   PULL   BARRIER HEARTBEAT BYE   INIT   DONE
+ *   protocol       =2     =2     =2     =2      =2        =2    =2     =2     PROTOVER
+ *   type, job_id   req    req    req    req     req       req   req    req    MSGTYPE, JOBID
+ *   rank           <P     <P     <P     <P      <P        <P    0      <P     RANK (INIT: STATE)
+ *   seq            echo   dup    echo   echo    echo      echo  echo   echo   not checked
+ *   session        sess   sess   sess   sess    sess      sess  sess   sess   the session rules
+ *   shard          SIZE   =      =      =       =         =     =      =
+ *   n_params       SIZE   =      =      =       =         =     =      =
+ *   range_lo, _hi  =      =      =      =       =         =     =      =
+ *   param_version  0      VER    held   0       0         0     0      0
+ *   step           0      used   used   used    0         0     0      0
+ *   flags          0      0      D|E    0       0         0     0      0
+ *   want           0      0      D      0       0         0     0      0
+ *   initialized, workers, error_code, error_text: 0 in every request
+ *   frames         none   push   none   none    none      none  dense  none   FRAMECOUNT
+ *
+ *   =2, req, <P  required: the protocol version 2; present; a rank below the job's
+ *                workers. Checked by dcps_codec_unpack and the router.
+ *   echo, dup    any value, copied into the reply; PUSH: (rank, seq) finds duplicates.
+ *   =            optional; when present (also as 0) it must be the shard's own value
+ *                (index; n_params and range once the shard knows its size: until
+ *                then, with [model] params = auto, ignored): FIELD.
+ *   SIZE         HELLO checks shard and n_params itself (required; wrong: SIZE): a
+ *                worker whose job file differs from the shard's.
+ *   0            no meaning for the type: absent or 0 (or false, or empty), else FIELD.
+ *   VER          the version the gradient was computed on: ahead of the shard's is
+ *                VERSION (unless the shard was restored and the worker is behind).
+ *   held         with DELTA the version the worker holds; without DELTA ignored (the
+ *                client sends its last version anyway).
+ *   used         the step (PUSH, PULL) or the barrier (BARRIER); any value.
+ *   D|E          DELTA (8) or EXACT (16), not both; any other bit: FIELD.
+ *   D            only with DELTA: the most entries of the delta (0: the job's
+ *                density; above the shard's most, k_max: clamped).
+ *   push, dense  one DENSE frame of the range, or INDICES then VALUES (PUSH); one
+ *                DENSE frame (INIT): FRAMECOUNT, FRAMELEN, SIZE, RANGE, ORDER,
+ *                NONFINITE (dcps_codec_push, dcps_codec_dense).
+ *   none         no payload frame: FRAMECOUNT.
+ * Fields this version does not know are ignored, within DCPS_HEADER_MAX. */
+
+/* What a request type carries; a type without `request` is not one. */
+static const struct {
+    bool request;
+    uint32_t flags;     /* the flag bits it defines */
+    bool step, version; /* step and param_version mean something */
+    bool frames;        /* it carries a payload (its shape: the handler's check) */
+} requests[DCPS_MSG_TYPE_END] = {
+    [DCPS_MSG_HELLO] = {true, 0, false, false, false},
+    [DCPS_MSG_PUSH] = {true, 0, true, true, true},
+    [DCPS_MSG_PULL] = {true, DCPS_FLAG_DELTA | DCPS_FLAG_EXACT, true, true, false},
+    [DCPS_MSG_BARRIER] = {true, 0, true, false, false},
+    [DCPS_MSG_HEARTBEAT] = {true, 0, false, false, false},
+    [DCPS_MSG_BYE] = {true, 0, false, false, false},
+    [DCPS_MSG_INIT] = {true, 0, false, false, true},
+    [DCPS_MSG_DONE] = {true, 0, false, false, false},
+};
+
+int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, char *why,
+                            size_t whylen)
+{
+    char got[64];
+    int rc = 0;
+    if (m->type >= DCPS_MSG_TYPE_END || !requests[m->type].request)
+        return 0;
+    const char *t = dcps_msg_type_name(m->type);
+    const bool hello = m->type == DCPS_MSG_HELLO;
+    const uint32_t flags = requests[m->type].flags;
+    if (!requests[m->type].frames && m->nframes > 0)
+        FAIL(DCPS_E_FRAMECOUNT, "%s carries no payload, got %s", t, frames_of(m, got, sizeof got));
+    if (!hello && (m->has & DCPS_HAS_SHARD) && m->shard != ctx->shard)
+        FAIL(DCPS_E_FIELD, "%s names shard %u, this is shard %u", t, m->shard, ctx->shard);
+    if (ctx->n_params) {
+        if (!hello && (m->has & DCPS_HAS_N_PARAMS) && m->n_params != ctx->n_params)
+            FAIL(DCPS_E_FIELD, "%s says n_params %llu, this shard's model has %llu", t,
+                 (unsigned long long)m->n_params, (unsigned long long)ctx->n_params);
+        if (((m->has & DCPS_HAS_RANGE_LO) && m->range_lo != ctx->lo) ||
+            ((m->has & DCPS_HAS_RANGE_HI) && m->range_hi != ctx->hi))
+            FAIL(DCPS_E_FIELD, "%s names the range [%llu, %llu), this shard serves [%llu, %llu)",
+                 t, (unsigned long long)m->range_lo, (unsigned long long)m->range_hi,
+                 (unsigned long long)ctx->lo, (unsigned long long)ctx->hi);
+    }
+    if (m->initialized || m->workers)
+        FAIL(DCPS_E_FIELD, "%s carries %s, a field of WELCOME only", t,
+             m->initialized ? "initialized" : "workers");
+    if (m->error_code || m->error_text[0])
+        FAIL(DCPS_E_FIELD, "%s carries %s, a field of ERROR only", t,
+             m->error_code ? "error_code" : "error_text");
+    if (m->flags & ~flags)
+        FAIL(DCPS_E_FIELD, "%s with flags %u: %s", t, m->flags,
+             flags ? "a PULL has only DELTA (8) and EXACT (16)" : "it has no flags");
+    if ((m->flags & DCPS_FLAG_DELTA) && (m->flags & DCPS_FLAG_EXACT))
+        FAIL(DCPS_E_FIELD, "PULL with both DELTA (a delta, please) and EXACT (the parameters "
+                           "themselves, please)");
+    if (m->want && !(m->flags & DCPS_FLAG_DELTA))
+        FAIL(DCPS_E_FIELD, "%s with want %llu: only a PULL with DELTA asks for a delta's size", t,
+             (unsigned long long)m->want);
+    if (m->step && !requests[m->type].step)
+        FAIL(DCPS_E_FIELD, "%s with step %llu: only PUSH, PULL and BARRIER have a step", t,
+             (unsigned long long)m->step);
+    if (m->param_version && !requests[m->type].version)
+        FAIL(DCPS_E_FIELD, "%s with param_version %llu: only PUSH and PULL name a version", t,
+             (unsigned long long)m->param_version);
 out:
     return rc;
 }

@@ -14,9 +14,14 @@
 #include <stdint.h>
 
 #define DCPS_PROTOCOL 2 /* 2: sessions (docs/protocol.md) */
-#define DCPS_MAX_FRAMES 4      /* payload frames per message */
+#define DCPS_MAX_FRAMES 4      /* payload frames per message; more: FRAMECOUNT */
 #define DCPS_ERROR_TEXT_MAX 256
-#define DCPS_HEADER_MAX 1024   /* packed header bytes, upper bound for buffers */
+/* The cap on a packed header, known and unknown fields together: a longer one is
+ * refused with HEADER before it is parsed. "Unknown fields are ignored" holds
+ * within it: dcps's own headers take at most about 400 bytes (an ERROR with the
+ * longest text, or four frame descriptions), so a later version has some 3.6 kB
+ * for fields of its own. Also the size of the buffers headers are packed into. */
+#define DCPS_HEADER_MAX 4096
 
 enum dcps_msg_type {
     DCPS_MSG_HELLO = 1,
@@ -56,10 +61,31 @@ typedef struct {
     uint64_t count; /* elements */
 } dcps_frame_desc_t;
 
+/* dcps_msg_t.has: the optional header fields that were on the wire
+ * (dcps_codec_unpack), so that a field sent as 0 differs from one not sent. On
+ * the sending side a bit makes dcps_codec_pack send its field also when it is
+ * 0; a nonzero field is always sent. */
+enum dcps_field {
+    DCPS_HAS_SHARD = 1u << 0,
+    DCPS_HAS_PARAM_VERSION = 1u << 1,
+    DCPS_HAS_N_PARAMS = 1u << 2,
+    DCPS_HAS_RANGE_LO = 1u << 3,
+    DCPS_HAS_RANGE_HI = 1u << 4,
+    DCPS_HAS_INITIALIZED = 1u << 5,
+    DCPS_HAS_ERROR_CODE = 1u << 6,
+    DCPS_HAS_ERROR_TEXT = 1u << 7,
+    DCPS_HAS_FLAGS = 1u << 8,
+    DCPS_HAS_WORKERS = 1u << 9,
+    DCPS_HAS_STEP = 1u << 10,
+    DCPS_HAS_WANT = 1u << 11,
+    DCPS_HAS_SESSION = 1u << 12,
+};
+
 /* A message with its header fields decoded. On the receiving side payload[]
  * borrows the received frames: valid while those frames are. */
 typedef struct {
     uint32_t type;
+    uint32_t has; /* enum dcps_field bits */
     uint64_t job_id;
     uint32_t rank;
     uint64_t seq;
@@ -84,22 +110,26 @@ typedef struct {
 const char *dcps_msg_type_name(uint32_t type);
 
 /* Packs m's header (protocol DCPS_PROTOCOL, fields, frame descriptions with their
- * byte lengths) into buf. Returns the length, or DCPS_E_INVAL if it does not fit. */
+ * byte lengths) into buf. Protocol, type, job id, rank, seq, shard and
+ * param_version are always sent; any other field when it is nonzero or its bit
+ * is in m->has. Returns the length, or DCPS_E_INVAL if it does not fit. */
 int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap);
 
 /* Parses a header and attaches the received payload frames, checking: the header
- * parses (HEADER), protocol (PROTOVER), job id unless expect_job is 0 (JOBID),
- * known type (MSGTYPE), as many frames as descriptions and at most
- * DCPS_MAX_FRAMES (FRAMECOUNT), known kind/dtype and byte length = count × size =
- * the frame's length (FRAMELEN). On failure returns the code and writes a
- * sentence to why; out is then only valid for type, rank and seq. frames holds
- * nframes entries, or none past DCPS_MAX_FRAMES when nframes is larger (the
- * parts received: refused before any frame is read). */
+ * is 1 to DCPS_HEADER_MAX bytes and parses (HEADER), protocol (PROTOVER), job id
+ * unless expect_job is 0 (JOBID), known type (MSGTYPE), as many frames as
+ * descriptions and at most DCPS_MAX_FRAMES (FRAMECOUNT), known kind/dtype and
+ * byte length = count × size = the frame's length (FRAMELEN). Sets out->has from
+ * the fields present. On failure returns the code and writes a sentence to why;
+ * out is then only valid for type, rank and seq. frames holds nframes entries,
+ * or none past DCPS_MAX_FRAMES when nframes is larger (the parts received:
+ * refused before any frame is read). */
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen);
 
 /* A dense payload: exactly one DENSE float32 frame of `count` finite values.
- * Sets *values to the frame's data (borrowed). */
+ * Sets *values to the frame's data (borrowed). A wrong shape is FRAMECOUNT with
+ * a sentence saying what was received and what was expected. */
 int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
                      size_t whylen);
 
@@ -108,6 +138,31 @@ int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, 
  * Sets idx, values (borrowed) and k. */
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                       const float **values, size_t *k, char *why, size_t whylen);
+
+/* A PUSH's payload, whichever of its two shapes it has: one DENSE frame of
+ * `count` = hi − lo finite values (*idx set to NULL, *k to count), or INDICES
+ * then VALUES as dcps_codec_sparse checks them (k may be 0). Any other shape is
+ * FRAMECOUNT, and the sentence says what was received and what is expected. */
+int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
+                    const float **values, size_t *k, char *why, size_t whylen);
+
+/* What a shard knows to check a request's header fields against. */
+typedef struct {
+    uint32_t shard;    /* the shard's index */
+    uint64_t n_params; /* the model's size; 0: not known yet ([model] params = auto) */
+    uint64_t lo, hi;   /* the shard's range, when n_params is known */
+} dcps_field_ctx_t;
+
+/* Checks the header fields of a request (HELLO, PUSH, PULL, BARRIER, HEARTBEAT,
+ * BYE, INIT, DONE) that the type check and the handlers do not, by the table in
+ * codec.c: a field present with a value that contradicts the shard (shard,
+ * range_lo, range_hi, n_params) or that has no meaning for the type (a reply's
+ * field, a flag bit the type does not define, want without DELTA, step or
+ * param_version where the type has none) is FIELD; payload frames on a type that
+ * carries none are FRAMECOUNT. Other types pass (the router refuses them).
+ * Returns 0, or the code with a sentence in why; m is not changed. */
+int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, char *why,
+                            size_t whylen);
 
 /* Fills a reply header from a request: job id, rank, seq and shard are copied,
  * everything else is cleared. */

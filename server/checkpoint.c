@@ -432,6 +432,19 @@ static int write_all(int fd, const void *data, size_t n, uint32_t *crc)
     return 0;
 }
 
+/* Writes the shard's floats in their order (dcps_shard_spans: w and the sync
+ * sum move between buffers, so they are not one block) and adds them to *crc.
+ * Returns 0 or -1 (errno set). */
+static int write_floats(int fd, const dcps_shard_t *s, uint32_t *crc)
+{
+    dcps_span_t sp[DCPS_SHARD_SPANS];
+    size_t k = dcps_shard_spans(s, sp);
+    for (size_t i = 0; i < k; i++)
+        if (write_all(fd, sp[i].p, sp[i].n * sizeof *sp[i].p, crc) != 0)
+            return -1;
+    return 0;
+}
+
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -513,7 +526,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     }
     const char *what = "write";
     if (write_all(fd, head, sizeof head, &crc) != 0 ||
-        write_all(fd, s->w, s->floats * sizeof *s->w, &crc) != 0 ||
+        write_floats(fd, s, &crc) != 0 ||
         write_all(fd, tail, tail_size(s->workers, DCPS_CHECKPOINT_FORMAT), &crc) != 0 ||
         write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
         rc = dcps_say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
@@ -570,6 +583,34 @@ static ssize_t read_all(int fd, void *data, size_t n)
         got += (size_t)r;
     }
     return (ssize_t)got;
+}
+
+/* Reads the shard's floats into place, in their order, and adds them to *crc.
+ * Returns the bytes read (fewer at the end of the file), or -1. */
+static ssize_t read_floats(int fd, dcps_shard_t *s, uint32_t *crc)
+{
+    dcps_span_t sp[DCPS_SHARD_SPANS];
+    size_t k = dcps_shard_spans(s, sp), total = 0;
+    for (size_t i = 0; i < k; i++) {
+        size_t want = sp[i].n * sizeof *sp[i].p;
+        ssize_t got = read_all(fd, sp[i].p, want);
+        if (got < 0)
+            return -1;
+        *crc = dcps_checkpoint_crc32c(*crc, sp[i].p, (size_t)got);
+        total += (size_t)got;
+        if ((size_t)got < want)
+            break;
+    }
+    return (ssize_t)total;
+}
+
+/* Zeroes the shard's floats (a checkpoint that was read into them is refused). */
+static void zero_floats(dcps_shard_t *s)
+{
+    dcps_span_t sp[DCPS_SHARD_SPANS];
+    size_t k = dcps_shard_spans(s, sp);
+    for (size_t i = 0; i < k; i++)
+        memset(sp[i].p, 0, sp[i].n * sizeof *sp[i].p);
 }
 
 /* Why header h (checksum good) does not fit what this shard would write, in
@@ -696,9 +737,8 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
      * they are zeroed again if the checksum fails. */
     touched = true;
     crc = dcps_checkpoint_crc32c(0, head, sizeof head);
-    got = read_all(fd, s->w, fbytes);
+    got = read_floats(fd, s, &crc);
     if (got == (ssize_t)fbytes) {
-        crc = dcps_checkpoint_crc32c(crc, s->w, fbytes);
         got = read_all(fd, tail, tsize);
         if (got == (ssize_t)tsize) {
             crc = dcps_checkpoint_crc32c(crc, tail, tsize);
@@ -733,7 +773,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
     rc = 0;
 out:
     if (touched)
-        memset(s->w, 0, s->floats * sizeof *s->w);
+        zero_floats(s);
     if (sized && rc != 0)
         dcps_shard_unsize(s);
     free(tail);

@@ -120,6 +120,9 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
            s->duplicates);
     single(&o, sh, "dcps_dropped_pushes_total", "counter",
            "Sync pushes whose round had closed without them.", s->dropped);
+    single(&o, sh, "dcps_refused_rounds_total", "counter",
+           "Sync rounds not applied: their mean would have made a parameter NaN or Inf.",
+           s->rounds_refused);
     single(&o, sh, "dcps_pulls_total", "counter", "Pulls answered, dense or delta.", s->pulls);
     single(&o, sh, "dcps_delta_pulls_total", "counter",
            "Pulls answered with a delta ([compression] pull = delta).", s->deltas);
@@ -172,7 +175,8 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
     } kinds[] = {
         {"parameters", mem.parameters},         {"optimizer_state", mem.optimizer_state},
         {"worker_backups", mem.worker_backups}, {"sync_sum", mem.sync_sum},
-        {"delta_pull", mem.delta_pull},         {"sequence_numbers", mem.sequence_numbers},
+        {"delta_pull", mem.delta_pull},         {"update_buffer", mem.update_buffer},
+        {"sequence_numbers", mem.sequence_numbers},
     };
     family(&o, "dcps_memory_bytes", "gauge",
            "Bytes the shard holds, by what they are for; 0 for a kind the job does not use.");

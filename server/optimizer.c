@@ -2,6 +2,7 @@
 #include "server/optimizer.h"
 
 #include <math.h>
+#include <string.h>
 
 void dcps_sgd_dense(float *w, const float *g, size_t n, float lr)
 {
@@ -74,4 +75,177 @@ void dcps_dcasgd_sparse(float *w, const float *bak, float *ms, uint64_t base, co
         size_t i = idx[j] - base;
         dc_one(&w[i], bak[i], p->adaptive ? &ms[i] : NULL, v[j], p);
     }
+}
+
+/* --- checked, out of place -------------------------------------------------------------- */
+
+/* Bit 31 of the result is set for NaN and ±Inf only: adding 1 to an exponent
+ * field of all ones carries into it. Integer arithmetic, so an OR of it over
+ * a loop vectorises with the loop. */
+static inline uint32_t nonfinite_bit(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7f800000u) + 0x00800000u;
+}
+
+#define NONFINITE_SEEN(acc) (((acc) & 0x80000000u) != 0)
+
+/* The first of x[0, n) that is not finite, or n. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+size_t dcps_sgd_dense_to(float *out, const float *w, const float *g, size_t n, float lr)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = w[i] - lr * g[i];
+        acc |= nonfinite_bit(out[i]);
+    }
+    return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
+}
+
+size_t dcps_momentum_dense_to(float *out, const float *w, const float *u, const float *g,
+                              size_t n, float lr, float mu)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float ui = mu * u[i] + g[i];
+        out[i] = w[i] - lr * ui;
+        acc |= nonfinite_bit(out[i]);
+    }
+    /* A non-finite u makes w − η u non-finite too (η > 0): out says it all. */
+    return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
+}
+
+void dcps_momentum_dense_state(float *u, const float *g, size_t n, float mu)
+{
+    for (size_t i = 0; i < n; i++)
+        u[i] = mu * u[i] + g[i];
+}
+
+/* The sparse momentum forms walk the array in runs: the entries between two
+ * pushed ones take g = 0 in a plain loop the compiler vectorises, then the
+ * pushed entry its value. The arithmetic of each entry is dcps_momentum_sparse's
+ * (μ u + 0.0f, which turns −0 into +0 as the in-place rule does). */
+size_t dcps_momentum_sparse_to(float *out, const float *w, const float *u, size_t n,
+                               uint64_t base, const uint32_t *idx, const float *v, size_t k,
+                               float lr, float mu)
+{
+    uint32_t acc = 0;
+    size_t i = 0;
+    for (size_t j = 0; j <= k; j++) {
+        const size_t end = j < k ? (size_t)(idx[j] - base) : n;
+        for (; i < end; i++) {
+            const float ui = mu * u[i] + 0.0f;
+            out[i] = w[i] - lr * ui;
+            acc |= nonfinite_bit(out[i]);
+        }
+        if (j < k) {
+            const float ui = mu * u[i] + v[j];
+            out[i] = w[i] - lr * ui;
+            acc |= nonfinite_bit(out[i]);
+            i++;
+        }
+    }
+    return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
+}
+
+void dcps_momentum_sparse_state(float *u, size_t n, uint64_t base, const uint32_t *idx,
+                                const float *v, size_t k, float mu)
+{
+    size_t i = 0;
+    for (size_t j = 0; j <= k; j++) {
+        const size_t end = j < k ? (size_t)(idx[j] - base) : n;
+        for (; i < end; i++)
+            u[i] = mu * u[i] + 0.0f;
+        if (j < k) {
+            u[i] = mu * u[i] + v[j];
+            i++;
+        }
+    }
+}
+
+size_t dcps_dcasgd_dense_to(float *out, const float *w, const float *bak, const float *ms,
+                            const float *g, size_t n, const dcps_dcasgd_t *p)
+{
+    const float lr = p->lr, lambda = p->lambda, d = p->ms_decay, eps = p->epsilon;
+    uint32_t acc = 0;
+    if (!p->adaptive) {
+        for (size_t i = 0; i < n; i++) {
+            out[i] = w[i] - lr * (g[i] + lambda * g[i] * g[i] * (w[i] - bak[i]));
+            acc |= nonfinite_bit(out[i]);
+        }
+        return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const float m = d * ms[i] + (1.0f - d) * g[i] * g[i];
+        out[i] = w[i] - lr * (g[i] + lambda / sqrtf(m + eps) * g[i] * g[i] * (w[i] - bak[i]));
+        acc |= nonfinite_bit(out[i]) | nonfinite_bit(m);
+    }
+    if (!NONFINITE_SEEN(acc))
+        return n;
+    /* A g⊙g that overflows makes MS infinite and λ_i zero, so w can stay finite:
+     * the mean square is checked on its own. */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(out[i]) || !isfinite(d * ms[i] + (1.0f - d) * g[i] * g[i]))
+            return i;
+    return n;
+}
+
+void dcps_dcasgd_dense_state(float *ms, const float *g, size_t n, const dcps_dcasgd_t *p)
+{
+    const float d = p->ms_decay;
+    if (!p->adaptive)
+        return;
+    for (size_t i = 0; i < n; i++)
+        ms[i] = d * ms[i] + (1.0f - d) * g[i] * g[i];
+}
+
+size_t dcps_sgd_sparse_check(const float *w, uint64_t base, const uint32_t *idx, const float *v,
+                             size_t k, float lr)
+{
+    for (size_t j = 0; j < k; j++)
+        if (!isfinite(w[idx[j] - base] - lr * v[j]))
+            return j;
+    return k;
+}
+
+size_t dcps_dcasgd_sparse_check(const float *w, const float *bak, const float *ms, uint64_t base,
+                                const uint32_t *idx, const float *v, size_t k,
+                                const dcps_dcasgd_t *p)
+{
+    for (size_t j = 0; j < k; j++) {
+        /* dc_one's arithmetic on copies. */
+        size_t i = idx[j] - base;
+        float wi = w[i], m = p->adaptive ? ms[i] : 0.0f;
+        dc_one(&wi, bak[i], p->adaptive ? &m : NULL, v[j], p);
+        if (!isfinite(wi) || !isfinite(m))
+            return j;
+    }
+    return k;
+}
+
+size_t dcps_add_dense_to(float *out, const float *a, const float *g, size_t n)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = a[i] + g[i];
+        acc |= nonfinite_bit(out[i]);
+    }
+    return NONFINITE_SEEN(acc) ? first_nonfinite(out, n) : n;
+}
+
+size_t dcps_add_sparse_check(const float *a, uint64_t base, const uint32_t *idx, const float *v,
+                             size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        if (!isfinite(a[idx[j] - base] + v[j]))
+            return j;
+    return k;
 }

@@ -152,8 +152,12 @@ static void progress(dcps_router_t *r)
          * previous process holds nothing to apply. */
         if (r->cons.contributions > 0) {
             uint64_t t0 = uv_hrtime();
-            dcps_shard_apply_round(r->shard, r->cons.contributions);
-            timed(&r->apply_round, t0);
+            if (dcps_shard_apply_round(r->shard, r->cons.contributions) == 0)
+                timed(&r->apply_round, t0);
+            else
+                DCPS_ERR("round %llu (%d pushes) not applied, the version stays %llu: %s",
+                         (unsigned long long)r->cons.round, r->cons.contributions,
+                         (unsigned long long)r->shard->version, r->shard->why);
         }
         dcps_consistency_close_round(&r->cons);
     }
@@ -210,6 +214,7 @@ static void on_tick(uv_timer_t *t)
         drop_waits(r, (uint32_t)rank);
     }
     progress(r);
+    dcps_loglimit_flush(&r->badlog, now_ms(r), false);
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         const dcps_peer_t *p = &r->peers[i];
         if (p->pulling || p->in_barrier) {
@@ -438,11 +443,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
      * check it against. */
     if (!s->n_params)
         return not_ready(why, whylen);
-    if (m->nframes == 1)
-        rc = dcps_codec_dense(m, s->n, &v, why, whylen);
-    else
-        rc = dcps_codec_sparse(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen);
-    if (rc != 0)
+    if ((rc = dcps_codec_push(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen)) != 0)
         return rc;
     /* A shard restored from a checkpoint is behind what its workers pulled
      * before it went down: until a worker has pulled from it, a gradient on a
@@ -501,18 +502,13 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     default:
         break;
     }
-    dcps_shard_note_staleness(s, based_on);
+    /* Refused (NONFINITE) if a parameter or the sync sum would not be finite:
+     * nothing changes, and neither does the rank's clock below. */
     uint64_t t0 = uv_hrtime();
-    if (r->cfg->mode == DCPS_MODE_SYNC) {
-        if (idx)
-            dcps_shard_accumulate_sparse(s, m->rank, m->seq, idx, v, k);
-        else
-            dcps_shard_accumulate_dense(s, m->rank, m->seq, v);
-    } else if (idx) {
-        dcps_shard_apply_sparse(s, m->rank, m->seq, idx, v, k);
-    } else {
-        dcps_shard_apply_dense(s, m->rank, m->seq, v);
-    }
+    rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
+                         why, whylen);
+    if (rc != 0)
+        return rc;
     timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
@@ -610,18 +606,19 @@ static const handler_fn handlers[DCPS_MSG_TYPE_END] = {
 static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg_t *m, int code,
                         const char *why)
 {
-    /* Metadata rides on frames that came off the wire, not on the routing id the
-     * ROUTER socket made up. */
-    const char *peer = zmq_msg_gets((zmq_msg_t *)&f->part[f->n > 1 ? 1 : 0], "Peer-Address");
+    /* The address was taken as the message arrived (common/frame.h). */
+    const char *peer = f->peer[0] ? f->peer : "?";
     /* A HELLO before rank 0's (params = auto) is asked again every 100 ms or
      * so until the shard is sized: a state, not a bad message, so neither
-     * counted nor logged above debug. */
+     * counted nor logged above debug. Bad messages are all counted, and logged
+     * within a limit per peer (server/loglimit.h). */
     bool waiting = code == DCPS_E_NOTREADY && m->type == DCPS_MSG_HELLO;
     if (!waiting)
         r->errors[-code < DCPS_ERROR_SLOTS ? -code : 0]++;
-    dcps_log(waiting ? DCPS_LOG_DEBUG : DCPS_LOG_WARNING, "%s %s from rank %u at %s: %s: %s",
-             waiting ? "early" : "bad", dcps_msg_type_name(m->type), m->rank, peer ? peer : "?",
-             dcps_errname(code), why);
+    if (waiting || dcps_loglimit_allow(&r->badlog, f->peer, code, now_ms(r)))
+        dcps_log(waiting ? DCPS_LOG_DEBUG : DCPS_LOG_WARNING, "%s %s from rank %u at %s: %s: %s",
+                 waiting ? "early" : "bad", dcps_msg_type_name(m->type), m->rank, peer,
+                 dcps_errname(code), why);
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_ERROR);
     reply.job_id = r->cfg->job_id;
@@ -662,6 +659,12 @@ static void on_message(dcps_bridge_t *b)
         snprintf(why, sizeof why, "a shard does not accept %s", dcps_msg_type_name(m.type));
         rc = DCPS_E_MSGTYPE;
     }
+    if (rc == 0) /* every header field: checked or ignored, by proto/codec.c's table */
+        rc = dcps_codec_check_fields(&m, &(dcps_field_ctx_t){(uint32_t)r->shard->index,
+                                                              r->shard->n_params,
+                                                              r->shard->range.lo,
+                                                              r->shard->range.hi},
+                                     why, sizeof why);
     /* Who may speak for the rank, before anything of the request is used: the
      * CURVE key's ranks, then the rank's session. */
     if (rc == 0 && r->auth)
@@ -699,6 +702,7 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
     r->shard = shard;
     r->sock = sock;
     r->loop = loop;
+    dcps_loglimit_init(&r->badlog);
     int rc = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
                                    cfg->dead_after_ms, (double)uv_now(loop));
     if (rc != 0)
@@ -726,6 +730,7 @@ fail_peers:
 
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
 {
+    dcps_loglimit_flush(&r->badlog, now_ms(r), true);
     uv_close((uv_handle_t *)&r->tick, NULL);
     free(r->peers);
     r->peers = NULL;

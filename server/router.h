@@ -1,10 +1,12 @@
 /* dcps — the shard daemon's message handling.
  *
  * The router owns the shard's ROUTER socket's traffic: it receives each message
- * through the bridge (common/bridge.h), validates it completely, hands it to the
- * handler of its type and answers. A bad message gets an ERROR reply with a code
- * and a sentence, one log line naming the peer, and a count; nothing of it is
- * applied and every other client is served as before.
+ * through the bridge (common/bridge.h), validates it completely (every header
+ * field: dcps_codec_check_fields), hands it to the handler of its type and
+ * answers. A bad message gets an ERROR reply with a code and a sentence, a count,
+ * and a log line naming the peer's address (at most DCPS_LOGLIMIT_LINES per peer
+ * in 10 s, then one line saying how many were not logged: server/loglimit.h);
+ * nothing of it is applied and every other client is served as before.
  *
  * It runs the job's consistency model (server/consistency.h): pulls that may not
  * start yet (sync, ssp) and barriers wait here, with the routing id to answer
@@ -38,6 +40,7 @@
 #include "common/config.h"
 #include "server/auth.h"
 #include "server/consistency.h"
+#include "server/loglimit.h"
 #include "server/shard.h"
 
 #define DCPS_ROUTING_ID_MAX 256
@@ -92,7 +95,8 @@ typedef struct dcps_router {
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
     uint64_t messages, bytes_in, bytes_out;
-    uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code */
+    uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
+    dcps_loglimit_t badlog; /* the lines about them: at most a few per peer and 10 s */
     uint64_t auth_refused; /* connections the ZAP handler refused (server/auth.h counts here) */
     /* Checkpoints (the daemon, server/main.c, writes them and counts here). */
     uint64_t checkpoint_failures;

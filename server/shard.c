@@ -1,10 +1,14 @@
 /* dcps — one shard's parameter store; see shard.h. */
 #include "server/shard.h"
 
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "server/optimizer.h"
 
 /* The slices of the one allocation, in floats of n, in this order. */
@@ -55,8 +59,9 @@ void dcps_shard_unsize(dcps_shard_t *s)
     free(s->delta_val);
     free(s->delta_idx);
     free(s->tag);
-    free(s->w);
-    s->delta_val = s->w = s->state = s->bak = s->acc = s->mirror = s->diff = NULL;
+    free(s->mem);
+    s->delta_val = s->mem = s->w = s->spare = NULL;
+    s->state = s->bak = s->acc = s->mirror = s->diff = NULL;
     s->delta_idx = NULL;
     s->tag = NULL;
     s->delta = false;
@@ -78,9 +83,12 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
     s->range = dcps_shardmap_range(n_params, cfg->n_shards, s->index);
     s->n = (size_t)(s->range.hi - s->range.lo);
     s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
-    s->w = calloc(s->floats ? s->floats : 1, sizeof *s->w);
-    if (!s->w)
+    /* The update buffer comes last, outside what a checkpoint holds. */
+    s->mem = calloc(s->floats + s->n ? s->floats + s->n : 1, sizeof *s->mem);
+    if (!s->mem)
         goto fail;
+    s->w = s->mem;
+    s->spare = s->mem + s->floats;
     float *at = s->w + s->n;
     s->state = l.state ? at : NULL;
     at += s->n * l.state;
@@ -160,6 +168,72 @@ static void applied(dcps_shard_t *s, uint32_t rank, uint64_t seq)
     s->pushes++;
 }
 
+static void swap(float **a, float **b)
+{
+    float *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Refuses an update: the sentence goes to s->why. Returns DCPS_E_NONFINITE. */
+static int refuse(dcps_shard_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(dcps_shard_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->why, sizeof s->why, fmt, ap);
+    va_end(ap);
+    return DCPS_E_NONFINITE;
+}
+
+/* The sentence for parameter i (local) that the update would make `would`. */
+static int refuse_param(dcps_shard_t *s, size_t i, float would, float g, const char *of)
+{
+    if (isfinite(would))
+        return refuse(s, "the update would make the mean square (DC-ASGD-a) of parameter %llu "
+                         "non-finite (%s %g); nothing applied",
+                      (unsigned long long)(s->range.lo + i), of, (double)g);
+    return refuse(s, "the update would make parameter %llu %g (it is %g, %s %g); nothing "
+                     "applied",
+                  (unsigned long long)(s->range.lo + i), (double)would, (double)s->w[i], of,
+                  (double)g);
+}
+
+/* The value of a sparse gradient at local position i (0 off its entries). */
+static float sparse_at(const dcps_shard_t *s, const uint32_t *idx, const float *v, size_t k,
+                       size_t i)
+{
+    for (size_t j = 0; j < k; j++)
+        if (idx[j] - s->range.lo == i)
+            return v[j];
+    return 0.0f;
+}
+
+/* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
+ * w into spare, checked. Returns the first local position that would not be
+ * finite, or n; nothing of the shard changes. */
+static size_t rule_to(dcps_shard_t *s, const float *bak, const float *g)
+{
+    switch (s->kind) {
+    case DCPS_OPT_MOMENTUM:
+        return dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr, s->momentum);
+    case DCPS_OPT_DCASGD:
+        return dcps_dcasgd_dense_to(s->spare, s->w, bak, s->state, g, s->n, &s->dc);
+    default:
+        return dcps_sgd_dense_to(s->spare, s->w, g, s->n, s->lr);
+    }
+}
+
+/* After rule_to passed: the new w becomes w, and the state moves. */
+static void rule_commit(dcps_shard_t *s, const float *g)
+{
+    swap(&s->w, &s->spare);
+    if (s->kind == DCPS_OPT_MOMENTUM)
+        dcps_momentum_dense_state(s->state, g, s->n, s->momentum);
+    else if (s->kind == DCPS_OPT_DCASGD)
+        dcps_dcasgd_dense_state(s->state, g, s->n, &s->dc);
+}
+
 /* Mirror number `mi`: worker mi's backup, or the shared one of sync mode. */
 static float *mirror_of(const dcps_shard_t *s, int mi)
 {
@@ -167,8 +241,9 @@ static float *mirror_of(const dcps_shard_t *s, int mi)
 }
 
 /* Brings mirror mi from its tag to the current version by the top k of
- * w − mirror, kept as the last delta. Returns 0, or DCPS_E_NONFINITE when w
- * holds NaN or Inf (the mirror is then unchanged). */
+ * w − mirror, kept as the last delta. Returns 0, or DCPS_E_NONFINITE when
+ * w − mirror or the moved mirror would not be finite (the mirror is then
+ * unchanged). */
 static int advance(dcps_shard_t *s, int mi, size_t k)
 {
     float *m = mirror_of(s, mi);
@@ -177,7 +252,12 @@ static int advance(dcps_shard_t *s, int mi, size_t k)
     int rc = dcps_topk_cpu(s->diff, s->n, k, s->delta_idx, s->delta_val, s->topk);
     if (rc != 0)
         return rc;
-    /* The worker adds the same values with the same float addition. */
+    /* The worker adds the same values with the same float addition. Both terms
+     * are finite, but next to ±FLT_MAX their sum may round to Inf: such a delta
+     * is not sent (the caller answers dense, and w is finite). */
+    for (size_t j = 0; j < k; j++)
+        if (!isfinite(m[s->delta_idx[j]] + s->delta_val[j]))
+            return DCPS_E_NONFINITE;
     dcps_scatter_add_cpu(m, s->delta_idx, s->delta_val, k, 1.0f);
     for (size_t j = 0; j < k; j++)
         s->delta_idx[j] += (uint32_t)s->range.lo;
@@ -234,71 +314,113 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
     s->deltas += !out->dense;
 }
 
-/* The job's rule with a dense gradient, against backup bak (DC-ASGD). */
-static void apply_rule(dcps_shard_t *s, const float *bak, const float *g)
+int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
+    size_t bad = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g);
+    if (bad < s->n)
+        return refuse_param(s, bad, s->spare[bad], g[bad], "gradient");
+    rule_commit(s, g);
+    applied(s, rank, seq);
+    return 0;
+}
+
+int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
+                            const float *v, size_t k)
+{
+    const uint64_t lo = s->range.lo;
+    size_t bad;
+    if (k == 0)
+        return 0; /* no update (shard.h) */
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
-        dcps_momentum_dense(s->w, s->state, g, s->n, s->lr, s->momentum);
+        /* It moves every parameter (u decays everywhere): out of place, as dense. */
+        bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k, s->lr,
+                                      s->momentum);
+        if (bad < s->n)
+            return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad),
+                                "gradient");
+        swap(&s->w, &s->spare);
+        dcps_momentum_sparse_state(s->state, s->n, lo, idx, v, k, s->momentum);
         break;
-    case DCPS_OPT_DCASGD:
-        dcps_dcasgd_dense(s->w, bak, s->state, g, s->n, &s->dc);
+    case DCPS_OPT_DCASGD: {
+        float *bak = s->bak + (size_t)rank * s->n;
+        bad = dcps_dcasgd_sparse_check(s->w, bak, s->state, lo, idx, v, k, &s->dc);
+        if (bad < k) {
+            /* The rule on copies of that one entry, for the sentence. */
+            size_t i = idx[bad] - lo;
+            float wi = s->w[i], ms = s->state ? s->state[i] : 0.0f;
+            dcps_dcasgd_sparse(&wi, &bak[i], s->state ? &ms : NULL, idx[bad], &idx[bad],
+                               &v[bad], 1, &s->dc);
+            return refuse_param(s, i, wi, v[bad], "gradient");
+        }
+        dcps_dcasgd_sparse(s->w, bak, s->state, lo, idx, v, k, &s->dc);
         break;
-    default:
-        dcps_sgd_dense(s->w, g, s->n, s->lr);
     }
-}
-
-void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
-{
-    apply_rule(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g);
-    applied(s, rank, seq);
-}
-
-void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
-                             const float *v, size_t k)
-{
-    switch (s->kind) {
-    case DCPS_OPT_MOMENTUM:
-        dcps_momentum_sparse(s->w, s->state, s->n, s->range.lo, idx, v, k, s->lr, s->momentum);
-        break;
-    case DCPS_OPT_DCASGD:
-        dcps_dcasgd_sparse(s->w, s->bak + (size_t)rank * s->n, s->state, s->range.lo, idx, v, k,
-                           &s->dc);
-        break;
     default:
-        dcps_sgd_sparse(s->w, s->range.lo, idx, v, k, s->lr);
+        bad = dcps_sgd_sparse_check(s->w, lo, idx, v, k, s->lr);
+        if (bad < k) {
+            size_t i = idx[bad] - lo;
+            return refuse_param(s, i, s->w[i] - s->lr * v[bad], v[bad], "gradient");
+        }
+        dcps_sgd_sparse(s->w, lo, idx, v, k, s->lr);
     }
     applied(s, rank, seq);
+    return 0;
 }
 
-void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
+/* The sentence for entry i of the round's sum that a push would make `would`. */
+static int refuse_sum(dcps_shard_t *s, size_t i, float would, float g)
 {
-    for (size_t i = 0; i < s->n; i++)
-        s->acc[i] += g[i];
+    return refuse(s, "adding it to the round's sum would make the entry of parameter %llu %g "
+                     "(the sum holds %g, the push %g); not added",
+                  (unsigned long long)(s->range.lo + i), (double)would, (double)s->acc[i],
+                  (double)g);
+}
+
+int dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
+{
+    size_t bad = dcps_add_dense_to(s->spare, s->acc, g, s->n);
+    if (bad < s->n)
+        return refuse_sum(s, bad, s->spare[bad], g[bad]);
+    swap(&s->acc, &s->spare);
     dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
+    return 0;
 }
 
-void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
-                                  const uint32_t *idx, const float *v, size_t k)
+int dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
+                                 const uint32_t *idx, const float *v, size_t k)
 {
+    size_t bad = dcps_add_sparse_check(s->acc, s->range.lo, idx, v, k);
+    if (bad < k) {
+        size_t i = idx[bad] - s->range.lo;
+        return refuse_sum(s, i, s->acc[i] + v[bad], v[bad]);
+    }
     for (size_t j = 0; j < k; j++)
         s->acc[idx[j] - s->range.lo] += v[j];
     dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
+    return 0;
 }
 
-void dcps_shard_apply_round(dcps_shard_t *s, int pushes)
+int dcps_shard_apply_round(dcps_shard_t *s, int pushes)
 {
     const float scale = 1.0f / (float)pushes;
     for (size_t i = 0; i < s->n; i++)
         s->acc[i] *= scale;
     /* Every worker computed this round's gradient on the same parameters: w,
      * or with delta pulls the shared mirror. */
-    apply_rule(s, s->mirror ? s->mirror : s->w, s->acc);
+    size_t bad = rule_to(s, s->mirror ? s->mirror : s->w, s->acc);
+    if (bad < s->n) {
+        refuse_param(s, bad, s->spare[bad], s->acc[bad], "the round's mean gradient");
+        dcps_shard_clear_round(s);
+        s->rounds_refused++;
+        return DCPS_E_NONFINITE;
+    }
+    rule_commit(s, s->acc);
     dcps_shard_clear_round(s);
     s->version++;
+    return 0;
 }
 
 void dcps_shard_clear_round(dcps_shard_t *s)
@@ -312,10 +434,10 @@ void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq)
     s->dropped++;
 }
 
-void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
+/* Records a push whose gradient is d updates old. */
+static void note(dcps_shard_t *s, uint64_t d)
 {
     dcps_staleness_t *st = &s->staleness;
-    uint64_t d = s->version - based_on;
     int b = 0;
     while (b < DCPS_STALENESS_BUCKETS - 1 && d >> b)
         b++;
@@ -324,6 +446,50 @@ void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
     st->sum += d;
     if (d > st->max)
         st->max = d;
+}
+
+void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on)
+{
+    note(s, s->version - based_on);
+}
+
+int dcps_shard_push(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t based_on,
+                    const uint32_t *idx, const float *v, size_t k, char *why, size_t whylen)
+{
+    const uint64_t d = s->version - based_on; /* before this push moves the version */
+    int rc;
+    if (sync)
+        rc = idx ? dcps_shard_accumulate_sparse(s, rank, seq, idx, v, k)
+                 : dcps_shard_accumulate_dense(s, rank, seq, v);
+    else if (idx && k == 0)
+        return 0; /* no update, so no staleness either (shard.h) */
+    else
+        rc = idx ? dcps_shard_apply_sparse(s, rank, seq, idx, v, k)
+                 : dcps_shard_apply_dense(s, rank, seq, v);
+    if (rc != 0)
+        return dcps_say(why, whylen, rc, "%s", s->why);
+    note(s, d);
+    return 0;
+}
+
+size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS])
+{
+    const size_t n = s->n;
+    size_t k = 0;
+    if (!s->mem)
+        return 0;
+    out[k++] = (dcps_span_t){s->w, n};
+    if (s->state)
+        out[k++] = (dcps_span_t){s->state, n};
+    if (s->bak)
+        out[k++] = (dcps_span_t){s->bak, n * (size_t)s->workers};
+    if (s->acc)
+        out[k++] = (dcps_span_t){s->acc, n};
+    if (s->mirror)
+        out[k++] = (dcps_span_t){s->mirror, n};
+    if (s->diff)
+        out[k++] = (dcps_span_t){s->diff, n};
+    return k;
 }
 
 void dcps_shard_set_lr(dcps_shard_t *s, double lr)
@@ -343,6 +509,7 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
                       (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
+    out->update_buffer = s->spare ? vec : 0;
     out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
 }
 
@@ -351,5 +518,5 @@ size_t dcps_shard_memory(const dcps_shard_t *s)
     dcps_shard_memory_t k;
     dcps_shard_memory_kinds(s, &k);
     return k.parameters + k.optimizer_state + k.worker_backups + k.sync_sum + k.delta_pull +
-           k.sequence_numbers;
+           k.update_buffer + k.sequence_numbers;
 }

@@ -9,9 +9,39 @@
  * DC-ASGD-a's mean square (1); in async and ssp mode with DC-ASGD or delta pulls
  * the backup of what every worker holds (P); in sync mode the sum of the open
  * round's pushes (1), and with delta pulls the shared mirror (1). Delta pulls
- * also need w − mirror (1) and k_pull index/value pairs. So SGD holds n,
- * momentum 2n, DC-ASGD-c (1 + P) n and DC-ASGD-a (2 + P) n, plus n in sync
- * mode, all in one allocation made at start.
+ * also need w − mirror (1) and k_pull index/value pairs. Every job has the
+ * update buffer (1, below). So SGD holds 2n, momentum 3n, DC-ASGD-c (2 + P) n
+ * and DC-ASGD-a (3 + P) n, plus n in sync mode, all in one allocation made at
+ * start.
+ *
+ * Parameters stay finite: an update that would make any parameter (or DC-ASGD-a's
+ * mean square, or sync mode's sum) NaN or Inf is refused with DCPS_E_NONFINITE
+ * and changes nothing: not w, not the optimizer state, not the version, the
+ * sequence numbers or the counters. A dense update (and sparse momentum, which
+ * moves every parameter) writes the new w into the update buffer with the check
+ * fused into the same pass, and the two swap (pointers) if it passed; the state
+ * is written after, recomputed with the same arithmetic (server/optimizer.h).
+ * Sync mode adds a dense push to the round's sum the same way, into the buffer,
+ * which then swaps with the sum. Sparse updates that touch only their entries
+ * are checked before they are applied. So w and the sum move between buffers;
+ * dcps_shard_spans gives a checkpoint the floats in a fixed order.
+ *   async, ssp  a push is refused (ERROR NONFINITE) if applying it would make a
+ *               parameter non-finite.
+ *   sync        a push is refused at once if adding it would make the round's
+ *               sum non-finite; the round still waits for that rank (its worker
+ *               sees the error and may push again for the step). A round whose mean would make a parameter
+ *               non-finite is not applied: w and the state stay, the sum is
+ *               cleared, the version does not move (no update was applied; the
+ *               next round starts from the same w), and rounds_refused counts it.
+ * Pulls therefore never serve NaN or Inf, and nor do deltas (each is checked
+ * before its mirror moves).
+ *
+ * An empty sparse push (k = 0: the client sends one to every shard when none of
+ * its Top-k entries falls in that shard's range) is no update: in async and
+ * ssp mode it changes nothing here (no version, no count, no sequence number;
+ * the router still acknowledges it and moves the rank's clock), in sync mode it
+ * is the rank's contribution to the round, a zero gradient in the mean, and
+ * counted like any other push.
  *
  * Sizing: the range and the allocation follow from the model's size n
  * (n_params). With [model] params = auto a shard starts unsized (n_params 0:
@@ -52,6 +82,9 @@
 #include "server/optimizer.h"
 #include "server/session.h"
 
+/* Room for the sentence of a refused update (it goes into an ERROR's text). */
+#define DCPS_SHARD_WHY_MAX 160
+
 /* Staleness of applied pushes: the updates applied between the version a
  * gradient was computed on and its arrival. hist[0] counts 0, hist[b] counts
  * [2^(b−1), 2^b), the last bucket everything from 2^(BUCKETS−2) up. */
@@ -66,10 +99,14 @@ typedef struct dcps_shard {
     uint64_t n_params;   /* the model's size; 0: unsized (params = auto, not learnt yet) */
     dcps_range_t range;
     size_t n;            /* hi − lo */
-    float *w;            /* n parameters; one allocation with state and bak */
+    float *mem;          /* the one allocation: floats + n floats, every slice below */
+    float *w;            /* n parameters: one of two buffers, swapped with spare */
+    float *spare;        /* n: the update buffer, where an update writes the new w
+                            (sync: a push the new sum) before it is checked */
     float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
     float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
-    float *acc;          /* n: sync mode's sum of the open round; NULL otherwise */
+    float *acc;          /* n: sync mode's sum of the open round (swapped with
+                            spare); NULL otherwise */
     float *mirror;       /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
     float *diff;         /* n: w − mirror (pull = delta); NULL otherwise */
     bool delta;          /* pull = delta */
@@ -94,8 +131,11 @@ typedef struct dcps_shard {
     dcps_session_t *session; /* per rank: its session and last push (the router binds
                                 and checks the session; the functions below record pushes) */
     float lr;            /* from [optimizer] lr */
-    size_t floats;       /* size of the allocation, in floats */
+    size_t floats;       /* what a checkpoint holds, in floats: all of mem but one
+                            buffer of n (dcps_shard_spans) */
     uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t rounds_refused; /* sync rounds not applied: w would not be finite */
+    char why[DCPS_SHARD_WHY_MAX]; /* the last refused update's sentence */
     uint64_t deltas; /* pulls answered with a delta */
     dcps_staleness_t staleness;
 } dcps_shard_t;
@@ -133,25 +173,38 @@ void dcps_shard_restored(dcps_shard_t *s);
 /* Whether rank has not pulled from this shard since it was restored. */
 bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank);
 
-/* Applies a gradient from (rank, seq) with the job's rule, records it as rank's
- * session's last push (applied) and bumps the version. Dense: g has n values.
- * Sparse: global indices in [lo, hi), strictly ascending. */
-void dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
-void dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
-                             const float *v, size_t k);
+/* The router's call for a push it accepted: applies it (async, ssp: sync false)
+ * or adds it to the open round (sync), and records its staleness (based_on: the
+ * version it was computed on, at most s->version). Dense when idx is NULL (v has
+ * n values), else k entries as below. Returns 0, or DCPS_E_NONFINITE with a
+ * sentence in why (and in s->why) and nothing changed. */
+int dcps_shard_push(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t based_on,
+                    const uint32_t *idx, const float *v, size_t k, char *why, size_t whylen);
 
-/* Sync mode: adds a push from (rank, seq) to the open round's sum and records it
- * as applied; nothing changes w until dcps_shard_apply_round. Same arguments as
- * above. */
-void dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
-void dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
-                                  const uint32_t *idx, const float *v, size_t k);
+/* Applies a gradient from (rank, seq) with the job's rule, records it as rank's
+ * session's last push (applied) and bumps the version. Dense: g has n values. Sparse: global indices in [lo, hi),
+ * strictly ascending; k = 0 changes nothing (above). Returns 0, or
+ * DCPS_E_NONFINITE if a parameter would not be finite: nothing changed, the
+ * sentence (naming the first such parameter's global index and its values) in
+ * s->why. */
+int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
+int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
+                            const float *v, size_t k);
+
+/* Sync mode: adds a push from (rank, seq) to the open round's sum and records
+ * it as applied; nothing changes w until dcps_shard_apply_round. Same arguments and
+ * returns as above: refused if the sum would not be finite. */
+int dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
+int dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
+                                 const uint32_t *idx, const float *v, size_t k);
 
 /* Sync mode: applies the mean of the round's `pushes` gradients once with the
  * job's rule, bumps the version and clears the sum. Every worker pulled the same
  * parameters for the round, so DC-ASGD's correction is zero here (its MS still
- * moves). */
-void dcps_shard_apply_round(dcps_shard_t *s, int pushes);
+ * moves). If the mean would make a parameter non-finite, returns
+ * DCPS_E_NONFINITE with the sentence in s->why: the sum is cleared, and nothing
+ * else changes but rounds_refused. */
+int dcps_shard_apply_round(dcps_shard_t *s, int pushes);
 
 /* Sync mode: empties the open round's sum without applying it (after a restore,
  * when the workers are in a later round: dcps_consistency_catch_up). */
@@ -185,6 +238,20 @@ typedef struct {
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 
+/* A run of floats of the shard. */
+typedef struct {
+    float *p;
+    size_t n;
+} dcps_span_t;
+
+#define DCPS_SHARD_SPANS 6
+
+/* The floats a checkpoint holds, in this order: w, the optimizer state, the
+ * backups, the round's sum, the shared mirror, w − mirror (those the job has;
+ * not the update buffer). Fills out and returns how many spans; their lengths
+ * add up to s->floats. Valid until the next update. */
+size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]);
+
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);
 
@@ -197,6 +264,7 @@ typedef struct {
     size_t sync_sum;         /* sync mode's sum of the open round: n floats */
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
                                 delta's pairs and the selection's workspace */
+    size_t update_buffer;    /* where an update is computed and checked: n floats */
     size_t sequence_numbers; /* every rank's session, last push and restore flag */
 } dcps_shard_memory_t;
 

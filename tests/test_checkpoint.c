@@ -186,8 +186,14 @@ static void train(box_t *b, int from, int steps)
 static void assert_same(const box_t *a, const box_t *b)
 {
     const dcps_shard_t *x = a->s, *y = b->s;
+    dcps_span_t sx[DCPS_SHARD_SPANS], sy[DCPS_SHARD_SPANS];
+    size_t k = dcps_shard_spans(x, sx);
     ck_assert_uint_eq(x->floats, y->floats);
-    ck_assert_int_eq(memcmp(x->w, y->w, x->floats * sizeof *x->w), 0);
+    ck_assert_uint_eq(dcps_shard_spans(y, sy), k);
+    for (size_t i = 0; i < k; i++) {
+        ck_assert_uint_eq(sx[i].n, sy[i].n);
+        ck_assert_int_eq(memcmp(sx[i].p, sy[i].p, sx[i].n * sizeof *sx[i].p), 0);
+    }
     for (int r = 0; r < x->workers; r++) {
         ck_assert_uint_eq(x->session[r].id, y->session[r].id);
         ck_assert_int_eq(x->session[r].pushed, y->session[r].pushed);

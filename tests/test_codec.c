@@ -438,7 +438,28 @@ START_TEST(header_of_exactly_header_max_bytes_is_accepted)
     len = craft(&h);
     ck_assert_uint_eq(len, DCPS_HEADER_MAX + 1);
     ck_assert_int_eq(unpack_raw(len, NULL, 0, &out), DCPS_E_HEADER);
-    ck_assert_why_has("1025");
+    ck_assert_why_has("header of 4097 bytes");
+    ck_assert_why_has("1 to 4096 bytes, unknown fields included"); /* the cap, said */
+}
+END_TEST
+
+/* "Unknown fields are ignored" holds within the cap: a valid PUSH with a long
+ * text field of a later version (here 3000 bytes) is accepted. */
+START_TEST(push_with_a_long_unknown_field_is_accepted_below_the_cap)
+{
+    static const float v[4] = {1, 2, 3, 4};
+    dcps_msg_t m = msg1(DCPS_MSG_PUSH, DCPS_FRAME_DENSE, DCPS_DTYPE_F32, 4, v, sizeof v), out;
+    size_t len = pack(&m);
+    /* Field 100, wire type 2 (length-delimited): tag 802 = 0xa2 0x06; length
+     * 3000 = 0xb8 0x17. */
+    const uint8_t tag[] = {0xa2, 0x06, 0xb8, 0x17};
+    memcpy(hbuf + len, tag, sizeof tag);
+    memset(hbuf + len + sizeof tag, 'x', 3000);
+    len += sizeof tag + 3000;
+    ck_assert_uint_le(len, DCPS_HEADER_MAX);
+    ck_assert_int_eq(unpack_raw(len, m.payload, 1, &out), 0);
+    ck_assert_uint_eq(out.type, DCPS_MSG_PUSH);
+    ck_assert_uint_eq(out.frame[0].count, 4);
 }
 END_TEST
 
@@ -1147,6 +1168,326 @@ START_TEST(sparse_rejects_wrong_dtypes)
 }
 END_TEST
 
+/* --- presence, header fields and payload shapes ------------------------------------------- */
+
+/* proto2 keeps whether a field was sent: a shard field of 0 on the wire is not
+ * the same as no shard field. */
+START_TEST(unpack_says_which_fields_were_present)
+{
+    dcps_msg_t out;
+    Dcps__Header h = base_header(NULL, 0);
+    h.type = DCPS_MSG_PULL;
+    size_t len = craft(&h);
+    ck_assert_int_eq(unpack_raw(len, NULL, 0, &out), 0);
+    ck_assert_uint_eq(out.has, 0);
+
+    h.has_shard = h.has_range_lo = h.has_step = h.has_error_code = 1; /* all as 0 */
+    h.error_text = "";
+    len = craft(&h);
+    ck_assert_int_eq(unpack_raw(len, NULL, 0, &out), 0);
+    ck_assert_uint_eq(out.has, DCPS_HAS_SHARD | DCPS_HAS_RANGE_LO | DCPS_HAS_STEP |
+                                   DCPS_HAS_ERROR_CODE | DCPS_HAS_ERROR_TEXT);
+    ck_assert_uint_eq(out.shard, 0);
+    ck_assert_uint_eq(out.range_lo, 0);
+}
+END_TEST
+
+/* A sender marks a field to send as 0; nonzero fields are sent as before. */
+START_TEST(pack_sends_a_zero_field_whose_bit_is_set)
+{
+    dcps_msg_t m, out;
+    memset(&m, 0, sizeof m);
+    m.type = DCPS_MSG_PULL;
+    m.job_id = JOB;
+    m.want = 0;
+    m.step = 9;
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert_uint_eq(out.has & (DCPS_HAS_WANT | DCPS_HAS_RANGE_LO | DCPS_HAS_STEP),
+                      DCPS_HAS_STEP);
+    /* shard and param_version are always sent. */
+    ck_assert_uint_eq(out.has & (DCPS_HAS_SHARD | DCPS_HAS_PARAM_VERSION),
+                      DCPS_HAS_SHARD | DCPS_HAS_PARAM_VERSION);
+    m.has = DCPS_HAS_WANT | DCPS_HAS_RANGE_LO;
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert_uint_eq(out.has & (DCPS_HAS_WANT | DCPS_HAS_RANGE_LO | DCPS_HAS_RANGE_HI),
+                      DCPS_HAS_WANT | DCPS_HAS_RANGE_LO);
+}
+END_TEST
+
+/* Shard 1 of a 72-parameter model: [64, 72). */
+static const dcps_field_ctx_t ctx1 = {1, 72, 64, 72};
+
+/* A request of `type` as the client library sends it to shard 1, decoded. */
+static dcps_msg_t request_to_1(uint32_t type)
+{
+    static const float v[8] = {0};
+    dcps_msg_t m, out;
+    memset(&m, 0, sizeof m);
+    m.type = type;
+    m.job_id = JOB;
+    m.rank = 2;
+    m.seq = 40;
+    m.shard = 1;
+    m.session = 77;
+    if (type == DCPS_MSG_HELLO)
+        m.n_params = 72;
+    if (type == DCPS_MSG_PUSH || type == DCPS_MSG_INIT) {
+        m.nframes = 1;
+        m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, 8};
+        m.payload[0] = (dcps_buf_t){v, sizeof v};
+    }
+    if (type == DCPS_MSG_PUSH || type == DCPS_MSG_PULL) {
+        m.param_version = 12;
+        m.step = 3;
+    }
+    if (type == DCPS_MSG_BARRIER)
+        m.step = 5;
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    return out;
+}
+
+static const uint32_t request_types[] = {DCPS_MSG_HELLO,     DCPS_MSG_PUSH, DCPS_MSG_PULL,
+                                         DCPS_MSG_BARRIER,   DCPS_MSG_HEARTBEAT,
+                                         DCPS_MSG_BYE,       DCPS_MSG_INIT, DCPS_MSG_DONE};
+#define N_REQUEST_TYPES (sizeof request_types / sizeof request_types[0])
+
+static int check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx)
+{
+    why[0] = '\0';
+    return dcps_codec_check_fields(m, ctx, why, sizeof why);
+}
+
+/* What the client library sends passes, for every request type: the checks
+ * refuse nothing a real worker sends (a PULL without DELTA names its last
+ * version: ignored). */
+START_TEST(fields_of_every_request_the_client_sends_pass)
+{
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        dcps_msg_t m = request_to_1(request_types[i]);
+        ck_assert_msg(check_fields(&m, &ctx1) == 0, "%s: %s",
+                      dcps_msg_type_name(request_types[i]), why);
+    }
+    dcps_msg_t m = request_to_1(DCPS_MSG_PULL);
+    m.flags = DCPS_FLAG_DELTA;
+    m.want = 3;
+    ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+    m.flags = DCPS_FLAG_EXACT;
+    m.want = 0;
+    ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+    /* Replies are not checked here (the router refuses them as MSGTYPE). */
+    m.type = DCPS_MSG_WELCOME;
+    m.workers = 4;
+    ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+}
+END_TEST
+
+/* A PUSH naming shard 3 was applied on shard 0 (issue 18): now any request
+ * naming another shard is FIELD, also shard 0 sent as 0; an absent shard is
+ * fine. HELLO says its shard itself (SIZE: the job files differ). */
+START_TEST(fields_another_shard_is_refused)
+{
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        uint32_t t = request_types[i];
+        dcps_msg_t m = request_to_1(t);
+        m.shard = 3;
+        ck_assert_int_eq(check_fields(&m, &ctx1), t == DCPS_MSG_HELLO ? 0 : DCPS_E_FIELD);
+        if (t != DCPS_MSG_HELLO)
+            ck_assert_why_has("names shard 3, this is shard 1");
+        m.shard = 0;
+        ck_assert_int_eq(check_fields(&m, &ctx1), t == DCPS_MSG_HELLO ? 0 : DCPS_E_FIELD);
+        m.has &= ~(uint32_t)DCPS_HAS_SHARD;
+        ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+    }
+}
+END_TEST
+
+/* range_lo, range_hi and n_params, when present, must be the shard's; before
+ * the shard knows its size (params = auto) they are not checked. */
+START_TEST(fields_range_and_size_must_be_the_shards)
+{
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        uint32_t t = request_types[i];
+        dcps_msg_t m = request_to_1(t);
+        m.has |= DCPS_HAS_RANGE_LO | DCPS_HAS_RANGE_HI;
+        m.range_lo = 64;
+        m.range_hi = 72;
+        ck_assert_msg(check_fields(&m, &ctx1) == 0, "%s: %s", dcps_msg_type_name(t), why);
+        m.range_lo = 0; /* present as 0: [0, 72) is not this shard's */
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has("this shard serves [64, 72)");
+        m.range_lo = 64;
+        m.range_hi = 71;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        const dcps_field_ctx_t unsized = {1, 0, 0, 0};
+        ck_assert_int_eq(check_fields(&m, &unsized), 0);
+
+        m = request_to_1(t);
+        m.n_params = 73;
+        m.has |= DCPS_HAS_N_PARAMS;
+        ck_assert_int_eq(check_fields(&m, &ctx1), t == DCPS_MSG_HELLO ? 0 : DCPS_E_FIELD);
+        ck_assert_int_eq(check_fields(&m, &unsized), 0);
+        m.n_params = 72;
+        ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+    }
+}
+END_TEST
+
+/* A reply's fields mean nothing in a request. */
+START_TEST(fields_of_replies_are_refused_in_requests)
+{
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        uint32_t t = request_types[i];
+        dcps_msg_t m = request_to_1(t);
+        m.initialized = true;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has("initialized, a field of WELCOME only");
+        m = request_to_1(t);
+        m.workers = 2;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        m = request_to_1(t);
+        m.error_code = 16;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has("error_code, a field of ERROR only");
+        m = request_to_1(t);
+        snprintf(m.error_text, sizeof m.error_text, "hello");
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        /* Present as 0, false or empty is the same as absent. */
+        m = request_to_1(t);
+        m.has |= DCPS_HAS_INITIALIZED | DCPS_HAS_WORKERS | DCPS_HAS_ERROR_CODE |
+                 DCPS_HAS_ERROR_TEXT;
+        ck_assert_int_eq(check_fields(&m, &ctx1), 0);
+    }
+}
+END_TEST
+
+/* Flags: a PULL has DELTA and EXACT (not both); no other request has any. want
+ * only with DELTA; step only on PUSH, PULL, BARRIER; param_version only on
+ * PUSH, PULL. */
+START_TEST(fields_flags_want_step_and_version_only_where_they_mean_something)
+{
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        uint32_t t = request_types[i];
+        bool pull = t == DCPS_MSG_PULL;
+        dcps_msg_t m = request_to_1(t);
+        m.flags = DCPS_FLAG_DELTA;
+        ck_assert_int_eq(check_fields(&m, &ctx1), pull ? 0 : DCPS_E_FIELD);
+        m.flags = DCPS_FLAG_DUPLICATE; /* a reply's flag */
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        m.flags = 1u << 20; /* no flag at all */
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has(pull ? "only DELTA (8) and EXACT (16)" : "it has no flags");
+
+        m = request_to_1(t);
+        m.want = 10;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has("want 10");
+
+        m = request_to_1(t);
+        m.step = 4;
+        bool stepped = t == DCPS_MSG_PUSH || pull || t == DCPS_MSG_BARRIER;
+        ck_assert_int_eq(check_fields(&m, &ctx1), stepped ? 0 : DCPS_E_FIELD);
+
+        m = request_to_1(t);
+        m.param_version = 4;
+        ck_assert_int_eq(check_fields(&m, &ctx1),
+                         t == DCPS_MSG_PUSH || pull ? 0 : DCPS_E_FIELD);
+    }
+    dcps_msg_t m = request_to_1(DCPS_MSG_PULL);
+    m.flags = DCPS_FLAG_DELTA | DCPS_FLAG_EXACT;
+    ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+    ck_assert_why_has("both DELTA");
+    m.flags = DCPS_FLAG_EXACT;
+    m.want = 5;
+    ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+}
+END_TEST
+
+/* A request without a payload that carries frames is told so. */
+START_TEST(fields_payload_on_a_request_without_one_is_framecount)
+{
+    static const float v[8] = {0};
+    for (size_t i = 0; i < N_REQUEST_TYPES; i++) {
+        uint32_t t = request_types[i];
+        if (t == DCPS_MSG_PUSH || t == DCPS_MSG_INIT)
+            continue;
+        dcps_msg_t m = request_to_1(t);
+        m.nframes = 1;
+        m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, 8};
+        m.payload[0] = (dcps_buf_t){v, sizeof v};
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FRAMECOUNT);
+        ck_assert_why_has("carries no payload, got 1 frame (DENSE)");
+    }
+}
+END_TEST
+
+/* A PUSH of either shape is taken; any other shape is told what arrived and
+ * what a PUSH needs (issue 18: "a sparse PUSH needs…" for no frames at all,
+ * "needs one dense frame" for INDICES alone). */
+START_TEST(push_payload_says_what_arrived_and_what_is_expected)
+{
+    static const float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const uint32_t ix[2] = {65, 70};
+    const uint32_t *idx = NULL;
+    const float *val = NULL;
+    size_t k = 99;
+    dcps_msg_t m = request_to_1(DCPS_MSG_PUSH), out;
+    ck_assert_int_eq(dcps_codec_push(&m, 64, 72, &idx, &val, &k, why, sizeof why), 0);
+    ck_assert_ptr_null(idx);
+    ck_assert_ptr_eq(val, m.payload[0].data);
+    ck_assert_uint_eq(k, 8);
+
+    memset(&m, 0, sizeof m);
+    m.type = DCPS_MSG_PUSH;
+    m.job_id = JOB;
+    m.nframes = 2;
+    m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 2};
+    m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, 2};
+    m.payload[0] = (dcps_buf_t){ix, sizeof ix};
+    m.payload[1] = (dcps_buf_t){v, 8};
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert_int_eq(dcps_codec_push(&out, 64, 72, &idx, &val, &k, why, sizeof why), 0);
+    ck_assert_ptr_eq(idx, ix);
+    ck_assert_uint_eq(k, 2);
+
+    static const struct {
+        int n;
+        uint32_t kinds[3];
+        const char *got;
+    } bad[] = {
+        {0, {0}, "got no frames"},
+        {1, {DCPS_FRAME_INDICES}, "got 1 frame (INDICES)"},
+        {1, {DCPS_FRAME_VALUES}, "got 1 frame (VALUES)"},
+        {2, {DCPS_FRAME_VALUES, DCPS_FRAME_INDICES}, "got 2 frames (VALUES, INDICES)"},
+        {2, {DCPS_FRAME_DENSE, DCPS_FRAME_DENSE}, "got 2 frames (DENSE, DENSE)"},
+        {3, {DCPS_FRAME_INDICES, DCPS_FRAME_VALUES, DCPS_FRAME_VALUES},
+         "got 3 frames (INDICES, VALUES, VALUES)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        m.nframes = bad[i].n;
+        for (int f = 0; f < bad[i].n; f++) {
+            bool u32 = bad[i].kinds[f] == DCPS_FRAME_INDICES;
+            m.frame[f] = (dcps_frame_desc_t){bad[i].kinds[f], u32 ? DCPS_DTYPE_U32 : DCPS_DTYPE_F32,
+                                             2};
+            m.payload[f] = (dcps_buf_t){u32 ? (const void *)ix : (const void *)v, 8};
+        }
+        ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+        ck_assert_int_eq(dcps_codec_push(&out, 64, 72, &idx, &val, &k, why, sizeof why),
+                         DCPS_E_FRAMECOUNT);
+        ck_assert_why_has("PUSH needs one DENSE frame, or an INDICES frame then a VALUES frame");
+        ck_assert_why_has(bad[i].got);
+    }
+    /* The dense and sparse checks on their own say what arrived too. */
+    m.nframes = 1;
+    m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 2};
+    m.payload[0] = (dcps_buf_t){ix, 8};
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert_int_eq(dcps_codec_dense(&out, 2, &val, why, sizeof why), DCPS_E_FRAMECOUNT);
+    ck_assert_why_has("needs one DENSE frame, got 1 frame (INDICES)");
+    ck_assert_int_eq(sparse(&out, 64, 72, &k), DCPS_E_FRAMECOUNT);
+    ck_assert_why_has("needs an INDICES frame then a VALUES frame, got 1 frame (INDICES)");
+}
+END_TEST
+
 /* --- reply and names ----------------------------------------------------------------------- */
 
 START_TEST(reply_copies_identity_and_clears_the_rest)
@@ -1248,6 +1589,19 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, pack_refuses_bad_frame_counts_and_small_buffers);
     tcase_add_test(tc, unknown_header_fields_are_ignored);
     tcase_add_test(tc, header_of_exactly_header_max_bytes_is_accepted);
+    tcase_add_test(tc, push_with_a_long_unknown_field_is_accepted_below_the_cap);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fields");
+    tcase_add_test(tc, unpack_says_which_fields_were_present);
+    tcase_add_test(tc, pack_sends_a_zero_field_whose_bit_is_set);
+    tcase_add_test(tc, fields_of_every_request_the_client_sends_pass);
+    tcase_add_test(tc, fields_another_shard_is_refused);
+    tcase_add_test(tc, fields_range_and_size_must_be_the_shards);
+    tcase_add_test(tc, fields_of_replies_are_refused_in_requests);
+    tcase_add_test(tc, fields_flags_want_step_and_version_only_where_they_mean_something);
+    tcase_add_test(tc, fields_payload_on_a_request_without_one_is_framecount);
+    tcase_add_test(tc, push_payload_says_what_arrived_and_what_is_expected);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("unpack_errors");

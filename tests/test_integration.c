@@ -296,39 +296,106 @@ START_TEST(synthetic_gradients_are_seeded_per_rank_and_move_each_step)
 }
 END_TEST
 
-/* --compute-ms (and [worker] compute_ms): each step sleeps and pushes a
- * gradient of the model's size; no model runs, so nothing is evaluated. */
-START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
+/* The four [data] files of job(), pointed at paths that do not exist: a worker
+ * that opened any of them would stop with status 1 (see above). */
+static const char *const no_data[] = {
+    "--set", "data.train_images=/nonexistent/train-images.gz",
+    "--set", "data.train_labels=/nonexistent/train-labels.gz",
+    "--set", "data.test_images=/nonexistent/test-images.gz",
+    "--set", "data.test_labels=/nonexistent/test-labels.gz",
+};
+#define N_NO_DATA (sizeof no_data / sizeof no_data[0])
+
+/* Runs emulated workers of ranks 0 and 1 of job j on two fresh shards, with no
+ * data file, rank r with the overrides extra[r] (NULL-terminated); checks that
+ * each exits 0 and says it emulates, and puts each one's stdout in out[r] (a
+ * copy that the caller frees). */
+static void emulated_pair(const char *j, const char *const *extra[2], char *out[2])
 {
     char ep0[256], ep1[256], shards[600];
-    const char *j = job("job.ini", "");
     pid_t s0 = h_server(j, 0, ep0), s1 = h_server(j, 1, ep1);
     ck_assert_int_gt(s0, 0);
     ck_assert_int_gt(s1, 0);
     snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
-    const char *a0[] = {"--config", j, "--rank", "0", "--set", shards, "--set",
-                        "data.train_limit=1200", "--compute-ms", "20", NULL};
-    /* Rank 1 also runs the pipeline, whose buffers differ in this mode. */
-    const char *a1[] = {"--config", j, "--rank", "1", "--set", shards, "--set",
-                        "data.train_limit=1200", "--set", "worker.compute_ms=20", "--set",
-                        "compression.pipeline=true", NULL};
-    pid_t w[2] = {h_spawn("dcps-worker", "emu0", a0), h_spawn("dcps-worker", "emu1", a1)};
+    pid_t w[2];
+    for (int r = 0; r < 2; r++) {
+        const char *argv[64];
+        size_t n = 0;
+        argv[n++] = "--config";
+        argv[n++] = j;
+        argv[n++] = "--rank";
+        argv[n++] = r ? "1" : "0";
+        argv[n++] = "--set";
+        argv[n++] = shards;
+        for (size_t i = 0; i < N_NO_DATA; i++)
+            argv[n++] = no_data[i];
+        for (size_t i = 0; extra[r][i] && n < 63; i++)
+            argv[n++] = extra[r][i];
+        argv[n] = NULL;
+        w[r] = h_spawn("dcps-worker", r ? "emu1" : "emu0", argv);
+    }
     for (int r = 0; r < 2; r++) {
         const char *tag = r ? "emu1" : "emu0";
         int st = h_wait(w[r], 120000);
-        ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, h_slurp(h_path(tag, "err")));
-        const char *out = h_slurp(h_path(tag, "out"));
-        double steps = h_final(out, "steps");
-        ck_assert_double_eq(steps, 2 * 19); /* 600 examples a worker, batch 32, 2 epochs */
-        ck_assert_double_eq(h_final(out, "compute_ms"), 20);
-        ck_assert_msg(isnan(h_final(out, "test_acc")), "%s", out);
-        ck_assert_double_ge(h_final(out, "elapsed_s"), steps * 0.020);
-        ck_assert_double_ge(h_final(out, "bytes_pushed"), steps * 50890 * 4);
-        ck_assert_ptr_nonnull(strstr(out, r ? "pipeline=true" : "pipeline=false"));
-        ck_assert_ptr_nonnull(strstr(h_slurp(h_path(tag, "err")), "emulates its computation"));
+        const char *err = h_slurp(h_path(tag, "err"));
+        ck_assert_msg(st == 0, "worker %d exited %d: %s", r, st, err);
+        ck_assert_ptr_nonnull(strstr(err, "emulates its computation"));
+        out[r] = strdup(h_slurp(h_path(tag, "out")));
+        ck_assert_ptr_nonnull(out[r]);
     }
     ck_assert_int_eq(h_stop(s0, 5000), 0);
     ck_assert_int_eq(h_stop(s1, 5000), 0);
+}
+
+/* --compute-ms (and [worker] compute_ms): each step sleeps and pushes a
+ * gradient of the model's size; no model runs, so nothing is evaluated, and no
+ * data file is read: [data] train_limit examples (Fashion-MNIST's 60,000 when
+ * it is 0) set the number of steps. */
+START_TEST(emulated_compute_sleeps_and_pushes_model_sized_gradients)
+{
+    char j[512]; /* a copy: h_path's buffers rotate */
+    snprintf(j, sizeof j, "%s", job("job.ini", ""));
+    char *out[2];
+    /* Rank 1 also runs the pipeline, whose buffers differ in this mode. */
+    const char *const a0[] = {"--set", "data.train_limit=1200", "--compute-ms", "20", NULL};
+    const char *const a1[] = {"--set", "data.train_limit=1200", "--set", "worker.compute_ms=20",
+                              "--set", "compression.pipeline=true", NULL};
+    emulated_pair(j, (const char *const *[2]){a0, a1}, out);
+    for (int r = 0; r < 2; r++) {
+        double steps = h_final(out[r], "steps");
+        ck_assert_double_eq(steps, 2 * 19); /* 600 examples a worker, batch 32, 2 epochs */
+        ck_assert_double_eq(h_final(out[r], "compute_ms"), 20);
+        /* Each epoch's evaluation and the final one print NaN, having no test set. */
+        ck_assert_msg(isnan(h_final(out[r], "test_acc")) && isnan(h_final(out[r], "test_loss")),
+                      "%s", out[r]);
+        ck_assert_msg(strstr(out[r], " epoch=2 done: steps=38 test_loss=nan test_acc=nan\n"),
+                      "%s", out[r]);
+        ck_assert_double_ge(h_final(out[r], "elapsed_s"), steps * 0.020);
+        ck_assert_double_ge(h_final(out[r], "bytes_pushed"), steps * 50890 * 4);
+        ck_assert_ptr_nonnull(strstr(out[r], r ? "pipeline=true" : "pipeline=false"));
+        free(out[r]);
+    }
+
+    /* train_limit = 0: 60,000 examples, 30,000 for each of the 2 ranks. One
+     * step of 30,000 each pins the count at 60,000 or fewer, two steps of
+     * 29,999 at 60,000 or more: exactly the default, from no file. */
+    for (int batch = 30000; batch >= 29999; batch--) {
+        char set[64];
+        snprintf(set, sizeof set, "data.batch_size=%d", batch);
+        const char *const b[] = {"--set", "data.train_limit=0", "--set", set,
+                                 "--set", "data.epochs=1",      "--compute-ms", "1", NULL};
+        emulated_pair(j, (const char *const *[2]){b, b}, out);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_msg(h_final(out[r], "steps") == (batch == 30000 ? 1 : 2), "%s", out[r]);
+            free(out[r]);
+        }
+    }
+
+    /* A real worker of the same job stops at the first missing file: the
+     * emulated ones above did not just get past it. */
+    const char *real[] = {"--config", j, "--rank", "0", no_data[0], no_data[1], NULL};
+    ck_assert_int_eq(h_wait(h_spawn("dcps-worker", "real", real), 20000), 1);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("real", "err")), "/nonexistent/train-images.gz"));
 
     const char *bad[] = {"--config", j, "--rank", "0", "--compute-ms", "5ms", NULL};
     ck_assert_int_eq(h_wait(h_spawn("dcps-worker", "emubad", bad), 20000), 2);

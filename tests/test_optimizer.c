@@ -8,7 +8,9 @@
 #include <check.h>
 
 #include "tests/check_run.h"
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,11 +276,13 @@ START_TEST(apply_sparse_uses_global_indices)
     assert_floats(s->w, w2, 8);
     ck_assert_uint_eq(s->version, v0 + 2);
 
-    /* An empty sparse push is still an applied push. */
-    dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0);
+    /* An empty sparse push is no update (shard.h): w, version, count and
+     * sequence numbers stay. */
+    ck_assert_int_eq(dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0), 0);
     assert_floats(s->w, w2, 8);
-    ck_assert_uint_eq(s->version, v0 + 3);
-    ck_assert_int_eq(dcps_session_seq(&s->session[2], 12), DCPS_SEQ_APPLIED);
+    ck_assert_uint_eq(s->version, v0 + 2);
+    ck_assert_uint_eq(s->pushes, 2);
+    ck_assert_int_eq(dcps_session_seq(&s->session[2], 12), DCPS_SEQ_NEW);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -412,13 +416,17 @@ END_TEST
 
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
-    /* SGD: n floats of parameters, and per worker a session record (its
-     * session and last push) and a restore flag. */
+    /* SGD: n floats of parameters, n of the update buffer, and per worker a
+     * session record (its session and last push) and a restore flag. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
     const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool);
-    ck_assert_uint_eq(dcps_shard_memory(s0), 64 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 8 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 107); /* 32 + 3 · (24 + 1) */
+    ck_assert_uint_eq(dcps_shard_memory(s0), 2 * 64 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 2 * 8 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 139); /* 2 · 32 + 3 · (24 + 1) */
+    dcps_shard_memory_t k;
+    dcps_shard_memory_kinds(s1, &k);
+    ck_assert_uint_eq(k.parameters, 32);
+    ck_assert_uint_eq(k.update_buffer, 32);
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -567,14 +575,345 @@ START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
 }
 END_TEST
 
-START_TEST(memory_of_dcasgd_is_two_plus_p_times_the_shard)
+START_TEST(memory_of_dcasgd_is_three_plus_p_times_the_shard)
 {
+    /* w, MS, P backups and the update buffer; constant λ: no MS. */
     dcps_shard_t *s = dc_shard(true);
     const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool); /* session, restore flag */
-    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (3 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);
-    ck_assert_uint_eq(dcps_shard_memory(s), (1 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* --- parameters stay finite ------------------------------------------------------------ */
+
+/* The checked out-of-place rules give the in-place rules' results bit for bit,
+ * parameters and state, over many steps of random data (finite updates). */
+START_TEST(checked_rules_equal_the_in_place_rules_bit_for_bit)
+{
+    enum { N = 301, K = 37 };
+    static float w[N], u[N], ms[N], bak[N], g[N], w2[N], u2[N], ms2[N], out[N], v[K];
+    static uint32_t idx[K];
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 18);
+    for (int i = 0; i < N; i++) {
+        w[i] = w2[i] = dcps_rng_normal(&rng);
+        bak[i] = w[i] + 0.01f * dcps_rng_normal(&rng);
+        u[i] = u2[i] = 0;
+        ms[i] = ms2[i] = 0;
+    }
+    const dcps_dcasgd_t dc[2] = {{0.1f, 0.3f, false, 0.9f, 1e-7f}, {0.1f, 2.0f, true, 0.9f, 1e-7f}};
+    for (int step = 0; step < 40; step++) {
+        for (int i = 0; i < N; i++)
+            g[i] = dcps_rng_normal(&rng) * (step % 3 ? 1.0f : 1e3f);
+        for (int j = 0; j < K; j++) {
+            idx[j] = (uint32_t)(1000 + j * 8 + (int)dcps_rng_below(&rng, 8));
+            v[j] = dcps_rng_normal(&rng);
+        }
+        switch (step % 7) {
+        case 0:
+            dcps_sgd_dense(w, g, N, 0.1f);
+            ck_assert_uint_eq(dcps_sgd_dense_to(out, w2, g, N, 0.1f), N);
+            break;
+        case 1:
+            dcps_momentum_dense(w, u, g, N, 0.1f, 0.9f);
+            ck_assert_uint_eq(dcps_momentum_dense_to(out, w2, u2, g, N, 0.1f, 0.9f), N);
+            dcps_momentum_dense_state(u2, g, N, 0.9f);
+            break;
+        case 2:
+        case 3:
+            dcps_dcasgd_dense(w, bak, ms, g, N, &dc[step % 7 - 2]);
+            ck_assert_uint_eq(dcps_dcasgd_dense_to(out, w2, bak, ms2, g, N, &dc[step % 7 - 2]),
+                              N);
+            dcps_dcasgd_dense_state(ms2, g, N, &dc[step % 7 - 2]);
+            break;
+        case 4:
+            u[300] = u2[300] = -0.0f; /* never pushed: μ·(−0) + 0 is +0 in both */
+            dcps_momentum_sparse(w, u, N, 1000, idx, v, K, 0.1f, 0.9f);
+            ck_assert_uint_eq(
+                dcps_momentum_sparse_to(out, w2, u2, N, 1000, idx, v, K, 0.1f, 0.9f), N);
+            dcps_momentum_sparse_state(u2, N, 1000, idx, v, K, 0.9f);
+            break;
+        case 5: /* sparse rules that only check: same values either way */
+            ck_assert_uint_eq(dcps_sgd_sparse_check(w, 1000, idx, v, K, 0.1f), K);
+            ck_assert_uint_eq(dcps_dcasgd_sparse_check(w, bak, ms, 1000, idx, v, K, &dc[1]), K);
+            ck_assert_uint_eq(dcps_add_sparse_check(w, 1000, idx, v, K), K);
+            continue;
+        default:
+            for (int i = 0; i < N; i++)
+                w[i] += g[i];
+            ck_assert_uint_eq(dcps_add_dense_to(out, w2, g, N), N);
+            break;
+        }
+        memcpy(w2, out, sizeof out);
+        ck_assert_msg(memcmp(w, w2, sizeof w) == 0, "step %d: parameters differ", step);
+        ck_assert_msg(memcmp(u, u2, sizeof u) == 0, "step %d: velocity differs", step);
+        ck_assert_msg(memcmp(ms, ms2, sizeof ms) == 0, "step %d: mean square differs", step);
+    }
+}
+END_TEST
+
+/* Each checked form reports the first position that would not be finite, and
+ * writes no state (the _to forms only write out). */
+START_TEST(checked_rules_report_the_first_position_that_would_not_be_finite)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6}, out[6], u[6] = {0}, ms[6] = {0};
+    const float keep_u[6] = {0}, bak[6] = {1, 2, 3, 4, 5, 6};
+    float g[6] = {1, 1, 1, 1, 1, 1};
+    g[4] = -FLT_MAX;
+    g[2] = -FLT_MAX; /* w − 10·g overflows at 2 and 4: 2 is reported */
+    ck_assert_uint_eq(dcps_sgd_dense_to(out, w, g, 6, 10.0f), 2);
+    ck_assert(isinf(out[2]));
+    ck_assert_uint_eq(dcps_momentum_dense_to(out, w, u, g, 6, 10.0f, 0.9f), 2);
+    ck_assert_mem_eq(u, keep_u, sizeof u);
+    /* DC-ASGD-c: g⊙g overflows; λ·Inf·(w − bak) = Inf·0 is NaN. */
+    const dcps_dcasgd_t c = {0.1f, 0.5f, false, 0.9f, 1e-7f}, a = {0.1f, 0.5f, true, 0.9f, 1e-7f};
+    ck_assert_uint_eq(dcps_dcasgd_dense_to(out, w, bak, NULL, g, 6, &c), 2);
+    /* DC-ASGD-a: the mean square overflows while w stays finite (λ_i → 0). */
+    float h[6] = {1, 1, 1, 1e20f, 1, 1};
+    ck_assert_uint_eq(dcps_dcasgd_dense_to(out, w, bak, ms, h, 6, &a), 3);
+    ck_assert(isfinite(out[3]));
+    ck_assert_float_eq(ms[3], 0);
+    /* Sums and sparse checks. */
+    const float big[6] = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX};
+    ck_assert_uint_eq(dcps_add_dense_to(out, big, w, 6), 6); /* FLT_MAX + 6 rounds to FLT_MAX */
+    ck_assert_uint_eq(dcps_add_dense_to(out, big, big, 6), 0);
+    const uint32_t idx[3] = {10, 12, 14};
+    const float v[3] = {1, -FLT_MAX, -FLT_MAX};
+    ck_assert_uint_eq(dcps_sgd_sparse_check(w, 10, idx, v, 3, 10.0f), 1);
+    ck_assert_uint_eq(dcps_dcasgd_sparse_check(w, bak, ms, 10, idx, v, 3, &a), 1);
+    ck_assert_uint_eq(dcps_add_sparse_check(big, 10, idx, v, 3), 3); /* FLT_MAX − FLT_MAX = 0 */
+    ck_assert_uint_eq(dcps_momentum_sparse_to(out, w, u, 6, 10, idx, v, 3, 10.0f, 0.9f), 2);
+    ck_assert_mem_eq(u, keep_u, sizeof u);
+}
+END_TEST
+
+/* A shard of shard.c's test job (72 parameters, 3 workers, one shard) with
+ * rule `kind` ("sgd", "momentum", "dcasgd_c", "dcasgd_a") in `mode`, lr 0.1. */
+static dcps_shard_t *rule_shard(const char *kind, const char *mode)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    char err[512], k[64], m[64];
+    bool dc = strncmp(kind, "dcasgd", 6) == 0;
+    snprintf(k, sizeof k, "optimizer.kind=%s", dc ? "dcasgd" : kind);
+    snprintf(m, sizeof m, "job.mode=%s", mode);
+    const char *ov[] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
+                        "optimizer.lr=0.1", k, m,
+                        strcmp(kind, "dcasgd_a") == 0 ? "optimizer.dc_adaptive=true"
+                                                      : "optimizer.dc_adaptive=false"};
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 7, err, sizeof err) == 0, "%s", err);
+    int rc = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
+    free(cfg);
+    ck_assert_msg(s != NULL, "%s", dcps_strerror(rc));
+    float w0[72];
+    for (int i = 0; i < 72; i++)
+        w0[i] = (float)(i % 9) * 0.125f - 0.5f;
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    return s;
+}
+
+/* What a refused update must leave as it was. */
+typedef struct {
+    float w[72], state[72], acc[72];
+    uint64_t version, pushes, stale_count;
+    dcps_session_t session[3];
+} snap_t;
+
+static void snap(const dcps_shard_t *s, snap_t *t)
+{
+    memset(t, 0, sizeof *t);
+    memcpy(t->w, s->w, sizeof t->w);
+    if (s->state)
+        memcpy(t->state, s->state, sizeof t->state);
+    if (s->acc)
+        memcpy(t->acc, s->acc, sizeof t->acc);
+    t->version = s->version;
+    t->pushes = s->pushes;
+    memcpy(t->session, s->session, sizeof t->session);
+    t->stale_count = s->staleness.count;
+}
+
+static void assert_all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(isfinite(x[i]), "element %zu is %g", i, (double)x[i]);
+}
+
+static const char *const rules[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
+
+/* Issue 18: ten pushes of −FLT_MAX at lr 0.1 made every parameter +Inf. Now,
+ * for every rule and both payloads (dense, and sparse of every entry), the push
+ * that would make a parameter non-finite is refused with a sentence naming it,
+ * and changes nothing: parameters, state, version, counters, sequence numbers,
+ * staleness. Every later one too (nothing moved), and pulls serve finite w. */
+START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
+{
+    const char *kind = rules[_i / 2];
+    const bool sparse = _i % 2;
+    dcps_shard_t *s = rule_shard(kind, "async");
+    float g[72];
+    uint32_t idx[72];
+    for (uint32_t i = 0; i < 72; i++)
+        g[i] = -FLT_MAX, idx[i] = i;
+    int accepted = 0, refused = 0;
+    char why[256];
+    snap_t before, after;
+    for (int p = 0; p < 10; p++) {
+        snap(s, &before);
+        int rc = dcps_shard_push(s, false, 1, (uint64_t)p + 1, s->version, sparse ? idx : NULL,
+                                 g, 72, why, sizeof why);
+        if (rc == 0) {
+            ck_assert_msg(refused == 0, "%s: push %d applied after a refusal", kind, p);
+            accepted++;
+            ck_assert_uint_eq(s->version, before.version + 1);
+        } else {
+            ck_assert_int_eq(rc, DCPS_E_NONFINITE);
+            ck_assert_msg(strstr(why, "parameter ") && strstr(why, "nothing applied"), "%s", why);
+            refused++;
+            snap(s, &after);
+            ck_assert_msg(memcmp(&before, &after, sizeof before) == 0,
+                          "%s: a refused push changed the shard", kind);
+        }
+        assert_all_finite(s->w, 72);
+        if (s->state)
+            assert_all_finite(s->state, 72);
+    }
+    ck_assert_msg(refused > 0, "%s: no push refused", kind);
+    ck_assert_uint_eq(s->pushes, (uint64_t)accepted);
+    if (accepted) /* DC-ASGD may refuse the first push already (g⊙g overflows) */
+        ck_assert_int_eq(dcps_session_seq(&s->session[1], (uint64_t)accepted),
+                         DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], (uint64_t)accepted + 1), DCPS_SEQ_NEW);
+    dcps_pull_t reply;
+    dcps_shard_pull(s, 1, false, 0, 0, false, &reply);
+    ck_assert(reply.dense);
+    assert_all_finite(reply.values, 72);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* Sync: the second push of −FLT_MAX in a round would make the sum −Inf: refused
+ * at once, the sum unchanged. A round of one push is applied while w stays
+ * finite; the round whose mean would make it Inf is not applied (w, state and
+ * version stay, the sum is cleared, rounds_refused counts it). */
+START_TEST(sync_refuses_a_sum_and_a_round_that_would_not_be_finite)
+{
+    const char *kind = rules[_i / 2];
+    const bool sparse = _i % 2;
+    dcps_shard_t *s = rule_shard(kind, "sync");
+    float g[72];
+    uint32_t idx[72];
+    for (uint32_t i = 0; i < 72; i++)
+        g[i] = -FLT_MAX, idx[i] = i;
+    char why[256];
+    snap_t before, after;
+    uint64_t seq = 0;
+
+    ck_assert_int_eq(dcps_shard_push(s, true, 0, ++seq, 0, sparse ? idx : NULL, g, 72, why,
+                                     sizeof why),
+                     0);
+    snap(s, &before);
+    ck_assert_int_eq(dcps_shard_push(s, true, 1, ++seq, 0, sparse ? idx : NULL, g, 72, why,
+                                     sizeof why),
+                     DCPS_E_NONFINITE);
+    ck_assert_msg(strstr(why, "round's sum") && strstr(why, "not added"), "%s", why);
+    snap(s, &after);
+    ck_assert(memcmp(&before, &after, sizeof before) == 0);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], seq), DCPS_SEQ_NEW);
+    dcps_shard_clear_round(s);
+
+    int applied = 0, refused = 0;
+    for (int round = 0; round < 10; round++) {
+        ck_assert_int_eq(dcps_shard_accumulate_dense(s, 2, ++seq, g), 0);
+        snap(s, &before);
+        int rc = dcps_shard_apply_round(s, 1);
+        snap(s, &after);
+        if (rc == 0) {
+            ck_assert_msg(refused == 0, "%s: round %d applied after a refusal", kind, round);
+            applied++;
+            ck_assert_uint_eq(after.version, before.version + 1);
+        } else {
+            ck_assert_int_eq(rc, DCPS_E_NONFINITE);
+            ck_assert_msg(strstr(s->why, "the round's mean gradient"), "%s", s->why);
+            refused++;
+            ck_assert_mem_eq(after.w, before.w, sizeof before.w);
+            ck_assert_mem_eq(after.state, before.state, sizeof before.state);
+            ck_assert_uint_eq(after.version, before.version);
+            ck_assert_uint_eq(s->rounds_refused, (uint64_t)refused);
+        }
+        for (int i = 0; i < 72; i++)
+            ck_assert(after.acc[i] == 0.0f); /* cleared either way */
+        assert_all_finite(s->w, 72);
+    }
+    ck_assert_msg(refused > 0, "%s: no round refused", kind);
+    ck_assert_uint_eq(s->version, (uint64_t)applied);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* An empty sparse push is no update in async and ssp mode (the router still
+ * acknowledges it); in sync mode it is the rank's zero contribution to the
+ * round: counted, its seq recorded, and the mean divides by it. */
+START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
+{
+    char why[64];
+    static const uint32_t no_idx[1] = {0};
+    static const float no_val[1] = {0};
+    dcps_shard_t *s = rule_shard("momentum", "async");
+    snap_t before, after;
+    snap(s, &before);
+    ck_assert_int_eq(dcps_shard_push(s, false, 1, 5, 0, no_idx, no_val, 0, why,
+                                     sizeof why),
+                     0);
+    snap(s, &after);
+    ck_assert(memcmp(&before, &after, sizeof before) == 0); /* momentum did not decay */
+    dcps_shard_destroy(&s);
+
+    s = rule_shard("sgd", "sync");
+    float g[72] = {0};
+    g[3] = 8;
+    const float w3 = s->w[3];
+    ck_assert_int_eq(dcps_shard_push(s, true, 0, 1, 0, NULL, g, 72, why, sizeof why), 0);
+    ck_assert_int_eq(dcps_shard_push(s, true, 1, 1, 0, no_idx, no_val, 0, why,
+                                     sizeof why),
+                     0);
+    ck_assert_uint_eq(s->pushes, 2);
+    ck_assert_int_eq(dcps_session_seq(&s->session[1], 1), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_shard_apply_round(s, 2), 0);
+    ck_assert_float_eq(s->w[3], w3 - 0.1f * 4.0f); /* the mean of 8 and nothing */
+    ck_assert_uint_eq(s->version, 1);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* The update buffer swaps with w: a checkpoint's spans follow w and the sum
+ * wherever they are, and add up to floats. */
+START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
+{
+    dcps_shard_t *s = rule_shard("momentum", "sync");
+    dcps_span_t sp[DCPS_SHARD_SPANS];
+    float g[72];
+    for (int i = 0; i < 72; i++)
+        g[i] = 1;
+    for (int round = 0; round < 3; round++) {
+        ck_assert_int_eq(dcps_shard_accumulate_dense(s, 0, (uint64_t)round + 1, g), 0);
+        size_t k = dcps_shard_spans(s, sp), total = 0;
+        ck_assert_uint_eq(k, 3); /* w, u, the sum */
+        ck_assert_ptr_eq(sp[0].p, s->w);
+        ck_assert_ptr_eq(sp[1].p, s->state);
+        ck_assert_ptr_eq(sp[2].p, s->acc);
+        for (size_t i = 0; i < k; i++) {
+            total += sp[i].n;
+            ck_assert_ptr_ne(sp[i].p, s->spare);
+        }
+        ck_assert_uint_eq(total, s->floats);
+        ck_assert_int_eq(dcps_shard_apply_round(s, 1), 0);
+    }
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -607,7 +946,7 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
     tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);
     tcase_add_test(tc, shard_dcasgd_keeps_one_backup_per_worker);
-    tcase_add_test(tc, memory_of_dcasgd_is_two_plus_p_times_the_shard);
+    tcase_add_test(tc, memory_of_dcasgd_is_three_plus_p_times_the_shard);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("momentum and dcasgd");
@@ -616,6 +955,16 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, dcasgd_constant_lambda_two_steps_by_hand);
     tcase_add_test(tc, dcasgd_adaptive_lambda_by_hand);
     tcase_add_test(tc, dcasgd_sparse_changes_only_pushed_entries);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("finite");
+    tcase_add_test(tc, checked_rules_equal_the_in_place_rules_bit_for_bit);
+    tcase_add_test(tc, checked_rules_report_the_first_position_that_would_not_be_finite);
+    tcase_add_loop_test(tc, pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows, 0,
+                        8);
+    tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0, 8);
+    tcase_add_test(tc, empty_sparse_push_is_no_update_but_counts_in_a_sync_round);
+    tcase_add_test(tc, spans_follow_w_and_the_sum_and_add_up_to_floats);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,6 +8,7 @@
 #include <check.h>
 
 #include "tests/check_run.h"
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "dcps.pb-c.h"
 #include "proto/codec.h"
 #include "tests/harness.h"
+#include "worker/dcps.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"
 
@@ -160,7 +162,9 @@ static int reached(int code)
 static int send_bad(int i, dcps_rng_t *rng)
 {
     static uint32_t idx[4];
-    static float val[4], g[8];
+    static float val[4], *g;
+    if (!g) /* zeros: a whole range, so that only the header is wrong */
+        ck_assert_ptr_nonnull(g = calloc(cfg.n_params, sizeof *g));
     const uint64_t n = cfg.n_params;
     dcps_msg_t m;
     uint8_t hdr[DCPS_HEADER_MAX];
@@ -203,7 +207,7 @@ static int send_bad(int i, dcps_rng_t *rng)
     }
     case 7: /* frame shorter than its description */
         dense(&m, DCPS_MSG_PUSH, g, n);
-        m.payload[0].len = sizeof g;
+        m.payload[0].len = 8 * sizeof *g;
         break;
     case 8: /* dense push of the wrong size */
         dense(&m, DCPS_MSG_PUSH, g, 8);
@@ -262,13 +266,58 @@ static int send_bad(int i, dcps_rng_t *rng)
         sparse(&m, many, ones, n + 1);
         break;
     }
+    case 18: /* a good dense push that names shard 3: it was applied on shard 0 */
+        dense(&m, DCPS_MSG_PUSH, g, n);
+        m.shard = 3;
+        m.seq = 1000;
+        break;
+    case 19: /* a PULL naming a range that is not this shard's */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL, .range_lo = 0, .range_hi = 5};
+        break;
+    case 20: /* a PULL with a flag of the shard's (WAITING) */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL, .flags = DCPS_FLAG_WAITING};
+        break;
+    case 21: /* want without DELTA */
+        m = (dcps_msg_t){.type = DCPS_MSG_PULL, .want = 5};
+        break;
+    case 22: /* a reply's field in a request */
+        m = (dcps_msg_t){.type = DCPS_MSG_BARRIER, .workers = 2};
+        break;
+    case 23: /* a step on a request that has none */
+        m = (dcps_msg_t){.type = DCPS_MSG_HEARTBEAT, .step = 3};
+        break;
+    case 24: /* a push of an indices frame alone */
+        idx[0] = 1;
+        sparse(&m, idx, val, 1);
+        m.nframes = 1;
+        break;
+    case 25: { /* a header over the cap: 5000 bytes of an unknown field */
+        static uint8_t big[8192];
+        dense(&m, DCPS_MSG_PUSH, g, n);
+        m.job_id = cfg.job_id;
+        m.seq = 1000;
+        int len = dcps_codec_pack(&m, big, sizeof big);
+        ck_assert_int_gt(len, 0);
+        /* Field 100, length-delimited (tag 0xa2 0x06), 5000 bytes (0x88 0x27). */
+        const uint8_t tag[] = {0xa2, 0x06, 0x88, 0x27};
+        memcpy(big + len, tag, sizeof tag);
+        memset(big + len + sizeof tag, 'x', 5000);
+        send_parts((const void *[]){big, g}, (size_t[]){(size_t)len + sizeof tag + 5000, 8 * 4},
+                   2);
+        return DCPS_E_HEADER;
+    }
+    case 26: /* a PULL with a payload */
+        dense(&m, DCPS_MSG_PULL, g, 8);
+        break;
     default:
         return NO_MORE;
     }
     static const int codes[] = {0, 0, DCPS_E_JOBID, DCPS_E_MSGTYPE, DCPS_E_MSGTYPE, 0,
                                 0, DCPS_E_FRAMELEN, DCPS_E_SIZE, 0, DCPS_E_RANGE, DCPS_E_ORDER,
                                 DCPS_E_NONFINITE, DCPS_E_FRAMECOUNT, DCPS_E_SIZE, 0,
-                                DCPS_E_VERSION, DCPS_E_SIZE};
+                                DCPS_E_VERSION, DCPS_E_SIZE, DCPS_E_FIELD, DCPS_E_FIELD,
+                                DCPS_E_FIELD, DCPS_E_FIELD, DCPS_E_FIELD, DCPS_E_FIELD,
+                                DCPS_E_FRAMECOUNT, 0, DCPS_E_FRAMECOUNT};
     m.job_id = m.job_id ? m.job_id : cfg.job_id;
     m.session = session;
     ck_assert_int_ge(dcps_frames_send(sock, NULL, &m, NULL, NULL, 0), 0);
@@ -286,6 +335,22 @@ static void expect_error(int code, int i)
                   dcps_errname(code), dcps_errname((int)reply.error_code), reply.error_text);
     ck_assert_msg(strlen(reply.error_text) > strlen(dcps_strerror(code)), "case %d: %s", i,
                   reply.error_text);
+    dcps_frames_close(&f);
+}
+
+static const float one_value[1] = {1};
+
+/* Sends req and expects ERROR with code and a text that contains `has`. */
+static void expect_text(dcps_msg_t *req, int code, const char *has)
+{
+    dcps_frames_t f;
+    dcps_msg_t reply;
+    request(req, &f, &reply);
+    ck_assert_msg(reply.type == DCPS_MSG_ERROR && reply.error_code == (uint32_t)-code,
+                  "expected %s, got %s %s", dcps_errname(code), dcps_msg_type_name(reply.type),
+                  reply.error_text);
+    ck_assert_msg(strstr(reply.error_text, has), "\"%s\" does not say \"%s\"", reply.error_text,
+                  has);
     dcps_frames_close(&f);
 }
 
@@ -336,9 +401,21 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
         expect_error(code, i);
         cases++;
     }
-    ck_assert_int_eq(cases, 18);
+    ck_assert_int_eq(cases, 27);
     ck_assert_uint_eq(pull(), 0);
     ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+
+    /* Payload shapes are told what arrived and what a PUSH needs. */
+    req = (dcps_msg_t){.type = DCPS_MSG_PUSH, .seq = 1000};
+    expect_text(&req, DCPS_E_FRAMECOUNT,
+                "PUSH needs one DENSE frame, or an INDICES frame then a VALUES frame; got no "
+                "frames");
+    static const uint32_t one[1] = {3};
+    sparse(&req, one, one_value, 1);
+    req.nframes = 1;
+    expect_text(&req, DCPS_E_FRAMECOUNT, "got 1 frame (INDICES)");
+    req = (dcps_msg_t){.type = DCPS_MSG_PULL, .shard = 3};
+    expect_text(&req, DCPS_E_FIELD, "PULL names shard 3, this is shard 0");
 
     /* A good push is applied once; the same (rank, seq) again is acknowledged as
      * a duplicate and not applied. */
@@ -368,8 +445,268 @@ START_TEST(bad_messages_get_errors_and_change_nothing)
 
     ck_assert_int_eq(h_stop(s, 5000), 0);
     const char *log = h_slurp(h_path("server0", "err"));
-    ck_assert_ptr_nonnull(strstr(log, "19 bad messages")); /* 18 + the early PULL */
+    ck_assert_ptr_nonnull(strstr(log, "31 bad messages")); /* 27 + 3 + the early PULL */
     ck_assert_ptr_nonnull(strstr(log, "at 127.0.0.1"));     /* the peer is named */
+}
+END_TEST
+
+/* Starts a shard of job text `extra` appended to job(workers), loads it, connects
+ * and initialises the parameters to p0. Returns the server's pid. */
+static pid_t start_with(int workers, const char *extra)
+{
+    char ep[256], text[4096];
+    dcps_msg_t req, reply;
+    dcps_frames_t f;
+    snprintf(text, sizeof text, "%s%s", h_slurp(job(workers, "tcp://127.0.0.1:*")), extra);
+    const char *j = h_write("job-extra.ini", text);
+    load(j);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    connect_to(ep);
+    session = SESSION_A; /* rank 0's */
+    req = (dcps_msg_t){.type = DCPS_MSG_HELLO, .n_params = cfg.n_params};
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_WELCOME);
+    dcps_frames_close(&f);
+    dense(&req, DCPS_MSG_INIT, p0, cfg.n_params);
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+    dcps_frames_close(&f);
+    return s;
+}
+
+/* A flood of bad messages from one peer: every one is answered and counted,
+ * the log gets at most DCPS_LOGLIMIT_LINES lines about them, each naming the
+ * peer's address (tiny messages are copied for alignment, which lost it), and
+ * one line with the count of the others. */
+START_TEST(a_flood_of_bad_messages_is_counted_and_logged_within_a_limit)
+{
+    pid_t s = start_with(1, "");
+    /* 40 bytes: more than ZeroMQ keeps inside a zmq_msg_t, so the frame points
+     * into its receive buffer, 2 bytes past a frame header: not aligned. */
+    uint8_t junk[40];
+    memset(junk, 0xff, sizeof junk);
+    for (int i = 0; i < 1000; i++) {
+        send_parts((const void *[]){junk}, (size_t[]){sizeof junk}, 1);
+        expect_error(DCPS_E_HEADER, i);
+    }
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    int lines = 0;
+    for (const char *l = strstr(log, "bad unknown from rank"); l;
+         l = strstr(l + 1, "bad unknown from rank")) {
+        const char *eol = strchr(l, '\n');
+        ck_assert_msg(eol && memmem(l, (size_t)(eol - l), " at 127.0.0.1: ", 15),
+                      "a line without the peer's address: %.*s", (int)(eol ? eol - l : 80), l);
+        lines++;
+    }
+    ck_assert_int_ge(lines, 1);
+    ck_assert_int_le(lines, 5);
+    char want[128];
+    snprintf(want, sizeof want, "%d more bad messages from 127.0.0.1 suppressed in the last",
+             1000 - lines);
+    ck_assert_msg(strstr(log, want), "no \"%s\" in %s", want, log);
+    ck_assert_msg(strstr(log, "(codes HEADER "), "%s", log);
+    ck_assert_msg(strstr(log, " 1000 bad messages"), "%s", log); /* counted, every one */
+}
+END_TEST
+
+/* The issue's case through a real shard: ten pushes of −FLT_MAX at lr 0.1. In
+ * async and ssp mode the push that would make a parameter Inf is answered
+ * NONFINITE (and every later one, as nothing moved); in sync mode the round
+ * whose mean would is not applied, and says so in the log. Pulls serve finite
+ * parameters throughout (a pull reply with Inf fails the client's check). */
+static const struct {
+    const char *kind, *mode;
+    bool sparse;
+} flt_max_cases[] = {
+    {"sgd", "async", false},     {"sgd", "ssp", true},        {"sgd", "sync", false},
+    {"momentum", "async", true}, {"dcasgd_c", "ssp", false},  {"dcasgd_a", "sync", true},
+};
+
+START_TEST(pushes_of_minus_flt_max_are_refused_and_pulls_stay_finite)
+{
+    const char *kind = flt_max_cases[_i].kind, *mode = flt_max_cases[_i].mode;
+    const bool sync = strcmp(mode, "sync") == 0, dc = strncmp(kind, "dcasgd", 6) == 0;
+    char extra[256];
+    snprintf(extra, sizeof extra, "[job]\nmode = %s\n[optimizer]\nkind = %s\n%s", mode,
+             dc ? "dcasgd" : kind,
+             strcmp(kind, "dcasgd_a") == 0 ? "dc_adaptive = true\n" : "");
+    pid_t s = start_with(1, extra);
+    const uint64_t n = cfg.n_params;
+    float *g = malloc(n * sizeof *g);
+    uint32_t *idx = malloc(n * sizeof *idx);
+    ck_assert(g && idx);
+    for (uint64_t i = 0; i < n; i++)
+        g[i] = -FLT_MAX, idx[i] = (uint32_t)i;
+    uint64_t accepted = 0, version = 0;
+    int refused = 0;
+    for (int p = 0; p < 10; p++) {
+        dcps_msg_t req, reply;
+        dcps_frames_t f;
+        if (flt_max_cases[_i].sparse)
+            sparse(&req, idx, g, n);
+        else
+            dense(&req, DCPS_MSG_PUSH, g, n);
+        req.seq = 100 + (uint64_t)p;
+        req.step = sync ? (uint64_t)p : accepted;
+        req.param_version = version;
+        request(&req, &f, &reply);
+        if (reply.type == DCPS_MSG_PUSH_ACK) {
+            ck_assert_msg(refused == 0, "%s %s: push %d acknowledged after a refusal", kind,
+                          mode, p);
+            accepted++;
+        } else {
+            ck_assert_msg(!sync && reply.error_code == (uint32_t)-DCPS_E_NONFINITE,
+                          "%s %s: push %d: %s %s", kind, mode, p,
+                          dcps_msg_type_name(reply.type), reply.error_text);
+            ck_assert_msg(strstr(reply.error_text, "would make parameter") ||
+                              strstr(reply.error_text, "mean square"),
+                          "%s", reply.error_text);
+            refused++;
+        }
+        dcps_frames_close(&f);
+        version = pull(); /* dense, checked finite */
+    }
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    if (sync) {
+        ck_assert_uint_eq(accepted, 10);
+        ck_assert_msg(strstr(log, "not applied, the version stays"), "%s", log);
+        ck_assert_uint_lt(version, 10);
+    } else {
+        ck_assert_msg(refused > 0, "%s %s: nothing refused", kind, mode);
+        ck_assert_uint_eq(version, accepted);
+    }
+    free(g);
+    free(idx);
+}
+END_TEST
+
+/* An empty sparse push (k = 0) is acknowledged and changes nothing in async
+ * mode (it raised the version); in sync mode it is the rank's contribution, a
+ * zero gradient in the round's mean. */
+START_TEST(empty_sparse_push_changes_nothing_in_async_and_counts_in_sync)
+{
+    static const uint32_t no_idx[1] = {0};
+    static const float no_val[1] = {0};
+    dcps_msg_t req, reply;
+    dcps_frames_t f;
+    pid_t s = start_with(1, "");
+    sparse(&req, no_idx, no_val, 0);
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+    ck_assert_uint_eq(reply.param_version, 0);
+    dcps_frames_close(&f);
+    ck_assert_uint_eq(pull(), 0);
+    ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("server0", "err")), "version 0, 0 pushes"));
+    zmq_close(sock);
+    sock = NULL;
+    free(p0);
+    free(got);
+
+    s = start_with(2, "[job]\nmode = sync\n");
+    float *g = calloc(cfg.n_params, sizeof *g);
+    g[5] = 2.0f;
+    dense(&req, DCPS_MSG_PUSH, g, cfg.n_params);
+    req.seq = 1;
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+    dcps_frames_close(&f);
+    req = (dcps_msg_t){.type = DCPS_MSG_HELLO, .rank = 1, .session = SESSION_B,
+                       .n_params = cfg.n_params};
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_WELCOME);
+    dcps_frames_close(&f);
+    sparse(&req, no_idx, no_val, 0);
+    req.rank = 1;
+    req.session = SESSION_B;
+    req.seq = 1;
+    request(&req, &f, &reply);
+    ck_assert_uint_eq(reply.type, DCPS_MSG_PUSH_ACK);
+    dcps_frames_close(&f);
+    ck_assert_uint_eq(pull(), 1); /* the round of both is applied */
+    ck_assert_float_eq(got[5], p0[5] - 0.1f * 1.0f); /* the mean of 2 and nothing */
+    got[5] = p0[5];
+    ck_assert_mem_eq(got, p0, cfg.n_params * sizeof(float));
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    ck_assert_ptr_nonnull(strstr(h_slurp(h_path("server0", "err")), "version 1, 2 pushes"));
+    free(g);
+}
+END_TEST
+
+/* "Unknown fields are ignored" within the 4096-byte header cap: a PUSH with a
+ * 3000-byte field of a later version is applied (it was refused as HEADER at
+ * 1024 bytes). */
+START_TEST(a_push_with_a_long_unknown_field_is_applied)
+{
+    pid_t s = start_with(1, "");
+    float *g = calloc(cfg.n_params, sizeof *g);
+    static uint8_t hdr[DCPS_HEADER_MAX];
+    dcps_msg_t m, reply;
+    dcps_frames_t f;
+    g[7] = 4.0f;
+    dense(&m, DCPS_MSG_PUSH, g, cfg.n_params);
+    m.job_id = cfg.job_id;
+    m.seq = 9;
+    m.session = session;
+    int len = dcps_codec_pack(&m, hdr, sizeof hdr);
+    ck_assert_int_gt(len, 0);
+    const uint8_t tag[] = {0xa2, 0x06, 0xb8, 0x17}; /* field 100, 3000 bytes */
+    memcpy(hdr + len, tag, sizeof tag);
+    memset(hdr + len + sizeof tag, 'x', 3000);
+    send_parts((const void *[]){hdr, g},
+               (size_t[]){(size_t)len + sizeof tag + 3000, cfg.n_params * sizeof *g}, 2);
+    receive(&f, &reply);
+    ck_assert_msg(reply.type == DCPS_MSG_PUSH_ACK, "%s: %s", dcps_msg_type_name(reply.type),
+                  reply.error_text);
+    dcps_frames_close(&f);
+    ck_assert_uint_eq(pull(), 1);
+    ck_assert_float_eq(got[7], p0[7] - 0.1f * 4.0f);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    free(g);
+}
+END_TEST
+
+/* The client library passes every header-field check on every path: dense and
+ * sparse (also empty) pushes, dense, delta (with want) and exact pulls (without
+ * want: it needs DELTA), barrier, done. Not one bad message. */
+START_TEST(the_client_library_passes_every_field_check)
+{
+    char ep[256], set[300], e[512], text[4096];
+    int rc = 0;
+    snprintf(text, sizeof text, "%s[compression]\npull = delta\n",
+             h_slurp(job(1, "tcp://127.0.0.1:*")));
+    const char *j = h_write("job-delta.ini", text);
+    load(j);
+    pid_t s = h_server(j, 0, ep);
+    ck_assert_int_gt(s, 0);
+    snprintf(set, sizeof set, "servers.shards=%s", ep);
+    const char *ov[] = {set};
+    dcps_client_t *c = dcps_client_open(j, 0, ov, 1, &rc, e, sizeof e);
+    ck_assert_msg(c != NULL, "%s", e);
+    float *g = calloc(cfg.n_params, sizeof *g);
+    const uint32_t idx[2] = {3, 700};
+    const float val[2] = {1, -1};
+    g[9] = 1;
+    ck_assert_int_eq(dcps_client_init(c, p0), 0);
+    dcps_client_set_pull_density(c, 0.01);
+    ck_assert_msg(dcps_client_pull(c, got) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_dense(c, g) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_pull(c, got) == 0, "%s", dcps_client_error(c)); /* delta */
+    ck_assert_msg(dcps_client_push_sparse(c, idx, val, 2) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_push_sparse(c, idx, val, 0) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_pull_exact(c, got) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_barrier(c, 1) == 0, "%s", dcps_client_error(c));
+    ck_assert_msg(dcps_client_done(c) == 0, "%s", dcps_client_error(c));
+    dcps_client_close(&c);
+    free(g);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+    const char *log = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(log, "version 2, 2 pushes") && strstr(log, " 0 bad messages"), "%s",
+                  log);
 }
 END_TEST
 
@@ -948,6 +1285,12 @@ int main(void)
     tcase_add_test(tc, sequence_numbers_count_within_a_session);
     tcase_add_test(tc, a_new_session_retires_the_old_one_once_that_is_silent);
     tcase_add_test(tc, a_colliding_routing_id_does_not_cut_off_a_live_worker);
+    tcase_add_test(tc, a_flood_of_bad_messages_is_counted_and_logged_within_a_limit);
+    tcase_add_loop_test(tc, pushes_of_minus_flt_max_are_refused_and_pulls_stay_finite, 0,
+                        (int)(sizeof flt_max_cases / sizeof flt_max_cases[0]));
+    tcase_add_test(tc, empty_sparse_push_changes_nothing_in_async_and_counts_in_sync);
+    tcase_add_test(tc, a_push_with_a_long_unknown_field_is_applied);
+    tcase_add_test(tc, the_client_library_passes_every_field_check);
     tcase_add_test(tc, replies_name_their_shard_and_session);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);

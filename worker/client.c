@@ -1027,7 +1027,7 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
         conn_t *k = &c->conn[s];
         k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
         slots[s].req.flags = k->pull_flags;
-        if (k->holds && c->pull_density > 0)
+        if (k->pull_flags == DCPS_FLAG_DELTA && c->pull_density > 0) /* want needs DELTA */
             slots[s].req.want =
                 dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
         slots[s].req.param_version = k->pulled_version;

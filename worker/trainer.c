@@ -38,13 +38,15 @@ typedef struct {
     int gpu;
     dcps_step_t *step;
     dcps_mlp_t *mlp; /* CPU path */
-    dcps_dataset_t train, test;
+    bool emulated;                   /* [worker] compute_ms > 0: no data, no model */
+    dcps_dataset_t train, test;      /* both empty when emulated */
+    uint32_t examples;               /* in the job's training set, all ranks together */
     size_t n;
     float *params, *grad;            /* host, n each; see above for which allocation */
     float *pool;                     /* emulated compute: the synthetic gradients */
     float *xb;                       /* CPU path: batch inputs */
     uint8_t *yb;
-    uint32_t *order;                 /* this rank's sample indices for the epoch */
+    uint32_t *order;                 /* this rank's sample indices (none when emulated) */
     dcps_mlp_gpu_t *gmlp;            /* GPU path from here on */
     dcps_stream_t cs, xs;
     dcps_event_t up[2], done[2], params_up;
@@ -90,8 +92,8 @@ static int gpu_fail(trainer_t *t, int code, const char *what)
 /* Loads one of the job's data sets; an error names the [data] key of the file
  * it is about and, for a file that is missing, where the default files come
  * from. */
-static int load_data(trainer_t *t, const char *which, const char *images, const char *labels,
-                     uint32_t limit, dcps_dataset_t *ds)
+static int load_set(trainer_t *t, const char *which, const char *images, const char *labels,
+                    uint32_t limit, dcps_dataset_t *ds)
 {
     char why[1024];
     int rc = dcps_dataset_load(images, labels, limit, ds, why, sizeof why);
@@ -124,6 +126,15 @@ static int name_tensors(trainer_t *t)
             at += bias ? (size_t)cfg->layers[l] : (size_t)cfg->layers[l - 1] * cfg->layers[l];
         }
     return dcps_step_set_names(t->step, off, names, k) == 0 ? 0 : step_fail(t, DCPS_E_INVAL);
+}
+
+/* An emulated worker's share of the examples: as many as dcps_step_share()
+ * would deal it (every workers-th from its rank), without the indices, since
+ * it has no examples to pick. */
+static uint32_t emulated_share(const trainer_t *t)
+{
+    uint32_t workers = (uint32_t)t->cfg->workers;
+    return (t->examples - (uint32_t)t->rank + workers - 1) / workers;
 }
 
 /* Samples in the batch that starts at position at of a share of mine; 0 past its end. */
@@ -170,7 +181,7 @@ static int params_free(trainer_t *t)
 /* The test loss and accuracy at the parameters last pulled. */
 static int evaluate(trainer_t *t, float *loss, float *acc)
 {
-    if (t->pool) { /* emulated compute: no model to evaluate */
+    if (t->emulated) { /* no model, and no test set, to evaluate */
         *loss = *acc = NAN;
         return 0;
     }
@@ -200,7 +211,7 @@ static int cpu_step(trainer_t *t, long step, int epoch, uint32_t at, int b, floa
                     int *correct)
 {
     int rc;
-    if (t->pool) {
+    if (t->emulated) {
         int ms = t->cfg->compute_ms;
         nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
         t->grad = t->pool + dcps_trainer_synthetic_offset(t->cfg->seed, t->rank, step);
@@ -387,22 +398,20 @@ static int setup_gpu(trainer_t *t)
     return 0;
 }
 
-/* The CPU path's buffers and model: params and a gradient. Emulated compute
- * needs no gradient buffer (its gradients are windows of the pool) and no model. */
+/* The CPU path's buffers and model: params, a gradient and a batch. Emulated
+ * compute needs no gradient buffer (its gradients are windows of the pool), no
+ * batch and no model. */
 static int setup_cpu(trainer_t *t)
 {
     const dcps_config_t *cfg = t->cfg;
-    bool emulated = cfg->compute_ms > 0;
     int rc;
-    /* params [gradient] [second gradient, pulled] */
-    t->params = calloc((emulated ? 1 : 2) * t->n, sizeof(float));
-    t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
-    t->yb = malloc((size_t)cfg->batch_size);
-    if (!t->params || !t->xb || !t->yb) {
+    /* params [gradient] */
+    t->params = calloc((t->emulated ? 1 : 2) * t->n, sizeof(float));
+    if (!t->params) {
         snprintf(t->err, t->errlen, "out of memory");
         return DCPS_E_NOMEM;
     }
-    if (emulated) {
+    if (t->emulated) {
         t->pool = malloc((t->n + DCPS_SYNTH_SLACK) * sizeof(float));
         if (!t->pool) {
             snprintf(t->err, t->errlen, "out of memory (synthetic gradients)");
@@ -414,9 +423,38 @@ static int setup_cpu(trainer_t *t)
         return 0;
     }
     t->grad = t->params + t->n;
+    t->xb = malloc((size_t)cfg->batch_size * t->train.dim * sizeof(float));
+    t->yb = malloc((size_t)cfg->batch_size);
+    if (!t->xb || !t->yb) {
+        snprintf(t->err, t->errlen, "out of memory");
+        return DCPS_E_NOMEM;
+    }
     t->mlp = dcps_mlp_new(cfg->layers, cfg->n_layers, cfg->batch_size, &rc);
     if (!t->mlp)
         return fail(t, rc, "model");
+    return 0;
+}
+
+/* The real path's training and test sets, and the order array for its share. */
+static int load_data(trainer_t *t)
+{
+    const dcps_config_t *cfg = t->cfg;
+    int rc;
+    if ((rc = load_set(t, "train", cfg->train_images, cfg->train_labels,
+                       (uint32_t)cfg->train_limit, &t->train)) != 0 ||
+        (rc = load_set(t, "test", cfg->test_images, cfg->test_labels, 0, &t->test)) != 0)
+        return rc;
+    if (t->train.dim != (uint32_t)cfg->layers[0] || t->test.dim != (uint32_t)cfg->layers[0]) {
+        snprintf(t->err, t->errlen, "images have %u pixels, [model] layers starts with %d",
+                 t->train.dim, cfg->layers[0]);
+        return DCPS_E_CONFIG;
+    }
+    t->examples = t->train.n;
+    t->order = malloc(t->train.n * sizeof(uint32_t));
+    if (!t->order) {
+        snprintf(t->err, t->errlen, "out of memory");
+        return DCPS_E_NOMEM;
+    }
     return 0;
 }
 
@@ -432,31 +470,23 @@ static int setup(trainer_t *t, const char *metrics_path)
         return DCPS_E_NOGPU;
     }
     /* Emulated compute runs no model, so there is nothing for a GPU to do. */
-    t->gpu = cfg->device != DCPS_DEVICE_CPU && gpus > 0 && cfg->compute_ms == 0;
-    if (cfg->device == DCPS_DEVICE_AUTO && gpus == 0 && cfg->compute_ms == 0)
+    t->emulated = cfg->compute_ms > 0;
+    t->gpu = cfg->device != DCPS_DEVICE_CPU && gpus > 0 && !t->emulated;
+    if (cfg->device == DCPS_DEVICE_AUTO && gpus == 0 && !t->emulated)
         DCPS_INFO("[worker] device = auto: no usable GPU (%s); computing on the CPU",
                   dcps_gpu_why());
+    t->n = cfg->n_params;
 
-    if ((rc = load_data(t, "train", cfg->train_images, cfg->train_labels,
-                        (uint32_t)cfg->train_limit, &t->train)) != 0 ||
-        (rc = load_data(t, "test", cfg->test_images, cfg->test_labels, 0, &t->test)) != 0)
+    /* An emulated worker reads no data: only the number of examples matters,
+     * for the number of steps (trainer.h). */
+    if (t->emulated)
+        t->examples = cfg->train_limit > 0 ? (uint32_t)cfg->train_limit : DCPS_EMULATED_EXAMPLES;
+    else if ((rc = load_data(t)) != 0)
         return rc;
-    if (t->train.dim != (uint32_t)cfg->layers[0] || t->test.dim != (uint32_t)cfg->layers[0]) {
-        snprintf(t->err, t->errlen, "images have %u pixels, [model] layers starts with %d",
-                 t->train.dim, cfg->layers[0]);
-        return DCPS_E_CONFIG;
-    }
-    if (t->train.n < (uint32_t)cfg->workers) {
-        snprintf(t->err, t->errlen, "%u training examples for %d workers", t->train.n,
+    if (t->examples < (uint32_t)cfg->workers) {
+        snprintf(t->err, t->errlen, "%u training examples for %d workers", t->examples,
                  cfg->workers);
         return DCPS_E_CONFIG;
-    }
-
-    t->n = cfg->n_params;
-    t->order = malloc(t->train.n * sizeof(uint32_t));
-    if (!t->order) {
-        snprintf(t->err, t->errlen, "out of memory");
-        return DCPS_E_NOMEM;
     }
     if (t->gpu && (rc = setup_gpu(t)) != 0)
         return rc;
@@ -520,8 +550,9 @@ static int refuse_finished(trainer_t *t, long resume)
     const dcps_config_t *cfg = t->cfg;
     long total = 0;
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = dcps_step_share(cfg->seed, epoch, t->rank, cfg->workers, t->train.n,
-                                        t->order);
+        uint32_t mine = t->emulated ? emulated_share(t)
+                                    : dcps_step_share(cfg->seed, epoch, t->rank, cfg->workers,
+                                                      t->examples, t->order);
         total += ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
     }
     if (resume < total)
@@ -558,8 +589,9 @@ static int train(trainer_t *t, FILE *out)
 
     t->t0 = now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
-                                           t->train.n, t->order);
+        uint32_t mine = t->emulated ? emulated_share(t)
+                                    : dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
+                                                      t->examples, t->order);
         long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
         if (step + in_epoch <= resume) {
             step += in_epoch;
@@ -622,7 +654,7 @@ static int train(trainer_t *t, FILE *out)
                 dcps_step_stats(t->step, &st);
                 double tn = now_s();
                 double wl = win_loss / (double)cfg->log_every;
-                double wa = t->pool ? NAN : (double)win_correct / (double)win_samples;
+                double wa = t->emulated ? NAN : (double)win_correct / (double)win_samples;
                 fprintf(out,
                         "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
                         "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",

@@ -16,13 +16,19 @@
 
 #include "common/config.h"
 
-/* Emulated compute ([worker] compute_ms > 0): each step sleeps compute_ms and
- * its gradient is the window pool[off, off + n) of a pool of n +
- * DCPS_SYNTH_SLACK values drawn once per rank from N(0, DCPS_SYNTH_STD²),
- * seeded by the job's seed and the rank, where off =
- * dcps_trainer_synthetic_offset(seed, rank, step) is in [0, DCPS_SYNTH_SLACK].
- * A window costs nothing to draw, so the workers spend their CPU on what a
- * GPU worker would spend it on: compressing and communicating. */
+/* Emulated compute ([worker] compute_ms > 0): the worker reads no data file.
+ * Its training set is [data] train_limit examples, or DCPS_EMULATED_EXAMPLES
+ * (the size of Fashion-MNIST's training set, not read from it) when that is 0,
+ * dealt to the ranks as real examples are; with batch_size and epochs it sets
+ * the number of steps. It evaluates nothing: test_acc, test_loss and the losses
+ * are NaN. Each step sleeps compute_ms and its gradient is the window
+ * pool[off, off + n) of a pool of n + DCPS_SYNTH_SLACK values drawn once per
+ * rank from N(0, DCPS_SYNTH_STD²), seeded by the job's seed and the rank, where
+ * off = dcps_trainer_synthetic_offset(seed, rank, step) is in
+ * [0, DCPS_SYNTH_SLACK]. A window costs nothing to draw, so the workers spend
+ * their CPU on what a GPU worker would spend it on: compressing and
+ * communicating. */
+#define DCPS_EMULATED_EXAMPLES 60000
 #define DCPS_SYNTH_SLACK 1048576
 #define DCPS_SYNTH_STD 0.01f
 void dcps_trainer_synthetic_pool(uint64_t seed, int rank, float *pool, size_t len);

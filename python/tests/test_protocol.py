@@ -552,7 +552,8 @@ class Errors(Case):
 
     def test_header(self):
         c = self.conn()
-        for hdr, text in ((b"", "header of 0 bytes (expected 1 to 1024)"),
+        for hdr, text in ((b"", "header of 0 bytes: a header is 1 to 4096 bytes, unknown fields "
+                                "included"),
                           (b"\xff\xff\xff", "header of 3 bytes does not parse as dcps.Header")):
             r = self.raw(c, [hdr])
             self.assertError(r, "HEADER", text)
@@ -565,7 +566,8 @@ class Errors(Case):
         over = hello + unknown_field(1000, P.HEADER_MAX + 1 - len(hello))
         self.assertEqual(len(over), P.HEADER_MAX + 1)
         self.assertError(self.raw(c, [over]), "HEADER",
-                         f"header of {P.HEADER_MAX + 1} bytes (expected 1 to {P.HEADER_MAX})")
+                         f"header of {P.HEADER_MAX + 1} bytes: a header is 1 to {P.HEADER_MAX} "
+                         "bytes, unknown fields included")
         # Below the cap, unknown fields are ignored: a PUSH with 4096 bytes of header.
         g = P.dense(np.ones(512, F32))
         push = c.header(pb.PUSH, 78, g, step=0).SerializeToString()
@@ -624,14 +626,16 @@ class Errors(Case):
         self.refused(c, "FRAMECOUNT", "PUSH header describes 5 payload frames, message has 5",
                      pb.PUSH, five, step=0)
         # The shape of a PUSH and an INIT.
-        self.refused(c, "FRAMECOUNT", "a sparse PUSH needs an indices frame then a values frame",
-                     pb.PUSH, step=0)
-        self.refused(c, "FRAMECOUNT", "PUSH needs one dense frame, got 1 frames", pb.PUSH,
+        shapes = "PUSH needs one DENSE frame, or an INDICES frame then a VALUES frame; got "
+        self.refused(c, "FRAMECOUNT", shapes + "no frames", pb.PUSH, step=0)
+        self.refused(c, "FRAMECOUNT", shapes + "1 frame (INDICES)", pb.PUSH,
                      [P.frame(pb.FRAME_INDICES, np.arange(3))], step=0)
-        self.refused(c, "FRAMECOUNT", "a sparse PUSH needs an indices frame then a values frame",
-                     pb.PUSH, P.sparse([1], [1.0])[::-1], step=0)
-        self.refused(c, "FRAMECOUNT", "INIT needs one dense frame, got 2 frames", pb.INIT,
-                     P.sparse([1], [1.0]))
+        self.refused(c, "FRAMECOUNT", shapes + "2 frames (VALUES, INDICES)", pb.PUSH,
+                     P.sparse([1], [1.0])[::-1], step=0)
+        self.refused(c, "FRAMECOUNT", shapes + "3 frames (DENSE, DENSE, DENSE)", pb.PUSH,
+                     P.dense(np.ones(1, F32)) * 3, step=0)
+        self.refused(c, "FRAMECOUNT", "INIT needs one DENSE frame, got 2 frames (INDICES, "
+                     "VALUES)", pb.INIT, P.sparse([1], [1.0]))
 
     def test_framelen(self):
         c = self.ready()
@@ -745,6 +749,146 @@ class Errors(Case):
         self.assertEqual(a.heartbeat().type, pb.HEARTBEAT)
         self.assertEqual(a.hello(0, N).type, pb.WELCOME)
 
+
+class Fields(Case):
+    """Section 6: every header field of a request is checked or has no meaning."""
+
+    def setUp(self):
+        super().setUp()
+        self.start()
+        self.c0 = self.joined(0, 0, init=np.zeros(N, F32))
+        self.c1 = self.joined(0, 1, init=np.zeros(N, F32), session=self.c0.session)
+
+    def test_shard_size_and_range_when_present(self):
+        c0, c1 = self.c0, self.c1
+        ones = P.dense(np.ones(512, F32))
+        self.refused(c0, "FIELD", "PUSH names shard 3, this is shard 0", pb.PUSH, ones, step=0,
+                     shard=3)
+        self.refused(c1, "FIELD", "HEARTBEAT names shard 0, this is shard 1", pb.HEARTBEAT,
+                     shard=0)  # present, also as 0
+        self.refused(c0, "FIELD", "PULL says n_params 999, this shard's model has 1000",
+                     pb.PULL, n_params=999)
+        self.refused(c0, "FIELD", "HEARTBEAT names the range [0, 100), this shard serves "
+                     "[0, 512)", pb.HEARTBEAT, range_hi=100)
+        self.refused(c1, "FIELD", "BYE names the range [0, 0), this shard serves [512, 1000)",
+                     pb.BYE, range_lo=0)
+        # The shard's own values pass.
+        self.assertEqual(c1.heartbeat(shard=1, n_params=N, range_lo=512, range_hi=N).type,
+                         pb.HEARTBEAT)
+        ack = c0.push(0, 0, g=np.ones(512, F32), shard=0, n_params=N, range_lo=0, range_hi=512)
+        self.assertEqual(ack.h.param_version, 1)
+        # HELLO's range too; its shard and n_params are its own (SIZE).
+        self.refused(c0, "FIELD", "HELLO names the range [0, 7), this shard serves [0, 512)",
+                     pb.HELLO, shard=0, n_params=N, range_hi=7)
+
+    def test_fields_of_replies_and_of_other_types(self):
+        c = self.c0
+        for type_, fields, text in (
+                (pb.HEARTBEAT, {"initialized": True},
+                 "HEARTBEAT carries initialized, a field of WELCOME only"),
+                (pb.DONE, {"workers": 2}, "DONE carries workers, a field of WELCOME only"),
+                (pb.PULL, {"error_code": 10}, "PULL carries error_code, a field of ERROR only"),
+                (pb.PULL, {"error_text": "x"}, "PULL carries error_text, a field of ERROR only"),
+                (pb.BARRIER, {"flags": pb.FLAG_DELTA, "step": 1},
+                 "BARRIER with flags 8: it has no flags"),
+                (pb.PULL, {"flags": pb.FLAG_DUPLICATE},
+                 "PULL with flags 1: a PULL has only DELTA (8) and EXACT (16)"),
+                (pb.PULL, {"flags": pb.FLAG_DELTA | pb.FLAG_EXACT},
+                 "PULL with both DELTA (a delta, please) and EXACT (the parameters themselves, "
+                 "please)"),
+                (pb.PULL, {"flags": pb.FLAG_EXACT, "want": 5},
+                 "PULL with want 5: only a PULL with DELTA asks for a delta's size"),
+                (pb.HEARTBEAT, {"want": 5},
+                 "HEARTBEAT with want 5: only a PULL with DELTA asks for a delta's size"),
+                (pb.HELLO, {"step": 3, "shard": 0, "n_params": N},
+                 "HELLO with step 3: only PUSH, PULL and BARRIER have a step"),
+                (pb.DONE, {"step": 3}, "DONE with step 3: only PUSH, PULL and BARRIER have a step"),
+                (pb.BYE, {"param_version": 2},
+                 "BYE with param_version 2: only PUSH and PULL name a version"),
+                (pb.BARRIER, {"param_version": 2},
+                 "BARRIER with param_version 2: only PUSH and PULL name a version")):
+            self.refused(c, "FIELD", text, type_, **fields)
+        # 0, false and empty are as good as absent.
+        self.assertEqual(c.heartbeat(initialized=False, workers=0, error_code=0, error_text="",
+                                     flags=0, want=0, step=0, param_version=0).type,
+                         pb.HEARTBEAT)
+        # Frames where the type has none.
+        self.refused(c, "FRAMECOUNT", "HEARTBEAT carries no payload, got 1 frame (DENSE)",
+                     pb.HEARTBEAT, P.dense(np.ones(2, F32)), shard=9)
+        self.refused(c, "FRAMECOUNT", "PULL carries no payload, got 2 frames (INDICES, VALUES)",
+                     pb.PULL, P.sparse([1], [1.0]))
+        # Nothing of it all changed anything: BYE and DONE were refused.
+        self.refused(self.conn(0, session=SB), "LIVE", re.compile(".*"), pb.HELLO, shard=0,
+                     n_params=N)
+        self.assertEqual(c.pull(0).h.param_version, 0)
+
+
+class NonFinite(Case):
+    """Section 7.4: an update that would make a parameter NaN or Inf is refused."""
+
+    def test_async_sgd(self):
+        self.start()
+        big = np.finfo(F32).max
+        w0 = np.zeros(N, F32)
+        w0[12] = big
+        c = self.joined(0, init=w0)
+        g = np.zeros(512, F32)
+        g[12] = -big
+        self.refused(c, "NONFINITE", "the update would make parameter 12 inf (it is "
+                     "3.40282e+38, gradient -3.40282e+38); nothing applied", pb.PUSH,
+                     P.dense(g), step=0, seq=10)
+        self.refused(c, "NONFINITE", re.compile(r"the update would make parameter 12 inf .*"),
+                     pb.PUSH, P.sparse([12], [-big]), step=0, seq=11)
+        r = c.pull(0)
+        self.assertEqual(r.h.param_version, 0)
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512]))
+        # The issue's case: finite gradients that would reach Inf after ten pushes.
+        w = np.zeros(512, F32)
+        c2 = self.joined(0, 1, init=w0, session=c.session)
+        for step in range(12):
+            r = c2.request(pb.PUSH, P.dense(np.full(488, -big, F32)), check=False, step=step)
+            if r.type == pb.ERROR:
+                break
+            w = w - F32(LR) * np.full(512, -big, F32)
+        self.assertError(r, "NONFINITE", re.compile(r"the update would make parameter 512 inf "
+                                                    r".*; nothing applied"))
+        self.assertTrue(np.all(np.isfinite(c2.pull(0).arrays[0])))
+
+    def test_sync_sum(self):
+        self.start(job={"mode": "sync"})
+        big = np.finfo(F32).max
+        a = self.joined(0, init=np.zeros(N, F32))
+        b = self.joined(1)
+        g = np.full(512, big, F32)
+        self.assertEqual(a.push(0, 0, g=g).h.flags, 0)
+        self.refused(b, "NONFINITE", "adding it to the round's sum would make the entry of "
+                     "parameter 0 inf (the sum holds 3.40282e+38, the push 3.40282e+38); not "
+                     "added", pb.PUSH, P.dense(g), step=0)
+        # The round still waits for rank 1, which may push again for the step.
+        self.assertEqual(b.push(0, 0, g=np.zeros(512, F32)).h.flags, 0)
+        self.assertEqual(a.pull(1).h.param_version, 1)
+
+
+class EmptySparsePush(Case):
+    """Section 7.4: k = 0 is no update in async and ssp, a zero gradient in sync."""
+
+    def test_async_changes_nothing(self):
+        self.start()
+        c = self.joined(0, init=np.ones(N, F32))
+        ack = c.push(0, 0, idx=[], values=[])
+        self.assertEqual((ack.type, ack.h.flags, ack.h.param_version), (pb.PUSH_ACK, 0, 0))
+        self.assertTrue(np.array_equal(c.pull(1).arrays[0], np.ones(512, F32)))
+
+    def test_sync_is_the_ranks_share_of_the_round(self):
+        self.start(job={"mode": "sync"})
+        a = self.joined(0, init=np.ones(N, F32))
+        b = self.joined(1)
+        a.push(0, 0, g=np.full(512, 2.0, F32))
+        b.push(0, 0, idx=[], values=[])
+        r = a.pull(1)
+        self.assertEqual(r.h.param_version, 1)
+        self.assertTrue(np.array_equal(r.arrays[0],
+                                       np.ones(512, F32) - F32(LR) * (F32(2.0) * F32(0.5))))
 
 class Waiting(Case):
     """Section 8: waiting requests, retries from another socket, DONE."""
