@@ -868,6 +868,27 @@ class NonFinite(Case):
         self.assertEqual(b.push(0, 0, g=np.zeros(512, F32)).h.flags, 0)
         self.assertEqual(a.pull(1).h.param_version, 1)
 
+    def test_a_sync_round_whose_mean_would_overflow_is_not_applied(self):
+        self.start(job={"mode": "sync"})
+        big = np.finfo(F32).max
+        w0 = np.zeros(N, F32)
+        w0[5] = big
+        a = self.joined(0, init=w0)
+        b = self.joined(1)
+        g = np.zeros(512, F32)
+        g[5] = -big  # the sum is finite; w - lr * (sum / 2) is not
+        self.assertEqual(a.push(0, 0, g=g).h.flags, 0)
+        self.assertEqual(b.push(0, 0, g=np.zeros(512, F32)).h.flags, 0)
+        # Both pushes were acknowledged; the round closed without an update.
+        r = a.pull(1)
+        self.assertEqual(r.h.param_version, 0)
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512]))
+        a.push(1, 0, g=np.ones(512, F32))
+        b.push(1, 0, g=np.ones(512, F32))
+        r = b.pull(2)
+        self.assertEqual(r.h.param_version, 1)
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512] - F32(LR) * F32(1)))
+
 
 class EmptySparsePush(Case):
     """Section 7.4: k = 0 is no update in async and ssp, a zero gradient in sync."""
@@ -875,8 +896,10 @@ class EmptySparsePush(Case):
     def test_async_changes_nothing(self):
         self.start()
         c = self.joined(0, init=np.ones(N, F32))
-        ack = c.push(0, 0, idx=[], values=[])
+        ack = c.push(0, 0, idx=[], values=[], seq=5)
         self.assertEqual((ack.type, ack.h.flags, ack.h.param_version), (pb.PUSH_ACK, 0, 0))
+        ack = c.push(0, 0, idx=[], values=[], seq=5)  # not recorded: no DUPLICATE either
+        self.assertEqual((ack.h.flags, ack.h.param_version), (0, 0))
         self.assertTrue(np.array_equal(c.pull(1).arrays[0], np.ones(512, F32)))
 
     def test_sync_is_the_ranks_share_of_the_round(self):
