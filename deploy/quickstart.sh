@@ -22,7 +22,8 @@ build=$here/build
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
-    procps groff-base iproute2 python3-dev python3-numpy python3-torch)
+    procps groff-base iproute2 python3-dev python3-numpy python3-torch
+    clang libclang-rt-14-dev llvm-14)
 
 # The system Python: Debian's python3-torch is importable there (a python3
 # earlier in PATH, from pyenv or a venv, may not see it).
