@@ -83,12 +83,12 @@ for h in $NAMES; do
     limit=(-max_total_time="$SECONDS_EACH")
     [ -n "$RUNS" ] && limit=(-runs=$(((RUNS + JOBS - 1) / JOBS)))
     echo "fuzz_$h: $JOBS process(es), $how" >&2
-    start=$(date +%s)
+    start=$(date +%s.%N)
     pids=()
     for j in $(seq "$JOBS"); do
         # Each process its own seed; they share the corpus directory and read
         # each other's finds (-reload).
-        nice -n 10 "$bin" "${limit[@]}" -seed="$j$start" -max_len=4096 -timeout=10 \
+        nice -n 10 "$bin" "${limit[@]}" -seed="$j${start%.*}" -max_len=4096 -timeout=10 \
             -rss_limit_mb=2048 -error_exitcode=1 -timeout_exitcode=1 -print_final_stats=1 \
             -dict="$root/tests/fuzz/dcps.dict" -artifact_prefix="$dir/" \
             "$dir/corpus" "${seeds[@]}" >"$dir/log.$j" 2>&1 &
@@ -97,7 +97,7 @@ for h in $NAMES; do
     for p in "${pids[@]}"; do
         wait "$p" || status=1
     done
-    secs=$(($(date +%s) - start))
+    secs=$(echo "$start $(date +%s.%N)" | awk '{printf "%.1f", $2 - $1}')
     execs=0
     for j in $(seq "$JOBS"); do
         grep '^stat::' "$dir/log.$j" >"$OUT/$h.$j.stats" || true
@@ -113,7 +113,7 @@ for h in $NAMES; do
     mv "$dir/merged" "$dir/corpus"
     after=$(find "$dir/corpus" -type f | wc -l)
     crashes=$(find "$dir" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
-    printf '%-8s %12d %9d %9.0f %5d %8d %8d %8d\n' "$h" "$execs" "$secs" \
+    printf '%-8s %12d %9.1f %9.0f %5d %8d %8d %8d\n' "$h" "$execs" "$secs" \
         "$(echo "$execs $secs" | awk '{print $2 ? $1 / $2 : 0}')" "$JOBS" "$before" "$after" \
         "$crashes" >>"$summary"
     if [ "$crashes" -gt 0 ]; then
@@ -128,7 +128,7 @@ files=(proto/codec.c common/frame.c server/router.c server/shard.c server/consis
 {
     echo
     echo "coverage of the merged corpora (clang source-based coverage, $llvmcov report):"
-    printf '%-22s %-24s %-24s %-24s\n' file codec router both
+    printf '%-22s %-30s %-30s %-30s\n' file codec router both
 } >>"$summary"
 : >"$OUT/coverage.txt"
 objects=()
@@ -157,7 +157,7 @@ cover() {
 for f in "${files[@]}"; do
     printf '%-22s' "$f" >>"$summary"
     for h in codec router both; do
-        printf ' %-24s' "$(cover "$h" "$f")" >>"$summary"
+        printf ' %-30s' "$(cover "$h" "$f")" >>"$summary"
     done
     echo >>"$summary"
 done
