@@ -101,8 +101,9 @@ int dcps_frames_decode(const dcps_frames_t *f, int first, uint64_t expect_job, d
         pay[i - first - 1] = (dcps_buf_t){zmq_msg_data(p), zmq_msg_size(p)};
     }
     zmq_msg_t *h = (zmq_msg_t *)&f->part[first];
-    return dcps_codec_unpack(zmq_msg_data(h), zmq_msg_size(h), pay,
-                             np > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : np, expect_job, m, why,
+    /* np may exceed DCPS_MAX_FRAMES (parts beyond the array were dropped): the
+     * codec refuses such a count before it reads any frame, and says it. */
+    return dcps_codec_unpack(zmq_msg_data(h), zmq_msg_size(h), pay, np, expect_job, m, why,
                              whylen);
 }
 

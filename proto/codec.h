@@ -119,9 +119,11 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap);
  * is 1 to DCPS_HEADER_MAX bytes and parses (HEADER), protocol (PROTOVER), job id
  * unless expect_job is 0 (JOBID), known type (MSGTYPE), as many frames as
  * descriptions and at most DCPS_MAX_FRAMES (FRAMECOUNT), known kind/dtype and
- * byte length = count × size = the frame's length (FRAMELEN). Sets out->has from the fields present. On
- * failure returns the code and writes a sentence to why; out is then only valid
- * for type, rank and seq. */
+ * byte length = count × size = the frame's length (FRAMELEN). Sets out->has from
+ * the fields present. On failure returns the code and writes a sentence to why;
+ * out is then only valid for type, rank and seq. frames holds nframes entries,
+ * or none past DCPS_MAX_FRAMES when nframes is larger (the parts received:
+ * refused before any frame is read). */
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen);
 

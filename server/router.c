@@ -75,7 +75,8 @@ static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t wh
 }
 
 /* Answers a request that waited (a pull or a barrier): reply's other fields are
- * set by the caller. */
+ * set by the caller. A waiting request is of the rank's session (a retired
+ * session's waits are dropped), which the reply names as every reply does. */
 static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq,
                     uint32_t type, dcps_msg_t *reply)
 {
@@ -83,6 +84,7 @@ static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uin
     reply->job_id = r->cfg->job_id;
     reply->rank = rank;
     reply->seq = seq;
+    reply->session = r->shard->session[rank].id;
     reply->shard = (uint32_t)r->shard->index;
     reply->param_version = r->shard->version;
     send_reply(r, &(dcps_buf_t){to->b, to->len}, reply);
@@ -430,6 +432,7 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
 {
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
+    reply.shard = (uint32_t)r->shard->index;
     reply.param_version = r->shard->version;
     reply.flags = DCPS_FLAG_STALE;
     reply.step = r->cons.round;

@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/frame.h"
+#include "common/shardmap.h"
 #include "common/rng.h"
 #include "dcps.pb-c.h"
 #include "proto/codec.h"
@@ -1119,6 +1120,158 @@ START_TEST(a_colliding_routing_id_does_not_cut_off_a_live_worker)
 }
 END_TEST
 
+/* What `on` receives next that answers seq (other messages are dropped), into
+ * m; the caller closes f. */
+static void reply_to(void *on, uint64_t seq, dcps_frames_t *f, dcps_msg_t *m)
+{
+    char why[256];
+    for (;;) {
+        ck_assert_msg(dcps_frames_recv(on, f, 0) > 0, "no reply to seq %llu within 5 s",
+                      (unsigned long long)seq);
+        ck_assert_msg(dcps_frames_decode(f, 0, cfg.job_id, m, why, sizeof why) == 0, "%s", why);
+        if (m->seq == seq)
+            return;
+        dcps_frames_close(f);
+    }
+}
+
+/* m is a `type` from shard 1 to session sid; closes f. */
+static void from_shard_1(dcps_frames_t *f, const dcps_msg_t *m, uint32_t type, uint64_t sid)
+{
+    ck_assert_msg(m->type == type, "expected %s, got %s: %s", dcps_msg_type_name(type),
+                  dcps_msg_type_name(m->type), m->error_text);
+    ck_assert_msg(m->shard == 1, "%s names shard %u", dcps_msg_type_name(type), m->shard);
+    ck_assert_msg(m->session == sid, "%s names session %llx, not %llx", dcps_msg_type_name(type),
+                  (unsigned long long)m->session, (unsigned long long)sid);
+    dcps_frames_close(f);
+}
+
+/* Sends a request of rank in session sid with seq (and step; n values of v as
+ * one DENSE frame unless v is NULL) whose header has no shard field: a
+ * client may leave it out (docs/protocol.md §6). */
+static void send_without_shard(void *on, uint32_t type, uint32_t rank, uint64_t sid, uint64_t seq,
+                               uint64_t step, const float *v, uint64_t n)
+{
+    Dcps__FrameDesc fd = DCPS__FRAME_DESC__INIT, *fdp = &fd;
+    Dcps__Header h = DCPS__HEADER__INIT;
+    uint8_t buf[DCPS_HEADER_MAX];
+    fd.has_kind = fd.has_dtype = fd.has_count = fd.has_bytes = 1;
+    fd.kind = DCPS_FRAME_DENSE, fd.dtype = DCPS_DTYPE_F32, fd.count = n, fd.bytes = n * 4;
+    h.has_protocol = h.has_type = h.has_job_id = h.has_rank = h.has_seq = h.has_session = 1;
+    h.protocol = DCPS_PROTOCOL, h.type = type, h.job_id = cfg.job_id, h.rank = rank;
+    h.seq = seq, h.session = sid;
+    h.has_step = step != 0, h.step = step;
+    h.n_frames = v ? 1 : 0, h.frames = &fdp;
+    size_t len = dcps__header__pack(&h, buf);
+    ck_assert_int_ge(zmq_send(on, buf, len, v ? ZMQ_SNDMORE : 0), 0);
+    if (v)
+        ck_assert_int_ge(zmq_send(on, v, n * 4, 0), 0);
+}
+
+/* Every reply names the shard that sends it, and every reply but an ERROR the
+ * request's session (docs/protocol.md §7): a pull answered at once and one
+ * answered after waiting, its WAITING heartbeats, a barrier, and a push
+ * acknowledged STALE whose request left out the shard field. A message of 6
+ * payload frames is told it has 6. Shard 1 of 2, sync mode. */
+START_TEST(replies_name_their_shard_and_session)
+{
+    char ep[256], text[4096];
+    snprintf(text, sizeof text,
+             "%s[server]\nheartbeat_ms = 50\ndead_after_ms = 400\n[job]\nmode = sync\n",
+             h_slurp(job(2, "tcp://127.0.0.1:*,tcp://127.0.0.1:*")));
+    const char *j = h_write("replies.ini", text);
+    load(j);
+    pid_t s = h_server(j, 1, ep);
+    ck_assert_int_gt(s, 0);
+    dcps_range_t r = dcps_shardmap_range(cfg.n_params, 2, 1);
+    const uint64_t n = r.hi - r.lo;
+    void *w0 = dealer(ep, NULL), *w1 = dealer(ep, NULL);
+    float *g = calloc(n, sizeof(float));
+    dcps_frames_t f;
+    dcps_msg_t m;
+
+    dcps_msg_t hello = req_of(DCPS_MSG_HELLO, 0, SESSION_A, 1);
+    hello.shard = 1;
+    ask(w0, &hello, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_WELCOME, SESSION_A);
+    hello = req_of(DCPS_MSG_HELLO, 1, SESSION_B, 1);
+    hello.shard = 1;
+    ask(w1, &hello, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_WELCOME, SESSION_B);
+    send_without_shard(w0, DCPS_MSG_INIT, 0, SESSION_A, 2, 0, g, n);
+    reply_to(w0, 2, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
+    send_without_shard(w0, DCPS_MSG_PULL, 0, SESSION_A, 3, 0, NULL, 0);
+    reply_to(w0, 3, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_PULL_REPLY, SESSION_A);
+
+    /* Round 0: rank 0's pull for step 1 waits for rank 1's push. */
+    send_without_shard(w0, DCPS_MSG_PUSH, 0, SESSION_A, 4, 0, g, n);
+    reply_to(w0, 4, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
+    send_without_shard(w0, DCPS_MSG_PULL, 0, SESSION_A, 5, 1, NULL, 0);
+    reply_to(w0, 5, &f, &m);
+    ck_assert_uint_eq(m.flags, DCPS_FLAG_WAITING);
+    from_shard_1(&f, &m, DCPS_MSG_HEARTBEAT, SESSION_A);
+    send_without_shard(w1, DCPS_MSG_PUSH, 1, SESSION_B, 2, 0, g, n);
+    reply_to(w1, 2, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_B);
+    do
+        reply_to(w0, 5, &f, &m);
+    while (m.type == DCPS_MSG_HEARTBEAT && (dcps_frames_close(&f), 1));
+    from_shard_1(&f, &m, DCPS_MSG_PULL_REPLY, SESSION_A);
+
+    /* Rank 1 falls silent and round 1 closes without it: its push is STALE. */
+    for (uint64_t seq = 6; seq < 14; seq++) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        send_without_shard(w0, DCPS_MSG_HEARTBEAT, 0, SESSION_A, seq, 0, NULL, 0);
+        reply_to(w0, seq, &f, &m);
+        from_shard_1(&f, &m, DCPS_MSG_HEARTBEAT, SESSION_A);
+    }
+    send_without_shard(w0, DCPS_MSG_PUSH, 0, SESSION_A, 14, 1, g, n);
+    reply_to(w0, 14, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
+    send_without_shard(w1, DCPS_MSG_PUSH, 1, SESSION_B, 3, 1, g, n);
+    reply_to(w1, 3, &f, &m);
+    ck_assert_uint_eq(m.flags, DCPS_FLAG_STALE);
+    ck_assert_uint_eq(m.step, 2);
+    from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_B);
+
+    /* A barrier: rank 0 waits for rank 1, which is back. */
+    dcps_msg_t b0 = req_of(DCPS_MSG_BARRIER, 0, SESSION_A, 15), b1;
+    b0.shard = 1, b0.step = 9, b0.job_id = cfg.job_id;
+    ck_assert_int_ge(dcps_frames_send(w0, NULL, &b0, NULL, NULL, 0), 0);
+    b1 = req_of(DCPS_MSG_BARRIER, 1, SESSION_B, 4);
+    b1.shard = 1, b1.step = 9;
+    ask(w1, &b1, &f, &m);
+    from_shard_1(&f, &m, DCPS_MSG_BARRIER, SESSION_B);
+    do
+        reply_to(w0, 15, &f, &m);
+    while (m.type == DCPS_MSG_HEARTBEAT && (dcps_frames_close(&f), 1));
+    from_shard_1(&f, &m, DCPS_MSG_BARRIER, SESSION_A);
+
+    /* Six payload frames: the ERROR says six. */
+    dcps_msg_t beat = req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, 16);
+    beat.shard = 1, beat.job_id = cfg.job_id;
+    uint8_t hdr[DCPS_HEADER_MAX];
+    int len = dcps_codec_pack(&beat, hdr, sizeof hdr);
+    ck_assert_int_gt(len, 0);
+    ck_assert_int_ge(zmq_send(w0, hdr, (size_t)len, ZMQ_SNDMORE), 0);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_ge(zmq_send(w0, g, 4, i < 5 ? ZMQ_SNDMORE : 0), 0);
+    reply_to(w0, 16, &f, &m);
+    ck_assert_uint_eq(m.error_code, (uint32_t)-DCPS_E_FRAMECOUNT);
+    ck_assert_msg(strstr(m.error_text, "HEARTBEAT header describes 0 payload frames, message has 6"),
+                  "%s", m.error_text);
+    ck_assert_uint_eq(m.shard, 1);
+    dcps_frames_close(&f);
+
+    free(g);
+    zmq_close(w0), zmq_close(w1);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("robustness");
@@ -1138,6 +1291,7 @@ int main(void)
     tcase_add_test(tc, empty_sparse_push_changes_nothing_in_async_and_counts_in_sync);
     tcase_add_test(tc, a_push_with_a_long_unknown_field_is_applied);
     tcase_add_test(tc, the_client_library_passes_every_field_check);
+    tcase_add_test(tc, replies_name_their_shard_and_session);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

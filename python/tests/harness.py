@@ -135,10 +135,10 @@ def final(text):
     return dict(item.split("=", 1) for item in lines[-1].split()[1:])
 
 
-def main(need_torch=True):
-    """Runs the calling module's tests; one summary line; 77 without PyTorch
-    when the module needs it."""
-    if not os.path.exists(TRAIN[0]):
+def main(need_torch=True, need_data=True):
+    """Runs the calling module's tests; one summary line; 77 without PyTorch or
+    the Fashion-MNIST files when the module needs them."""
+    if need_data and not os.path.exists(TRAIN[0]):
         print(f"SKIP: {TRAIN[0]} is missing (install dataset-fashion-mnist)")
         sys.exit(77)
     try:
