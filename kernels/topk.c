@@ -1,16 +1,27 @@
 /* dcps — top-k selection on the CPU; see topk.h.
  *
- * Pass 1 histograms the top TOP_BITS bits of the keys and finds the bin holding
- * the k-th largest key; at low densities it counts only the keys above a bound
- * read from a sample, and all of them if that bound proves too high. Pass 2 goes
- * over the data in index order, finds the entries in or above that bin SPAN at a
- * time with a loop compilers vectorise (most spans hold none), and copies them, in
- * order, to the output and, past k of them, to a spill area in the workspace. The
- * copies in the bin are narrowed to the exact threshold key T by histograms over
- * their lower bits; one pass over the copies then keeps those above T and the
- * first ones equal to T, in order. A bin with more entries than the spill holds
- * (few distinct magnitudes) is narrowed by histograms over the data instead,
- * before pass 2; if that ends at a single key, pass 2 emits the selection directly.
+ * At low and moderate densities the selection starts from a pivot key t read from
+ * a strided sample (the key ranked some standard deviations below where the k-th
+ * would be), and makes one pass over the data in index order that copies every
+ * entry with a key above t, to the output and, past k of them, to a spill area in
+ * the workspace, and also the first entries equal to t, as many as could still be
+ * selected. Then either fewer than k keys are above t and the threshold key T is t
+ * itself: the selection is the copies above t merged by index with the first
+ * k - above copies equal to it, however many entries equal t; or at least k are
+ * above t: the copies are narrowed to T by histograms over their bits, and one pass
+ * over the copies keeps those above T and the first ones equal to it, in order. A
+ * sample that misleads (too few keys at or above t, or more above it than the
+ * spill holds) costs a second selection by the general path, never the result.
+ *
+ * The general path (small n, high densities, a sample that misled) histograms the
+ * top TOP_BITS bits of every key and finds the bin holding the k-th largest key.
+ * Pass 2 goes over the data in index order, finds the entries in or above that bin
+ * SPAN at a time with a loop compilers vectorise (most spans hold none), and copies
+ * them as above; the copies in the bin are narrowed to T and kept as above. A bin
+ * with more entries than the spill holds (few distinct magnitudes) is narrowed by
+ * histograms over the data instead, before pass 2; if that ends at a single key,
+ * pass 2 emits the selection directly, looking for keys equal to T only until the
+ * last one it needs.
  *
  * Where an entry goes depends on its value, which the branch predictor cannot
  * guess, so the hot loops choose by arithmetic instead of branches. */
@@ -36,10 +47,10 @@ enum {
      * a CHUNK at a time, while that part of the data is still in cache. */
     SPAN = 32,
     CHUNK = 4096,
-    /* Pass 1 bounds the k-th largest key from a sample of SAMPLE keys when n is at
-     * least MIN_PRUNE; see bound(). */
+    /* The pivot is read from a sample of SAMPLE keys, for n of at least MIN_PIVOT;
+     * see pivot_key(). */
     SAMPLE = 4096,
-    MIN_PRUNE = 1 << 16
+    MIN_PIVOT = 1 << 16
 };
 /* Keys from this bin up are Inf or NaN: 0x7f800000 is the key of Inf. */
 #define NONFINITE_BIN (0x7f800000u >> TOP_SHIFT)
@@ -48,8 +59,9 @@ struct dcps_topk_ws {
     size_t max_n;
     size_t cap; /* entries the spill holds: max_n / 8, at least MIN_CAP */
     uint32_t hist[BINS];
-    uint32_t hit_idx[CHUNK + 1]; /* pass 2's entries in or above the bin, of one chunk */
-    float *sval;                 /* the spill: pass 2's copies past the k-th */
+    /* The entries of one chunk a pass looks at; before a pass, the sample's keys. */
+    uint32_t hit_idx[CHUNK + 1];
+    float *sval; /* the spill: pass 2's copies past the k-th */
     uint32_t *sidx;
 };
 
@@ -212,54 +224,49 @@ static void count_all(uint32_t *h, const float *x, float *r, const float *g, siz
     }
 }
 
-/* A lower bound for the k-th largest key of x (of x + g when g is given), from a
- * strided sample of SAMPLE keys: the lower edge of the bin of the sample's key
- * ranked twice as far down as the k-th would be, plus 16. 0 (no bound) for small n
- * and for densities where the bound would leave many entries to count. h is
- * scratch. A bound that is too high (rare: the slack is many standard deviations
- * of the sample's rank for data in random order) costs a second count, not a
- * wrong result. */
-static uint32_t bound(uint32_t *h, const float *x, const float *g, size_t n, size_t k)
+/* The pivot for selecting k of x[0..n) (of x + g when g is given), or NO_PIVOT where
+ * the general path is used: n below MIN_PIVOT, or a density at which the copies
+ * above the pivot would not fit in the spill. Of a strided sample of SAMPLE keys,
+ * about r = k / step are expected among the top k; the pivot is the key of rank
+ * r + 4 sqrt(r) + 8, so that the top k hold fewer sample keys than that only once
+ * in many millions of calls for data in random order, and the keys above the pivot
+ * number about k + (4 sqrt(r) + 8) step. It is found by radix selection over the
+ * sample's keys, kept in ws->hit_idx, with ws->hist as the histogram. */
+#define NO_PIVOT UINT32_MAX
+static uint32_t pivot_key(dcps_topk_ws_t *ws, const float *x, const float *g, size_t n, size_t k)
 {
-    size_t step = n / SAMPLE, rank = n < MIN_PRUNE ? SAMPLE : 2 * k / step + 16;
-    if (rank > SAMPLE / 32)
-        return 0;
-    memset(h, 0, sizeof(uint32_t[BINS]));
-    for (size_t i = 0; i < SAMPLE * step; i += step)
-        h[key(g ? x[i] + g[i] : x[i]) >> TOP_SHIFT]++;
-    return pick(h, BINS, &rank) << TOP_SHIFT;
+    if (n < MIN_PIVOT || k > ws->cap)
+        return NO_PIVOT;
+    size_t step = n / SAMPLE, r = k / step;
+    size_t rank = r + (size_t)(4.0 * sqrt((double)r)) + 8;
+    if (rank > SAMPLE / 2 || (rank + 1) * step > k + ws->cap / 2)
+        return NO_PIVOT;
+    uint32_t *s = ws->hit_idx, *h = ws->hist, prefix = 0;
+    for (size_t j = 0; j < SAMPLE; j++) {
+        size_t i = j * step;
+        s[j] = key(g ? x[i] + g[i] : x[i]);
+    }
+    for (int shift = 31; shift > 0;) {
+        const int w = shift < TOP_BITS ? shift : TOP_BITS;
+        shift -= w;
+        memset(h, 0, sizeof *h << w);
+        for (size_t j = 0; j < SAMPLE; j++)
+            h[(s[j] >> shift) & ((1u << w) - 1)] += s[j] >> shift >> w == prefix;
+        prefix = prefix << w | pick(h, 1u << w, &rank);
+    }
+    /* NaN and Inf are left to the general path, which refuses them. */
+    return prefix < 0x7f800000u ? prefix : NO_PIVOT;
 }
 
-/* Pass 1 over x, or over r ← r + g when g is given (then x is r): the histogram of
- * the top bits in ws->hist, and the bin holding the k-th largest key. With a lower
- * bound for that key, only the entries at or above it are counted, found as in
- * pass 2 (the bins below cannot hold the k-th key); if fewer than k are, the bound
- * was too high and every entry is counted. NaN and Inf are never missed: a bound
- * below them counts them all, and one among them counts nothing else. Returns 0 or
- * DCPS_E_NONFINITE. */
-static int pass1(dcps_topk_ws_t *ws, const float *x, float *r, const float *g, size_t n,
-                 size_t k, bin_t *b)
+/* Pass 1 of the general path over x, or over r ← r + g when g is given (then x is
+ * r): the histogram of the top bits of every key in ws->hist, and the bin holding
+ * the k-th largest key. Returns 0 or DCPS_E_NONFINITE. */
+static int pass1(dcps_topk_ws_t *ws, const float *x, float *r, const float *g, size_t n, size_t k,
+                 bin_t *b)
 {
-    uint32_t *h = ws->hist, lo = bound(h, x, g, n, k);
-    size_t counted = 0;
+    uint32_t *h = ws->hist;
     memset(h, 0, sizeof(uint32_t[BINS]));
-    if (lo > 0) {
-        for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
-            size_t c1 = min_size(n, c0 + CHUNK);
-            if (g)
-                for (size_t i = c0; i < c1; i++)
-                    r[i] += g[i];
-            size_t nh = find(x, c0, c1, lo, ws->hit_idx);
-            for (size_t j = 0; j < nh; j++)
-                h[key(x[ws->hit_idx[j]]) >> TOP_SHIFT]++;
-            counted += nh;
-        }
-        g = NULL; /* added */
-    }
-    if (counted < k) {
-        memset(h, 0, sizeof(uint32_t[BINS]));
-        count_all(h, x, r, g, n);
-    }
+    count_all(h, x, r, g, n);
     for (uint32_t c = NONFINITE_BIN; c < BINS; c++)
         if (h[c])
             return DCPS_E_NONFINITE;
@@ -284,8 +291,8 @@ static void count_sub(uint32_t *h, const float *v, size_t n, int shift, int w, u
 /* Narrows b, TOP_BITS bits at a time, with histograms over the entries of a[0..na)
  * and c[0..nc) (those of b among them), until b holds at most limit entries or is a
  * single key (shift 0). h has room for BINS. */
-static void narrow(uint32_t *h, const float *a, size_t na, const float *c, size_t nc,
-                   size_t limit, bin_t *b)
+static void narrow(uint32_t *h, const float *a, size_t na, const float *c, size_t nc, size_t limit,
+                   bin_t *b)
 {
     while (b->shift > 0 && b->count > limit) {
         const int w = b->shift < TOP_BITS ? b->shift : TOP_BITS, shift = b->shift - w;
@@ -310,13 +317,15 @@ static inline int taken(uint32_t kk, uint32_t t, size_t *need)
 }
 
 /* Pass 2 when the bin is the single key t: emits, in index order, every key above t
- * and the first need keys equal to it, clearing them in clear when given. */
+ * and the first need keys equal to it, clearing them in clear when given. Once the
+ * last of those is taken it looks only for keys above t, so that its cost does not
+ * grow with the number of keys equal to t. */
 static void emit(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, uint32_t t,
                  size_t need, uint32_t *idx, float *val)
 {
     size_t o = 0;
     for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
-        size_t nh = find(x, c0, min_size(n, c0 + CHUNK), t, ws->hit_idx);
+        size_t nh = find(x, c0, min_size(n, c0 + CHUNK), t + (need == 0), ws->hit_idx);
         for (size_t j = 0; j < nh; j++) {
             uint32_t i = ws->hit_idx[j];
             if (taken(key(x[i]), t, &need)) {
@@ -329,11 +338,35 @@ static void emit(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, uin
     }
 }
 
+/* Of nv copies in index order, the first k in idx/val and the rest in the spill,
+ * keeps at the front of idx/val, still in order, those above the threshold key
+ * b->prefix (b narrowed to a single key) and the first b->need equal to it. Whether
+ * one is kept is unpredictable, so each is written at the next place and counted
+ * or not; each write lands at or before the entry read (and below k), and clear
+ * gets +0 for a kept entry, its own value back otherwise. */
+static void keep(dcps_topk_ws_t *ws, size_t nv, size_t k, const bin_t *b, uint32_t *idx, float *val,
+                 float *clear)
+{
+    const uint32_t *sidx = ws->sidx;
+    const float *sval = ws->sval;
+    size_t kept = 0, need = b->need;
+    for (size_t j = 0; j < nv && kept < k; j++) {
+        uint32_t i = j < k ? idx[j] : sidx[j - k];
+        float v = j < k ? val[j] : sval[j - k];
+        uint32_t sel = (uint32_t)taken(key(v), b->prefix, &need);
+        idx[kept] = i;
+        val[kept] = v;
+        if (clear)
+            clear[i] = from_bits(bits(v) & (sel - 1));
+        kept += sel;
+    }
+}
+
 /* Pass 2 for a bin of more than one key, b->count <= ws->cap entries: copies the
  * entries in or above the bin, in index order, to idx/val and, past k of them, to
  * the spill. The bin is narrowed to the threshold key among the copies, and the
- * selected ones are moved to the front of idx/val, still in order. Selected entries
- * are cleared in clear when given. */
+ * selected ones are kept (keep()). Selected entries are cleared in clear when
+ * given. */
 static void pass2(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, size_t k, bin_t *b,
                   uint32_t *idx, float *val)
 {
@@ -355,30 +388,104 @@ static void pass2(dcps_topk_ws_t *ws, const float *x, float *clear, size_t n, si
     }
     /* k - need entries are above the bin, so the spill holds fewer than count. */
     assert(nv == k - b->need + b->count);
-    size_t nk = min_size(nv, k), ns = nv - nk;
-    narrow(ws->hist, val, nk, sval, ns, 0, b);
+    size_t nk = min_size(nv, k);
+    narrow(ws->hist, val, nk, sval, nv - nk, 0, b);
+    keep(ws, nv, k, b, idx, val, clear);
+}
 
-    /* Keep the selected entries, in order: above T, or the first ones equal to it.
-     * Whether one is kept is unpredictable, so each is written at the next place
-     * and counted or not; each write lands at or before the entry read (and below
-     * k), and clear gets +0 for a kept entry, its own value back otherwise. */
-    size_t kept = 0, need = b->need;
-    for (size_t j = 0; j < nv && kept < k; j++) {
-        uint32_t i = j < k ? idx[j] : sidx[j - k];
-        float v = j < k ? val[j] : sval[j - k];
-        uint32_t sel = (uint32_t)taken(key(v), b->prefix, &need);
-        idx[kept] = i;
-        val[kept] = v;
-        if (clear)
-            clear[i] = from_bits(bits(v) & (sel - 1));
-        kept += sel;
+/* The selection around pivot t (see the file's opening comment), over x, or over
+ * r ← r + g when g is given (then x is r; the additions are all made, whatever the
+ * result). Returns 0 with the selection made, DCPS_E_NONFINITE, or 1 where the
+ * general path must select: fewer than k keys at or above t, or more above it than
+ * idx/val and the spill hold. */
+static int around(dcps_topk_ws_t *ws, const float *x, float *r, const float *g, size_t n, size_t k,
+                  uint32_t t, uint32_t *idx, float *val)
+{
+    uint32_t *sidx = ws->sidx;
+    float *sval = ws->sval;
+    /* na copies above t: idx/val, then the spill, up to lim. While na < k the first
+     * nb entries equal to t are copied to the spill, as long as nb < k - na: no more
+     * than that can be selected, since na only grows. Once na reaches k, T is above t
+     * and the spill takes copies above t instead. */
+    size_t na = 0, nb = 0, lim = k + ws->cap;
+    for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
+        size_t c1 = min_size(n, c0 + CHUNK);
+        if (g)
+            for (size_t i = c0; i < c1; i++)
+                r[i] += g[i];
+        if (na > lim)
+            continue;
+        int ties = na < k && nb < k - na; /* entries equal to t are still wanted */
+        size_t nh = find(x, c0, c1, t + !ties, ws->hit_idx);
+        for (size_t j = 0; j < nh; j++) {
+            uint32_t i = ws->hit_idx[j];
+            float v = x[i];
+            if (key(v) > t) {
+                if (na < k) {
+                    idx[na] = i;
+                    val[na] = v;
+                } else if (na < lim) {
+                    sidx[na - k] = i;
+                    sval[na - k] = v;
+                }
+                na++;
+            } else if (na < k && nb < k - na) {
+                sidx[nb] = i;
+                sval[nb] = v;
+                nb++;
+            }
+        }
     }
+    if (na > lim || (na < k && nb < k - na))
+        return 1;
+    /* Inf and NaN have keys above any pivot, so they are among the copies. */
+    size_t nk = min_size(na, k);
+    uint32_t top = 0;
+    for (size_t j = 0; j < nk; j++)
+        top |= -(uint32_t)(key(val[j]) >= 0x7f800000u);
+    for (size_t j = 0; j < na - nk; j++)
+        top |= -(uint32_t)(key(sval[j]) >= 0x7f800000u);
+    if (top)
+        return DCPS_E_NONFINITE;
+
+    if (na >= k) {
+        bin_t b = {.prefix = 0, .shift = 31, .need = k, .count = na};
+        narrow(ws->hist, val, k, sval, na - k, 0, &b);
+        keep(ws, na, k, &b, idx, val, r);
+        return 0;
+    }
+    /* T is t: the na copies above it and the first k - na equal to it, merged by
+     * index from the back (the copies above t stay put once the others are placed). */
+    size_t a = na, e = k - na, o = k;
+    while (e > 0) {
+        o--;
+        if (a > 0 && idx[a - 1] > sidx[e - 1]) {
+            a--;
+            idx[o] = idx[a];
+            val[o] = val[a];
+        } else {
+            e--;
+            idx[o] = sidx[e];
+            val[o] = sval[e];
+        }
+    }
+    if (r)
+        for (size_t j = 0; j < k; j++)
+            r[idx[j]] = 0.0f;
+    return 0;
 }
 
 /* The selection after the argument checks; see the file's opening comment. */
 static int topk(const float *x, float *r, const float *g, size_t n, size_t k, uint32_t *idx,
                 float *val, dcps_topk_ws_t *ws)
 {
+    uint32_t t = pivot_key(ws, x, g, n, k);
+    if (t != NO_PIVOT) {
+        int rc = around(ws, x, r, g, n, k, t, idx, val);
+        if (rc <= 0)
+            return rc;
+        g = NULL; /* added */
+    }
     bin_t b;
     int rc = pass1(ws, x, r, g, n, k, &b);
     if (rc)
@@ -391,14 +498,12 @@ static int topk(const float *x, float *r, const float *g, size_t n, size_t k, ui
     return 0;
 }
 
-static int bad_args(size_t n, size_t k, const void *idx, const void *val,
-                    const dcps_topk_ws_t *ws)
+static int bad_args(size_t n, size_t k, const void *idx, const void *val, const dcps_topk_ws_t *ws)
 {
     return !ws || !idx || !val || n == 0 || n > ws->max_n || k == 0 || k > n;
 }
 
-int dcps_topk_cpu(const float *x, size_t n, size_t k, uint32_t *idx, float *val,
-                  dcps_topk_ws_t *ws)
+int dcps_topk_cpu(const float *x, size_t n, size_t k, uint32_t *idx, float *val, dcps_topk_ws_t *ws)
 {
     if (!x || bad_args(n, k, idx, val, ws))
         return DCPS_E_INVAL;
@@ -413,8 +518,7 @@ int dcps_topk_ef_cpu(float *r, const float *g, size_t n, size_t k, uint32_t *idx
     return topk(r, r, g, n, k, idx, val, ws);
 }
 
-void dcps_scatter_add_cpu(float *w, const uint32_t *idx, const float *val, size_t k,
-                          float alpha)
+void dcps_scatter_add_cpu(float *w, const uint32_t *idx, const float *val, size_t k, float alpha)
 {
     /* Built with -std=c11, so alpha * val is never contracted into an FMA: the
      * product is rounded, as on the GPU. */

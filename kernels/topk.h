@@ -14,8 +14,10 @@
  * Both versions are radix selections, not sorts: a histogram of the top bits of
  * the keys finds the bin holding the k-th largest key, that bin is narrowed to the
  * exact threshold key T, and one ordered pass emits every key above T plus the
- * first entries equal to T. The module owns its workspaces; the caller owns every
- * array it passes. A workspace serves one call at a time. */
+ * first entries equal to T. The CPU version mostly starts instead from a pivot read
+ * from a sample, copies what lies above it in one ordered pass, and narrows only
+ * the copies (kernels/topk.c). The module owns its workspaces; the caller owns
+ * every array it passes. A workspace serves one call at a time. */
 #ifndef DCPS_TOPK_H
 #define DCPS_TOPK_H
 
@@ -40,8 +42,11 @@ dcps_topk_ws_t *dcps_topk_ws_new(size_t max_n, int *err);
 void dcps_topk_ws_destroy(dcps_topk_ws_t **ws);
 
 /* Writes the top k of x[0..n) to idx[0..k) and val[0..k) (x[idx[j]] == val[j],
- * idx ascending). Returns 0, DCPS_E_INVAL or DCPS_E_NONFINITE. Runs on one thread
- * and reads x twice, up to five times when its magnitudes are few or clustered. */
+ * idx ascending). Returns 0, DCPS_E_INVAL or DCPS_E_NONFINITE. Runs on one thread;
+ * for n of at least 2^16 and k up to an eighth of the workspace's max_n it reads x
+ * once (and a sample of it), however many magnitudes are equal. Otherwise it
+ * reads x twice, up to four times when the magnitudes are few or clustered, and a
+ * sample that misleads adds those reads to the first one. */
 int dcps_topk_cpu(const float *x, size_t n, size_t k, uint32_t *idx, float *val,
                   dcps_topk_ws_t *ws);
 

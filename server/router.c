@@ -18,9 +18,15 @@
 typedef int (*handler_fn)(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                           char *why, size_t whylen);
 
+/* The default r->send: the ROUTER socket, never blocking. */
+static int send_zmq(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply)
+{
+    return dcps_frames_send(r->sock, id, reply, NULL, NULL, ZMQ_DONTWAIT);
+}
+
 static void send_reply(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply)
 {
-    int n = dcps_frames_send(r->sock, id, reply, NULL, NULL, ZMQ_DONTWAIT);
+    int n = r->send(r, id, reply);
     if (n < 0) {
         DCPS_DEBUG("%s to rank %u not sent: %s", dcps_msg_type_name(reply->type), reply->rank,
                    zmq_strerror(errno));
@@ -42,7 +48,7 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
 
 static double now_ms(const dcps_router_t *r)
 {
-    return (double)uv_now(r->loop);
+    return r->loop ? (double)uv_now(r->loop) : r->clock_ms;
 }
 
 /* Records one update that took ns nanoseconds since `since` (see dcps_latency_t). */
@@ -184,9 +190,8 @@ static void heard(dcps_router_t *r, uint32_t rank)
         DCPS_NOTICE("worker %u is back after %.0f ms of silence; admitted again", rank, silent);
 }
 
-static void on_tick(uv_timer_t *t)
+void dcps_router_tick(dcps_router_t *r)
 {
-    dcps_router_t *r = t->data;
     int rank;
     /* A tick far later than its period means this loop did not run meanwhile
      * (SIGSTOP, a long checkpoint write, a paused VM): the workers' silence
@@ -195,7 +200,6 @@ static void on_tick(uv_timer_t *t)
      * declared dead. */
     double late = now_ms(r) - r->last_tick - r->cfg->heartbeat_ms;
     r->last_tick = now_ms(r);
-    r->started = (int64_t)time(NULL);
     if (late > r->cfg->heartbeat_ms) {
         DCPS_WARN("this shard did not run for %.0f ms (stopped, or its loop was blocked): "
                   "that time does not count as any worker's silence",
@@ -203,7 +207,8 @@ static void on_tick(uv_timer_t *t)
         dcps_consistency_paused(&r->cons, late);
         r->stalls++;
     }
-    dcps_bridge_drain(&r->bridge);
+    if (r->sock)
+        dcps_bridge_drain(&r->bridge);
     while ((rank = dcps_consistency_reap(&r->cons, now_ms(r))) >= 0) {
         if (r->cons.m[rank].joined)
             DCPS_NOTICE("worker %d declared dead: silent for more than %d ms; not waiting for it",
@@ -222,6 +227,11 @@ static void on_tick(uv_timer_t *t)
             send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka);
         }
     }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    dcps_router_tick(t->data);
 }
 
 /* [model] params = auto: an unsized shard learns the model's size from rank 0's
@@ -603,11 +613,10 @@ static const handler_fn handlers[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_INIT] = on_init,       [DCPS_MSG_DONE] = on_done,
 };
 
-static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg_t *m, int code,
-                        const char *why)
+static void reply_error(dcps_router_t *r, const dcps_buf_t *id, const char *peer,
+                        const dcps_msg_t *m, int code, const char *why)
 {
-    /* The address was taken as the message arrived (common/frame.h). */
-    const char *peer = f->peer[0] ? f->peer : "?";
+    peer = peer && *peer ? peer : "?";
     /* A HELLO before rank 0's (params = auto) is asked again every 100 ms or
      * so until the shard is sized: a state, not a bad message, so neither
      * counted nor logged above debug. Bad messages are all counted, and logged
@@ -615,7 +624,7 @@ static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg
     bool waiting = code == DCPS_E_NOTREADY && m->type == DCPS_MSG_HELLO;
     if (!waiting)
         r->errors[-code < DCPS_ERROR_SLOTS ? -code : 0]++;
-    if (waiting || dcps_loglimit_allow(&r->badlog, f->peer, code, now_ms(r)))
+    if (waiting || dcps_loglimit_allow(&r->badlog, peer, code, now_ms(r)))
         dcps_log(waiting ? DCPS_LOG_DEBUG : DCPS_LOG_WARNING, "%s %s from rank %u at %s: %s: %s",
                  waiting ? "early" : "bad", dcps_msg_type_name(m->type), m->rank, peer,
                  dcps_errname(code), why);
@@ -625,31 +634,58 @@ static void reply_error(dcps_router_t *r, const dcps_frames_t *f, const dcps_msg
     reply.shard = (uint32_t)r->shard->index;
     reply.error_code = (uint32_t)-code;
     snprintf(reply.error_text, sizeof reply.error_text, "%s: %s", dcps_strerror(code), why);
-    send_reply(r, &(dcps_buf_t){zmq_msg_data((zmq_msg_t *)&f->part[0]),
-                                zmq_msg_size((zmq_msg_t *)&f->part[0])},
-               &reply);
+    send_reply(r, id, &reply);
 }
 
 static void on_message(dcps_bridge_t *b)
 {
     dcps_router_t *r = b->data;
     dcps_frames_t f;
-    dcps_msg_t m;
-    char why[DCPS_ERROR_TEXT_MAX - 64] = "";
-    int rc;
+    dcps_buf_t parts[DCPS_MAX_PARTS];
 
-    rc = dcps_frames_recv(r->sock, &f, ZMQ_DONTWAIT);
+    int rc = dcps_frames_recv(r->sock, &f, ZMQ_DONTWAIT);
     if (rc <= 0) {
         if (rc < 0)
             DCPS_WARN("receive: %s", zmq_strerror(errno));
         return;
     }
-    r->messages++;
     for (int i = 0; i < f.n; i++)
-        r->bytes_in += zmq_msg_size(&f.part[i]);
-    const dcps_buf_t id = {zmq_msg_data(&f.part[0]), zmq_msg_size(&f.part[0])};
+        parts[i] = (dcps_buf_t){zmq_msg_data(&f.part[i]), zmq_msg_size(&f.part[i])};
+    /* Metadata (the address, the CURVE key) rides on frames as they came off
+     * the wire (common/frame.h). */
+    dcps_router_handle(r, parts, (size_t)f.n + f.extra, f.peer,
+                       dcps_frames_gets(&f, "User-Id"));
+    dcps_frames_close(&f);
+}
 
-    rc = dcps_frames_decode(&f, 1, r->cfg->job_id, &m, why, sizeof why);
+/* Decodes parts[1] as the header and parts[2 ..] as the payload frames, like
+ * dcps_frames_decode: n counts parts beyond DCPS_MAX_PARTS, which are not read. */
+static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcps_msg_t *m,
+                  char *why, size_t whylen)
+{
+    if (n < 2) {
+        memset(m, 0, sizeof *m);
+        snprintf(why, whylen, "message has no header frame");
+        return DCPS_E_HEADER;
+    }
+    return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2,
+                             n - 2 > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : n - 2, r->cfg->job_id,
+                             m, why, whylen);
+}
+
+void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, const char *peer,
+                        const char *user_id)
+{
+    dcps_msg_t m;
+    char why[DCPS_ERROR_TEXT_MAX - 64] = "";
+    int rc;
+
+    r->messages++;
+    for (size_t i = 0; i < n && i < DCPS_MAX_PARTS; i++)
+        r->bytes_in += parts[i].len;
+    const dcps_buf_t id = parts[0];
+
+    rc = decode(r, parts, n, &m, why, sizeof why);
     if (rc == 0 && m.rank >= (uint32_t)r->cfg->workers) {
         snprintf(why, sizeof why, "rank %u, the job has ranks 0 to %d", m.rank,
                  r->cfg->workers - 1);
@@ -668,7 +704,7 @@ static void on_message(dcps_bridge_t *b)
     /* Who may speak for the rank, before anything of the request is used: the
      * CURVE key's ranks, then the rank's session. */
     if (rc == 0 && r->auth)
-        rc = dcps_auth_check(r->auth, dcps_frames_gets(&f, "User-Id"), m.rank, why, sizeof why);
+        rc = dcps_auth_check(r->auth, user_id, m.rank, why, sizeof why);
     if (rc == 0 && m.type != DCPS_MSG_HELLO)
         rc = check_session(r, &m, why, sizeof why);
     if (rc == 0) {
@@ -690,8 +726,7 @@ static void on_message(dcps_bridge_t *b)
         rc = handlers[m.type](r, &id, &m, why, sizeof why);
     }
     if (rc != 0)
-        reply_error(r, &f, &m, rc, why);
-    dcps_frames_close(&f);
+        reply_error(r, &id, peer, &m, rc, why);
 }
 
 int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
@@ -702,9 +737,11 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
     r->shard = shard;
     r->sock = sock;
     r->loop = loop;
+    r->started = (int64_t)time(NULL);
     dcps_loglimit_init(&r->badlog);
+    r->send = send_zmq;
     int rc = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
-                                   cfg->dead_after_ms, (double)uv_now(loop));
+                                   cfg->dead_after_ms, now_ms(r));
     if (rc != 0)
         return rc;
     r->peers = calloc((size_t)cfg->workers, sizeof *r->peers);
@@ -712,6 +749,8 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
         rc = DCPS_E_NOMEM;
         goto fail_peers;
     }
+    if (!sock)
+        return 0; /* in process: no bridge, no timer (see dcps_router_handle) */
     if ((rc = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
         goto fail_bridge;
     uv_timer_init(loop, &r->tick);
@@ -731,11 +770,13 @@ fail_peers:
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
 {
     dcps_loglimit_flush(&r->badlog, now_ms(r), true);
-    uv_close((uv_handle_t *)&r->tick, NULL);
+    if (r->sock)
+        uv_close((uv_handle_t *)&r->tick, NULL);
     free(r->peers);
     r->peers = NULL;
     dcps_consistency_free(&r->cons);
-    dcps_bridge_close(&r->bridge, close_cb);
+    if (r->sock)
+        dcps_bridge_close(&r->bridge, close_cb);
 }
 
 uint64_t dcps_router_error_count(const dcps_router_t *r)

@@ -38,6 +38,7 @@
 
 #include "common/bridge.h"
 #include "common/config.h"
+#include "proto/codec.h"
 #include "server/auth.h"
 #include "server/consistency.h"
 #include "server/loglimit.h"
@@ -107,16 +108,36 @@ typedef struct dcps_router {
     const dcps_auth_t *auth; /* [security] curve: the worker keys' ranks; else NULL */
     dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
     dcps_latency_t apply_round; /* sync: each round's mean applied */
+    /* Where every reply goes: returns the bytes sent or a negative code. init
+     * sets a non-blocking send on sock; a caller without a socket sets its own. */
+    int (*send)(struct dcps_router *r, const dcps_buf_t *id, const dcps_msg_t *reply);
+    double clock_ms; /* the time in ms when there is no loop; the caller moves it */
 } dcps_router_t;
 
 /* Starts serving sock (a bound ROUTER) on loop. Borrows cfg, shard and sock until
- * dcps_router_close's callback has run. Returns 0 or a negative code. */
+ * dcps_router_close's callback has run. Returns 0 or a negative code.
+ * In process (tests/fuzz): with sock NULL nothing is received and no timer runs;
+ * the caller sets r->send, passes messages to dcps_router_handle and runs
+ * dcps_router_tick, and with loop NULL the clock is r->clock_ms. */
 int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
                      dcps_shard_t *shard);
 
 /* Stops serving; close_cb runs when the bridge's handles are closed (the timer
- * closes in the same loop iteration). */
+ * closes in the same loop iteration). Without a socket nothing is left open:
+ * close_cb is not called and r may go at once. */
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb);
+
+/* Handles one received message: parts[0] is the routing id, parts[1] the header,
+ * then the payload frames; n (at least 1) counts every part received, also those
+ * beyond DCPS_MAX_PARTS, which are not read. peer is the sender's address for the
+ * log, or NULL or ""; user_id the CURVE key (ZAP User-Id) it came with, or NULL.
+ * Replies go through r->send. Borrows parts for the call only. */
+void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, const char *peer,
+                        const char *user_id);
+
+/* What the timer does every heartbeat_ms: declares silent workers dead, closes
+ * what that completes, and tells each waiting worker it still waits. */
+void dcps_router_tick(dcps_router_t *r);
 
 /* Total bad messages answered with ERROR so far. */
 uint64_t dcps_router_error_count(const dcps_router_t *r);

@@ -1,7 +1,9 @@
 /* Tests for kernels/topk on the CPU: the selection equals a brute-force reference
  * (sort by magnitude descending and index ascending, take k, sort by index) bit for
  * bit, on random data of many sizes, ties, equal values, signed zeros, denormals
- * and bins too full for the workspace; bad sizes and non-finite input are refused
+ * and bins too full for the workspace; with k on every side of long runs of equal
+ * magnitudes, on clustered, sorted, all-zero and tied inputs, and where the sampled
+ * pivot is too high or too low; bad sizes and non-finite input are refused
  * without writing past the outputs; error feedback loses nothing; scatter and
  * gather are the plain loops. */
 #include "kernels/topk.h"
@@ -153,6 +155,39 @@ static void fill_wide(dcps_rng_t *rng, float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = ldexpf(dcps_rng_normal(rng), (int)dcps_rng_below(rng, 41) - 20);
+}
+
+/* expect_topk with k on every side of the longest runs of equal magnitudes (at
+ * most four): k equal to the count of larger keys (the threshold just above the
+ * run), one more (one entry taken from the run), the middle of the run, its end,
+ * and one past its end. */
+static void expect_topk_ties(const float *x, size_t n, dcps_topk_ws_t *ws)
+{
+    enum { RUNS = 4 };
+    uint32_t *keys = alloc(n * sizeof *keys);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = 0x7fffffffu - key(x[i]); /* ascending: magnitudes descending */
+    qsort(keys, n, sizeof *keys, cmp_u32);
+    size_t start[RUNS] = {0}, len[RUNS] = {0};
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && keys[j] == keys[i];)
+            j++;
+        size_t m = 0; /* the shortest run kept, replaced when this one is longer */
+        for (size_t q = 1; q < RUNS; q++)
+            m = len[q] < len[m] ? q : m;
+        if (j - i > len[m]) {
+            start[m] = i;
+            len[m] = j - i;
+        }
+    }
+    free(keys);
+    for (size_t q = 0; q < RUNS; q++) {
+        const size_t ks[] = {start[q], start[q] + 1, start[q] + len[q] / 2, start[q] + len[q],
+                             start[q] + len[q] + 1};
+        for (size_t j = 0; len[q] > 1 && j < sizeof ks / sizeof ks[0]; j++)
+            if (ks[j] >= 1 && ks[j] <= n)
+                expect_topk(x, n, ks[j], ws);
+    }
 }
 
 static const size_t sizes[] = {1, 2, 3, 63, 64, 65, 1000, 4097, 100003, 1000003};
@@ -460,6 +495,169 @@ START_TEST(a_misleading_sample_costs_a_recount_not_the_result)
 }
 END_TEST
 
+START_TEST(ties_at_the_threshold_go_to_the_lower_indices_at_every_size)
+{
+    /* Inputs where the threshold falls inside a long run of equal magnitudes: a few
+     * distinct values, 90% and 99% zeros of both signs, and a third of the entries
+     * at one value among normal ones; below and above the size where the selection
+     * starts from a sampled pivot, k on every side of each long run. */
+    static const float pool[] = {-1.0f, -0.5f, -0.0f, 0.0f, 0.5f, 1.0f};
+    const size_t ns[] = {1000, 70001, 300007};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 100);
+    dcps_topk_ws_t *ws = new_ws(300007);
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        size_t n = ns[t];
+        float *x = alloc(n * sizeof *x);
+        for (int cls = 0; cls < 4; cls++) {
+            for (size_t i = 0; i < n; i++) {
+                float v = dcps_rng_normal(&rng), z = dcps_rng_below(&rng, 2) ? 0.0f : -0.0f;
+                uint64_t u = dcps_rng_below(&rng, 1000);
+                x[i] = cls == 0   ? pool[u % 6]
+                       : cls == 1 ? (u < 900 ? z : v)
+                       : cls == 2 ? (u < 990 ? z : v)
+                                  : (u < 333 ? 1.0f : v);
+            }
+            expect_topk_ties(x, n, ws);
+            expect_topk(x, n, n / 100 + 1, ws);
+            expect_topk(x, n, n / 1000 + 1, ws);
+        }
+        free(x);
+    }
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+START_TEST(clustered_and_sorted_inputs_match_the_reference)
+{
+    /* Magnitudes 1 + 2^-16 N(0, 1) (about a thousand distinct keys, most entries in
+     * one or two bins of pass 1), and normal data sorted ascending and descending,
+     * so that the sample is the data's quantiles and the large keys lie at the
+     * ends. */
+    const size_t ns[] = {4097, 70001, 300007};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 110);
+    dcps_topk_ws_t *ws = new_ws(300007);
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        size_t n = ns[t];
+        const size_t ks[] = {n / 1000 + 1, n / 100 + 1, n / 10, n / 8, n / 8 + 1, n / 3};
+        float *x = alloc(n * sizeof *x);
+        for (int cls = 0; cls < 3; cls++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = cls == 0 ? (1.0f + 0x1p-16f * dcps_rng_normal(&rng)) *
+                                      (dcps_rng_below(&rng, 2) ? 1.0f : -1.0f)
+                                : dcps_rng_normal(&rng);
+            if (cls > 0)
+                qsort(x, n, sizeof *x, cmp_float);
+            for (size_t i = 0; cls == 2 && i < n / 2; i++) {
+                float v = x[i];
+                x[i] = x[n - 1 - i];
+                x[n - 1 - i] = v;
+            }
+            expect_topk_ks(x, n, ws);
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+                if (ks[j] >= 1)
+                    expect_topk(x, n, ks[j], ws);
+            if (cls == 0)
+                expect_topk_ties(x, n, ws);
+        }
+        free(x);
+    }
+    dcps_topk_ws_destroy(&ws);
+}
+END_TEST
+
+START_TEST(all_zeros_select_the_first_k)
+{
+    /* Zeros of both signs only, below and above the pivot's size: the first k by
+     * index, each with its own sign. */
+    const size_t ns[] = {1000, 100003};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 120);
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        size_t n = ns[t];
+        const size_t ks[] = {1, 2, n / 100, n / 8, n / 8 + 1, n / 2, n};
+        float *x = alloc(n * sizeof *x);
+        for (size_t i = 0; i < n; i++)
+            x[i] = dcps_rng_below(&rng, 2) ? 0.0f : -0.0f;
+        dcps_topk_ws_t *ws = new_ws(n);
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            uint32_t *idx;
+            float *val;
+            outputs(ks[j], &idx, &val);
+            ck_assert_int_eq(dcps_topk_cpu(x, n, ks[j], idx, val, ws), 0);
+            size_t i = 0;
+            while (i < ks[j] && idx[i] == i && memcmp(&val[i], &x[i], sizeof(float)) == 0)
+                i++;
+            ck_assert_msg(i == ks[j], "k=%zu: entry %zu is not index %zu", ks[j], i, i);
+            free(idx);
+            free(val);
+            expect_topk(x, n, ks[j], ws);
+        }
+        dcps_topk_ws_destroy(&ws);
+        free(x);
+    }
+}
+END_TEST
+
+START_TEST(a_sample_below_the_data_costs_a_second_selection_not_the_result)
+{
+    /* The sampled entries (every (n / 4096)-th) tiny, the rest normal: the pivot is
+     * far below the k-th key, more entries lie above it than the spill holds, and
+     * the general path selects. The same where the rest is one tied value, and with
+     * error feedback (g added once). */
+    enum { N = 1 << 17, STEP = N / 4096 };
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 130);
+    float *x = alloc(N * sizeof *x), *g = alloc(N * sizeof *g);
+    dcps_topk_ws_t *ws = new_ws(N);
+    for (int tied = 0; tied < 2; tied++) {
+        for (size_t i = 0; i < N; i++)
+            x[i] = i % STEP ? (tied ? -2.0f : dcps_rng_normal(&rng))
+                   : i % 2  ? 1e-30f * dcps_rng_normal(&rng)
+                            : 0.0f;
+        expect_topk(x, N, 13, ws);
+        expect_topk(x, N, N / 100, ws);
+        for (size_t i = 0; i < N; i++)
+            g[i] = i % STEP ? 0.25f : 0.0f;
+        expect_ef(x, g, N, N / 100, ws);
+    }
+    dcps_topk_ws_destroy(&ws);
+    free(x);
+    free(g);
+}
+END_TEST
+
+START_TEST(ef_over_tied_gradients_sends_plus_keeps_the_sum)
+{
+    /* Gradients from a few values, so that the residual's magnitudes tie at the
+     * threshold step after step, with the pivot and without (small n). */
+    static const float pool[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f};
+    const size_t ns[] = {5003, 200003}, ks[] = {51, 2001};
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 140);
+    for (int c = 0; c < 2; c++) {
+        float *r = calloc(ns[c], sizeof *r), *g = alloc(ns[c] * sizeof *g);
+        ck_assert_ptr_nonnull(r);
+        dcps_topk_ws_t *ws = new_ws(ns[c]);
+        for (int t = 0; t < 12; t++) {
+            for (size_t i = 0; i < ns[c]; i++)
+                g[i] = pool[dcps_rng_below(&rng, 5)];
+            expect_ef(r, g, ns[c], ks[c], ws);
+        }
+        dcps_topk_ws_destroy(&ws);
+        free(r);
+        free(g);
+    }
+}
+END_TEST
+
 START_TEST(scatter_add_and_gather_are_the_plain_loops)
 {
     enum { N = 5003, K = 777 };
@@ -507,6 +705,11 @@ static Suite *topk_suite(void)
     tcase_add_test(tc, ef_refuses_a_sum_that_overflows);
     tcase_add_test(tc, ef_sent_plus_kept_is_the_sum_bit_for_bit_over_steps);
     tcase_add_test(tc, a_misleading_sample_costs_a_recount_not_the_result);
+    tcase_add_test(tc, ties_at_the_threshold_go_to_the_lower_indices_at_every_size);
+    tcase_add_test(tc, clustered_and_sorted_inputs_match_the_reference);
+    tcase_add_test(tc, all_zeros_select_the_first_k);
+    tcase_add_test(tc, a_sample_below_the_data_costs_a_second_selection_not_the_result);
+    tcase_add_test(tc, ef_over_tied_gradients_sends_plus_keeps_the_sum);
     tcase_add_test(tc, scatter_add_and_gather_are_the_plain_loops);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,331 @@
+/* dcps — writes the seed corpora of the fuzz harnesses.
+ *
+ *   tests/fuzz/seeds DIR
+ *
+ * Writes DIR/codec/ (one valid message each: every type a worker or a shard
+ * sends, dense and sparse payloads, PULL with and without DELTA and EXACT) and
+ * DIR/router/ (whole conversations of a 1- or 2-worker job in each mode: HELLO,
+ * INIT, PULL, dense and sparse PUSH, delta pulls, HEARTBEAT, BARRIER, DONE, BYE,
+ * and a worker that falls silent and comes back), in the input formats of
+ * tests/fuzz/fuzz_codec.c and tests/fuzz/fuzz_router.c. `make fuzz-seeds` writes
+ * them into the source tree's tests/fuzz/corpus/, where they are kept. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/shardmap.h"
+#include "tests/fuzz/fuzz.h"
+
+/* An input being built. */
+typedef struct {
+    uint8_t b[16384];
+    size_t len;
+} out_t;
+
+static void put(out_t *o, const void *data, size_t len)
+{
+    if (o->len + len > sizeof o->b) {
+        fprintf(stderr, "seeds: input too long\n");
+        exit(1);
+    }
+    memcpy(o->b + o->len, data, len);
+    o->len += len;
+}
+
+/* Appends a part's bytes, which must not hold a separator. */
+static void put_part(out_t *o, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    if (fuzz_find(p, p + len, FUZZ_PART_SEP) != p + len ||
+        fuzz_find(p, p + len, FUZZ_MSG_SEP) != p + len) {
+        fprintf(stderr, "seeds: a part holds a separator\n");
+        exit(1);
+    }
+    put(o, data, len);
+}
+
+static void put_byte(out_t *o, uint8_t c)
+{
+    put(o, &c, 1);
+}
+
+/* m's header, then each payload frame after FUZZ_PART_SEP. */
+static void put_msg(out_t *o, const dcps_msg_t *m)
+{
+    uint8_t hdr[DCPS_HEADER_MAX];
+    int len = dcps_codec_pack(m, hdr, sizeof hdr);
+    if (len < 0) {
+        fprintf(stderr, "seeds: %s does not pack\n", dcps_msg_type_name(m->type));
+        exit(1);
+    }
+    put_part(o, hdr, (size_t)len);
+    for (int i = 0; i < m->nframes; i++) {
+        put(o, FUZZ_PART_SEP, FUZZ_SEP_LEN);
+        put_part(o, m->payload[i].data, m->payload[i].len);
+    }
+}
+
+static void save(const char *dir, const char *kind, const char *name, const out_t *o)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/%s", dir, kind, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(o->b, 1, o->len, f) != o->len || fclose(f) != 0) {
+        fprintf(stderr, "seeds: %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+}
+
+static float values[256];
+static uint32_t sparse_idx[4];
+static float sparse_val[4] = {0.25f, -0.5f, 0.125f, 1.0f};
+
+static dcps_msg_t msg(uint32_t type, uint32_t rank, uint64_t seq)
+{
+    /* Each rank speaks in a session of its own (FUZZ_SESSION + rank). */
+    return (dcps_msg_t){.type = type, .job_id = FUZZ_JOB_ID, .rank = rank, .seq = seq,
+                        .session = FUZZ_SESSION + rank};
+}
+
+static void dense(dcps_msg_t *m, size_t n)
+{
+    m->nframes = 1;
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, n};
+    m->payload[0] = (dcps_buf_t){values, n * sizeof *values};
+}
+
+/* Four ascending indices spread over [lo, hi). */
+static void sparse(dcps_msg_t *m, uint64_t lo, uint64_t hi)
+{
+    for (int j = 0; j < 4; j++)
+        sparse_idx[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)(2 * j + 1) / 8);
+    m->nframes = 2;
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 4};
+    m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, 4};
+    m->payload[0] = (dcps_buf_t){sparse_idx, sizeof sparse_idx};
+    m->payload[1] = (dcps_buf_t){sparse_val, sizeof sparse_val};
+}
+
+/* --- codec: one message each ------------------------------------------------------ */
+
+static void codec_seed(const char *dir, const char *name, uint8_t ctl, const dcps_msg_t *m)
+{
+    out_t o = {.len = 0};
+    put_byte(&o, ctl);
+    put_msg(&o, m);
+    save(dir, "codec", name, &o);
+}
+
+static void codec_seeds(const char *dir)
+{
+    dcps_msg_t m;
+
+    m = msg(DCPS_MSG_HELLO, 0, 0);
+    m.n_params = 64;
+    codec_seed(dir, "hello", 1, &m);
+    m = msg(DCPS_MSG_WELCOME, 1, 0);
+    m.n_params = 130, m.range_lo = 64, m.range_hi = 130, m.workers = 2, m.shard = 1;
+    m.initialized = true, m.param_version = 3, m.step = 1;
+    codec_seed(dir, "welcome", 0, &m);
+    m = msg(DCPS_MSG_INIT, 0, 1);
+    dense(&m, 64);
+    codec_seed(dir, "init", 1, &m);
+    m = msg(DCPS_MSG_PUSH, 1, 2);
+    m.param_version = 1, m.step = 1;
+    dense(&m, 64);
+    codec_seed(dir, "push_dense", 1 | 2 << 3, &m);
+    m = msg(DCPS_MSG_PUSH, 0, 3);
+    m.param_version = 2, m.step = 2;
+    sparse(&m, 0, 64);
+    codec_seed(dir, "push_sparse", 1 | 16 << 3, &m);
+    m.range_lo = 0, m.range_hi = 64;
+    codec_seed(dir, "push_sparse_range", 2, &m);
+    m = msg(DCPS_MSG_PUSH_ACK, 0, 3);
+    m.param_version = 4, m.flags = DCPS_FLAG_DUPLICATE;
+    codec_seed(dir, "push_ack", 1, &m);
+    m = msg(DCPS_MSG_PULL, 1, 4);
+    m.step = 2;
+    codec_seed(dir, "pull", 1, &m);
+    m.flags = DCPS_FLAG_DELTA, m.param_version = 4, m.want = 8;
+    codec_seed(dir, "pull_delta", 1, &m);
+    m.flags = DCPS_FLAG_EXACT, m.want = 0;
+    codec_seed(dir, "pull_exact", 5, &m);
+    m = msg(DCPS_MSG_PULL_REPLY, 1, 4);
+    m.param_version = 4, m.range_lo = 0, m.range_hi = 64;
+    dense(&m, 64);
+    codec_seed(dir, "pull_reply_dense", 1, &m);
+    sparse(&m, 0, 64);
+    codec_seed(dir, "pull_reply_delta", 1 | 1 << 3, &m);
+    m = msg(DCPS_MSG_BARRIER, 0, 5);
+    m.step = 3;
+    codec_seed(dir, "barrier", 1, &m);
+    m = msg(DCPS_MSG_HEARTBEAT, 0, 6);
+    codec_seed(dir, "heartbeat", 1, &m);
+    m.flags = DCPS_FLAG_WAITING;
+    codec_seed(dir, "heartbeat_waiting", 0, &m);
+    m = msg(DCPS_MSG_DONE, 1, 7);
+    codec_seed(dir, "done", 1, &m);
+    m = msg(DCPS_MSG_BYE, 1, 8);
+    codec_seed(dir, "bye", 1, &m);
+    m = msg(DCPS_MSG_ERROR, 1, 8);
+    m.error_code = 13;
+    snprintf(m.error_text, sizeof m.error_text, "payload frame length does not match the header");
+    codec_seed(dir, "error", 3, &m);
+}
+
+/* --- router: conversations ---------------------------------------------------------- */
+
+/* The job bytes of fuzz_router.c's job(). */
+typedef struct {
+    int mode, opt; /* opt: 0 sgd, 1 momentum, 2 DC-ASGD-c, 3 DC-ASGD-a */
+    bool delta, restored;
+    int workers, size; /* size: the row of job()'s table */
+    bool fast;         /* heartbeat 250, dead after 300 ms */
+} job_t;
+
+static const struct {
+    uint64_t n, hello_n; /* hello_n: what rank 0 says where n is auto (0) */
+    int shards, index;
+} sizes[8] = {{64, 64, 1, 0},   {97, 97, 1, 0}, {130, 130, 2, 0}, {130, 130, 2, 1},
+              {256, 256, 2, 1}, {0, 128, 1, 0}, {0, 256, 2, 1},   {200, 200, 3, 2}};
+
+/* A conversation being built: the next message's control byte starts it. */
+typedef struct {
+    out_t o;
+    bool first;
+} conv_t;
+
+/* Message m from rank's own routing id, the clock moved by advance (an index
+ * of fuzz_router.c's table). */
+static void say(conv_t *c, uint32_t rank, int advance, const dcps_msg_t *m)
+{
+    if (!c->first)
+        put(&c->o, FUZZ_MSG_SEP, FUZZ_SEP_LEN);
+    c->first = false;
+    put_byte(&c->o, (uint8_t)(rank | advance << 2));
+    put_msg(&c->o, m);
+}
+
+static void conversation(const char *dir, const char *name, const job_t *j, int steps, bool silent)
+{
+    conv_t c = {.o = {.len = 0}, .first = true};
+    const uint64_t n_params = sizes[j->size].hello_n;
+    const int index = sizes[j->size].index;
+    dcps_range_t range = dcps_shardmap_range(n_params, sizes[j->size].shards, index);
+    const size_t n = (size_t)(range.hi - range.lo);
+    uint64_t seq[2] = {0, 0};
+    dcps_msg_t m;
+
+    put_byte(&c.o, (uint8_t)(j->mode + 3 * j->opt + 12 * j->delta + 24 * j->restored));
+    put_byte(&c.o, (uint8_t)(j->workers - 1 + 3 * j->size));
+    put_byte(&c.o, (uint8_t)(j->fast ? 16 + 32 : 0));
+
+    for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+        m = msg(DCPS_MSG_HELLO, r, 0);
+        m.n_params = n_params, m.shard = (uint32_t)index;
+        say(&c, r, 1, &m);
+    }
+    m = msg(DCPS_MSG_INIT, 0, ++seq[0]);
+    dense(&m, n);
+    say(&c, 0, 1, &m);
+    for (int step = 0; step < steps; step++) {
+        for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+            m = msg(DCPS_MSG_PULL, r, ++seq[r]);
+            m.step = (uint64_t)step;
+            if (j->delta && step > 0) {
+                m.flags = DCPS_FLAG_DELTA;
+                m.param_version = (uint64_t)(step * j->workers);
+            }
+            say(&c, r, 2, &m);
+        }
+        for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+            m = msg(DCPS_MSG_PUSH, r, ++seq[r]);
+            m.step = (uint64_t)step;
+            m.param_version = (uint64_t)step;
+            if ((step + (int)r) % 2)
+                sparse(&m, range.lo, range.hi);
+            else
+                dense(&m, n);
+            /* A worker that falls silent for longer than dead_after_ms
+             * in the middle, and comes back. */
+            say(&c, r, silent && step == 1 && r == 0 ? 7 : 1, &m);
+        }
+    }
+    for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+        m = msg(DCPS_MSG_HEARTBEAT, r, ++seq[r]);
+        say(&c, r, 3, &m);
+    }
+    for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+        m = msg(DCPS_MSG_BARRIER, r, ++seq[r]);
+        m.step = (uint64_t)steps;
+        say(&c, r, 1, &m);
+    }
+    m = msg(DCPS_MSG_PULL, 0, ++seq[0]);
+    m.step = (uint64_t)steps, m.flags = DCPS_FLAG_EXACT;
+    say(&c, 0, 1, &m);
+    for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
+        m = msg(DCPS_MSG_DONE, r, ++seq[r]);
+        say(&c, r, 1, &m);
+        m = msg(DCPS_MSG_BYE, r, ++seq[r]);
+        say(&c, r, 1, &m);
+    }
+    save(dir, "router", name, &c.o);
+}
+
+static void router_seeds(const char *dir)
+{
+    static const char *const modes[3] = {"async", "sync", "ssp"};
+    char name[64];
+    for (int mode = 0; mode < 3; mode++)
+        for (int workers = 1; workers <= 2; workers++) {
+            job_t j = {.mode = mode,
+                       .opt = (mode + workers) % 4,
+                       .delta = workers == 2,
+                       .workers = workers,
+                       .size = workers == 2 ? 3 : 0};
+            snprintf(name, sizeof name, "%s_%dw", modes[mode], workers);
+            conversation(dir, name, &j, 3, false);
+        }
+    conversation(dir, "auto_async_2w",
+                 &(job_t){.mode = 0, .opt = 3, .delta = true, .workers = 2, .size = 5}, 2, false);
+    conversation(dir, "auto_sync_2w_shard1", &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 6},
+                 2, false);
+    conversation(dir, "restored_sync_2w",
+                 &(job_t){.mode = 1, .opt = 1, .restored = true, .workers = 2, .size = 7}, 3,
+                 false);
+    conversation(
+        dir, "restored_ssp_2w_delta",
+        &(job_t){.mode = 2, .opt = 2, .delta = true, .restored = true, .workers = 2, .size = 4}, 3,
+        false);
+    conversation(dir, "silent_sync_2w",
+                 &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true}, 3, true);
+    conversation(
+        dir, "silent_ssp_2w",
+        &(job_t){.mode = 2, .opt = 3, .delta = true, .workers = 2, .size = 2, .fast = true}, 3,
+        true);
+}
+
+int main(int argc, char **argv)
+{
+    char path[4096];
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++)
+        values[i] = (float)((int)(i % 17) - 8) / 16.0f;
+    const char *kinds[] = {"", "/codec", "/router"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s%s", argv[1], kinds[i]);
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "seeds: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+    }
+    codec_seeds(argv[1]);
+    router_seeds(argv[1]);
+    return 0;
+}
