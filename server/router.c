@@ -668,9 +668,10 @@ static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcp
         snprintf(why, whylen, "message has no header frame");
         return DCPS_E_HEADER;
     }
-    return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2,
-                             n - 2 > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : n - 2, r->cfg->job_id,
-                             m, why, whylen);
+    /* n - 2 may exceed DCPS_MAX_FRAMES (parts beyond the array were not kept):
+     * the codec refuses that count before it reads any frame, and names it. */
+    return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2, n - 2, r->cfg->job_id, m,
+                             why, whylen);
 }
 
 void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, const char *peer,
