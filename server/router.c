@@ -659,9 +659,7 @@ static void on_message(dcps_bridge_t *b)
 }
 
 /* Decodes parts[1] as the header and parts[2 ..] as the payload frames, like
- * dcps_frames_decode: n counts parts beyond DCPS_MAX_PARTS, which are not read
- * (the codec refuses more than DCPS_MAX_FRAMES payload frames before it reads
- * one, and says how many arrived). */
+ * dcps_frames_decode: n counts parts beyond DCPS_MAX_PARTS, which are not read. */
 static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcps_msg_t *m,
                   char *why, size_t whylen)
 {
@@ -670,6 +668,8 @@ static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcp
         snprintf(why, whylen, "message has no header frame");
         return DCPS_E_HEADER;
     }
+    /* n - 2 may exceed DCPS_MAX_FRAMES (parts beyond the array were not kept):
+     * the codec refuses that count before it reads any frame, and names it. */
     return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2, n - 2, r->cfg->job_id, m,
                              why, whylen);
 }
