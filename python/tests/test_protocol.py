@@ -11,9 +11,11 @@ import os
 import re
 import resource
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -947,6 +949,24 @@ class Waiting(Case):
         self.assertEqual(b.push(1, 1, g=np.ones(512, F32)).h.flags, 0)
         self.assertEqual(a.push(1, 1, g=np.ones(512, F32)).h.param_version, 1)
         self.assertEqual(a.pull(2).h.param_version, 2)
+
+
+    def test_a_retry_carries_the_same_seq_and_a_late_reply_is_dropped(self):
+        job = self.start()
+        c = self.joined(0, init=np.zeros(N, F32), timeout_ms=150, retries=8)
+        shard = job.servers[0]
+        shard.send_signal(signal.SIGSTOP)  # no answer for a while: the client sends again
+        wake = threading.Timer(0.5, shard.send_signal, (signal.SIGCONT,))
+        wake.start()
+        self.addCleanup(wake.cancel)
+        ack = c.push(0, 0, g=np.ones(512, F32))
+        self.assertEqual((ack.type, ack.h.flags, ack.h.param_version), (pb.PUSH_ACK, 0, 1))
+        # Every attempt was read: the first applied, the others DUPLICATE, whose
+        # late replies the next request drops by their seq.
+        self.assertEqual(c.heartbeat().type, pb.HEARTBEAT)
+        r = c.pull(1)
+        self.assertEqual(r.h.param_version, 1)
+        self.assertTrue(np.array_equal(r.arrays[0], np.zeros(512, F32) - F32(LR)))
 
 
 class SyncErrors(Case):
