@@ -22,6 +22,10 @@ N = 784 * 64 + 64 + 64 * 10 + 10
 
 
 def sync_job(**extra):
+    # A rank that joins more than dead_after_ms after INIT finds the job gone
+    # on without it (and, at the end, refuses to pass for a new run): on a
+    # loaded machine importing torch alone takes seconds, so wait long.
+    extra.setdefault("server", {}).update({"heartbeat_ms": 200, "dead_after_ms": 30000})
     return harness.job_text(job={"mode": "sync"}, data={"train_limit": LIMIT}, **extra)
 
 

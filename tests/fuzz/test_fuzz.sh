@@ -5,7 +5,7 @@
 # AddressSanitizer, UndefinedBehaviorSanitizer and the harness's invariants.
 # Skipped (77) where configure found no clang that links libFuzzer; the corpora
 # are replayed anyway by tests/fuzz/replay_*. New inputs and any crash go to the
-# build tree's tests/fuzz/work/NAME/; a crash fails the test, and its input
+# build tree's tests/fuzz/runs/NAME/; a crash fails the test, and its input
 # belongs in tests/fuzz/regress/NAME/ once the bug is fixed.
 set -u
 build=${DCPS_BUILDDIR:?run from make check}
@@ -21,7 +21,7 @@ done
 
 status=0
 for h in codec router; do
-    work=$build/tests/fuzz/work/$h
+    work=$build/tests/fuzz/runs/$h
     rm -rf "$work"
     mkdir -p "$work/corpus"
     dirs=("$work/corpus" "$src/tests/fuzz/corpus/$h")
