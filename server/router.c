@@ -205,7 +205,6 @@ void dcps_router_tick(dcps_router_t *r)
                   "that time does not count as any worker's silence",
                   late + r->cfg->heartbeat_ms);
         dcps_consistency_paused(&r->cons, late);
-        r->stalls++;
     }
     if (r->sock)
         dcps_bridge_drain(&r->bridge);

@@ -90,7 +90,6 @@ typedef struct dcps_router {
     dcps_bridge_t bridge;
     uv_timer_t tick;       /* every heartbeat_ms: dead workers, keepalives */
     double last_tick;      /* ms, when it last ran */
-    uint64_t stalls;       /* ticks that found the loop had not run for a while */
     dcps_consistency_t cons;
     dcps_peer_t *peers;    /* one per rank */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */

@@ -955,19 +955,6 @@ START_TEST(restarted_shard_recognises_a_retried_push_and_its_session)
 }
 END_TEST
 
-/* A port that was free a moment ago. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* A shard that restarts from a checkpoint written before a worker's HELLO does
  * not know the worker's session: the client says HELLO again with it, once,
  * and its call goes on. If another session holds the rank by then, the call
@@ -976,7 +963,7 @@ START_TEST(client_says_hello_again_to_a_shard_that_lost_its_session)
 {
     char ep[256], job[512], e[512], text[2048];
     const char *dir = ckdir();
-    int port = free_port();
+    int port = h_free_port();
     snprintf(text, sizeof text,
              "[job]\nname = ckpt-itest\nworkers = 1\n"
              "[servers]\nshards = tcp://127.0.0.1:%d\n"

@@ -450,43 +450,6 @@ static const char *curve_job(const keys_t *k, int metrics_port, const char *extr
     return path;
 }
 
-/* A port that was free a moment ago. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* dcps_auth_refused_total of the shard at metrics port `port`; NAN if absent. */
-static double refused_metric(int port)
-{
-    static char buf[1 << 16];
-    const char *series = "\ndcps_auth_refused_total{shard=\"0\"} ";
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {5, 0};
-    size_t n = 0;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    ck_assert_int_eq(send(fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)sizeof req - 1);
-    for (ssize_t got; n < sizeof buf - 1 && (got = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0;)
-        n += (size_t)got;
-    buf[n] = '\0';
-    close(fd);
-    const char *v = strstr(buf, series);
-    return v ? strtod(v + strlen(series), NULL) : NAN;
-}
-
 /* Waits up to ms for `what` to appear in the file at path; 1 if it did. */
 static int wait_for(const char *path, const char *what, int ms)
 {
@@ -539,7 +502,7 @@ START_TEST(a_listed_worker_trains_while_strangers_are_refused_at_once)
 {
     keys_t k;
     char ep[256], shards[300], err[1024], key[600];
-    int port = free_port(), rc;
+    int port = h_free_port(), rc;
     double ms;
     make_keys(&k);
     /* delay_ms: the good worker trains for some seconds, so the refusals
@@ -616,7 +579,7 @@ START_TEST(a_listed_worker_trains_while_strangers_are_refused_at_once)
     ck_assert_msg(strstr(h_slurp(log), want), "%s", h_slurp(log));
     double refused = NAN;
     for (int i = 0; i < 100 && refused != 2; i++, usleep(50000))
-        refused = refused_metric(port);
+        refused = h_metric(port, "dcps_auth_refused_total{shard=\"0\"}");
     ck_assert_double_eq(refused, 2);
     ck_assert_int_eq(h_stop(server, 5000), 0);
     ck_assert_ptr_nonnull(strstr(h_slurp(log), " 0 bad messages"));
@@ -674,7 +637,7 @@ START_TEST(unusable_key_files_stop_the_server_before_it_binds)
     keys_t k;
     char set[700], want[1200], dir[600];
     make_keys(&k);
-    const char *j = curve_job(&k, free_port(), "");
+    const char *j = curve_job(&k, h_free_port(), "");
     char epf[512];
     snprintf(epf, sizeof epf, "%s", h_path("unusable", "endpoint"));
     snprintf(dir, sizeof dir, "%s/none", h_dir());

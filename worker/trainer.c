@@ -515,10 +515,10 @@ static int setup(trainer_t *t, const char *metrics_path)
     /* Emulated compute has no MLP: its [model] params need not be the layers'
      * count, so neither their names nor their initial values apply (it starts
      * from zeros). */
-    if (!t->step || (!t->pool && (rc = name_tensors(t)) != 0))
+    if (!t->step || (!t->emulated && (rc = name_tensors(t)) != 0))
         return rc;
     /* Rank 0's parameters initialise the shards unless they hold some already. */
-    if (t->rank == 0 && !t->pool)
+    if (t->rank == 0 && !t->emulated)
         dcps_mlp_init_params(cfg->layers, cfg->n_layers, cfg->seed, t->params);
     if ((rc = dcps_step_start(t->step, t->params)) != 0)
         return step_fail(t, rc);
