@@ -55,23 +55,46 @@ class Job:
             f.write(text)
         self.procs = []
         self.servers = []
-        endpoints = []
+        self.shards = None
         for s in range(shards):
-            ep = os.path.join(self.dir, f"shard{s}.endpoint")
-            log = open(os.path.join(self.dir, f"shard{s}.log"), "w")
-            p = subprocess.Popen([os.path.join(BUILD, "dcps-server"), "--config", self.path,
-                                  "--shard", str(s), "--endpoint-file", ep],
-                                 stdout=log, stderr=subprocess.STDOUT)
-            self.procs.append(p)
-            self.servers.append(p)
-            deadline = time.monotonic() + 10
-            while not (os.path.exists(ep) and os.path.getsize(ep) > 0):
-                if p.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"shard {s} did not start: {self.shard_log(s)}")
-                time.sleep(0.02)
-            with open(ep) as f:
-                endpoints.append(f.read().strip())
-        self.shards = "servers.shards=" + ",".join(endpoints)
+            self.servers.append(self.start_shard(s))
+        self.shards = "servers.shards=" + ",".join(self.endpoints)
+
+    def start_shard(self, s):
+        """Starts shard s: on a port of its choosing the first time, on its own
+        port again after that (restart)."""
+        ep = os.path.join(self.dir, f"shard{s}.endpoint")
+        if self.shards is None:
+            argv = ["--endpoint-file", ep]
+        else:
+            os.unlink(ep)
+            argv = ["--endpoint-file", ep, "--set", self.shards]
+        log = open(os.path.join(self.dir, f"shard{s}.log"), "a")
+        p = subprocess.Popen([os.path.join(BUILD, "dcps-server"), "--config", self.path,
+                              "--shard", str(s), *argv], stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        deadline = time.monotonic() + 10
+        while not (os.path.exists(ep) and os.path.getsize(ep) > 0):
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"shard {s} did not start: {self.shard_log(s)}")
+            time.sleep(0.02)
+        return p
+
+    @property
+    def endpoints(self):
+        out = []
+        for s in range(len(self.servers)):
+            with open(os.path.join(self.dir, f"shard{s}.endpoint")) as f:
+                out.append(f.read().strip())
+        return out
+
+    def restart(self, s, sig=signal.SIGTERM):
+        """Stops shard s with sig (SIGTERM writes its checkpoint, SIGKILL does
+        not) and starts it again on the same endpoint."""
+        p = self.servers[s]
+        p.send_signal(sig)
+        p.wait(10)
+        self.servers[s] = self.start_shard(s)
 
     def shard_log(self, s):
         with open(os.path.join(self.dir, f"shard{s}.log")) as f:

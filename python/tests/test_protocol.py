@@ -4,8 +4,9 @@
 
 The happy path bit for bit (SGD on known pushes gives exactly numpy's float32
 result: dense, sparse, sync rounds, dense, delta and exact pulls), every identity
-rule of section 5, every error code a shard sends with the text section 7
-promises, the header cap, the job id hash and the shard map. Exits 77 when pyzmq,
+rule of section 5, a restart from a checkpoint (section 11), every error code a
+shard sends with the text section 7 promises, the header cap, the job id hash, the
+shard map, and CURVE keys with their reload. Exits 77 when pyzmq,
 protobuf, protoc or numpy is missing."""
 import os
 import re
@@ -1021,6 +1022,35 @@ class SizeFromRankZero(Case):
         self.assertEqual(c.hello(0, N).h.range_hi, 512)
 
 
+class Restart(Case):
+    """Section 11: a shard restarted from its checkpoint knows the sessions and
+    last pushes the checkpoint holds, and no others."""
+
+    def test_a_restored_shard_knows_the_checkpoints_sessions_and_retries(self):
+        d = tempfile.mkdtemp(prefix="dcps-ckpt-")
+        self.addCleanup(shutil.rmtree, d, True)
+        job = self.start(shards=1, server={"checkpoint_dir": d, "checkpoint_every": 0})
+        w0 = gradient(rng(20), N)
+        g = gradient(rng(21), N)
+        a = self.joined(0, init=w0, session=SA)
+        self.assertEqual(a.push(0, 0, g=g, seq=4).h.param_version, 1)
+        once = w0 - F32(LR) * g
+        job.restart(0)  # SIGTERM: the checkpoint holds SA and its push seq 4
+        b = self.joined(1, session=SB)  # a session the checkpoint will not hold
+        self.assertEqual(a.push(0, 1, g=g, seq=4).h.flags, pb.FLAG_DUPLICATE)
+        job.restart(0, signal.SIGKILL)  # back to the same checkpoint
+        self.refused(b, "SESSION", "rank 1 has not said HELLO to this shard", pb.HEARTBEAT)
+        self.assertEqual(b.hello(0, N).type, pb.WELCOME)
+        ack = a.push(0, 1, g=g, seq=4)  # the retry, still recognised
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+        r = a.pull(1, held=1)  # a delta tag from before the restore: answered dense
+        self.assertEqual((r.kinds(), r.h.param_version), ([pb.FRAME_DENSE], 1))
+        self.assertTrue(np.array_equal(r.arrays[0], once))
+        ack = a.push(1, 1, g=g, seq=5)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
+        self.assertTrue(np.array_equal(a.pull(2).arrays[0], once - F32(LR) * g))
+
+
 class Transport(Case):
     def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):
         self.start()
@@ -1058,7 +1088,7 @@ class Curve(Case):
             if name != "stranger@0":
                 with open(os.path.join(keys, name + ".pub"), "wb") as f:
                     f.write(pairs[name][0] + b"\n")
-        self.start(security={"curve": "true", "server_secret_key_file": secret,
+        job = self.start(security={"curve": "true", "server_secret_key_file": secret,
                              "server_public_key": server_pub.decode(),
                              "worker_keys_dir": keys})
 
@@ -1074,6 +1104,21 @@ class Curve(Case):
         stranger = conn(0, "stranger@0", timeout_ms=300, retries=0)
         with self.assertRaises(P.Timeout):
             stranger.hello(0, N)
+        # SIGHUP reads worker_keys_dir again: the stranger's key, added, is admitted
+        # for its rank; one@1's, removed, is refused in the handshake.
+        with open(os.path.join(keys, "stranger@0.pub"), "wb") as f:
+            f.write(pairs["stranger@0"][0] + b"\n")
+        os.unlink(os.path.join(keys, "one@1.pub"))
+        job.servers[0].send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while "reload" not in job.shard_log(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.refused(conn(1, "stranger@0"), "AUTH", "the CURVE key of stranger@0.pub may not "
+                     "speak for rank 1", pb.HELLO, shard=0, n_params=N)
+        self.refused(conn(0, "stranger@0", session=SC), "SESSION", re.compile("rank 0's session "
+                     "is .*"), pb.HEARTBEAT)
+        with self.assertRaises(P.Timeout):
+            conn(1, "one@1", timeout_ms=300, retries=0).hello(0, N)
 
 
 if __name__ == "__main__":
