@@ -18,7 +18,8 @@
 # sS_rss_kb, sS_hwm_kb and sS_anon_kb (VmRSS, VmHWM, RssAnon from /proc), sS_mem_bytes (the bytes the
 # shard says it holds, the sum of dcps_memory_bytes), sS_pushes, sS_pulls,
 # sS_version, sS_errors (dcps_errors_total, every code), sS_dropped, sS_live
-# (dcps_live_workers) from its metrics endpoint, and sS_cpu_s (its CPU seconds).
+# (dcps_live_workers), sS_heap_kb and sS_heap_free_kb (dcps_heap_bytes: malloc's
+# bytes in use and kept free) from its metrics endpoint, and sS_cpu_s (its CPU seconds).
 # A last row is taken after every worker has exited, before the shards are stopped.
 #
 # At the end of each configuration OUT/summary.txt gets its numbers and a PASS or
@@ -245,7 +246,10 @@ sample() {
             /^dcps_errors_total/ { e += $NF }
             /^dcps_dropped_pushes_total/ { d = $NF }
             /^dcps_live_workers/ { l = $NF }
-            END { if (pu == "") print ",,,,,,"; else printf "%d,%d,%d,%d,%d,%d,%d\n", mem, pu, pl, v, e, d, l }')
+            /^dcps_heap_bytes.*kind="in_use"/ { hu = $NF }
+            /^dcps_heap_bytes.*kind="free"/ { hf = $NF }
+            END { if (pu == "") print ",,,,,,,,"
+                  else printf "%d,%d,%d,%d,%d,%d,%d,%d,%d\n", mem, pu, pl, v, e, d, l, hu / 1024, hf / 1024 }')
         r=$(awk -v hz="$hz" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$p/stat" 2>/dev/null)
         row="$row,$st,$m,$r"
     done
@@ -263,8 +267,8 @@ run_config() {
         echo "# $name: ${config[$name]}; $WORKERS workers, $SHARDS shards, $STEPS steps each, compute_ms $COMPUTE_MS, $N parameters"
         printf 'elapsed_s,cpu_busy,workers_running,workers_rss_kb,workers_cpu_s'
         for s in $(seq 0 $((SHARDS - 1))); do
-            printf ',s%d_rss_kb,s%d_hwm_kb,s%d_anon_kb,s%d_mem_bytes,s%d_pushes,s%d_pulls,s%d_version,s%d_errors,s%d_dropped,s%d_live,s%d_cpu_s' \
-                "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s"
+            printf ',s%d_rss_kb,s%d_hwm_kb,s%d_anon_kb,s%d_mem_bytes,s%d_pushes,s%d_pulls,s%d_version,s%d_errors,s%d_dropped,s%d_live,s%d_heap_kb,s%d_heap_free_kb,s%d_cpu_s' \
+                "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s" "$s"
         done
         echo
     } >"$csv"
@@ -398,11 +402,11 @@ summarize() {
     # every worker ran).
     stats=$(awk -F, -v w="$WARMUP" -v shards="$SHARDS" -v workers="$WORKERS" -v n="$(nproc)" '
         # The median and the lowest of rss[s, i] over the rows i with win[i].
-        function window(s,    i, j, m, x) {
+        function window(a, s,    i, j, m, x) {
             m = 0
             split("", v)
             for (i = 1; i <= rows; i++)
-                if (win[i] && rss[s, i] != "") v[++m] = rss[s, i] + 0
+                if (win[i] && a[s, i] != "") v[++m] = a[s, i] + 0
             for (i = 2; i <= m; i++) {
                 x = v[i]
                 for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]
@@ -423,6 +427,7 @@ summarize() {
             }
             for (s = 0; s < shards; s++) {
                 rss[s, rows] = $col["s" s "_rss_kb"]
+                if ("s" s "_heap_kb" in col) heap[s, rows] = $col["s" s "_heap_kb"]
                 if ($col["s" s "_pushes"] != "") {
                     mem[s] = $col["s" s "_mem_bytes"]; err[s] = $col["s" s "_errors"]
                     drop[s] = $col["s" s "_dropped"]
@@ -432,13 +437,13 @@ summarize() {
         END {
             for (s = 0; s < shards; s++) {
                 for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w && el[i] < w + 60
-                a = window(s); alo = lo
+                a = window(rss, s); alo = lo; window(heap, s); hlo = lo
                 for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w && el[i] > t - 60
-                b = window(s); blo = lo
+                b = window(rss, s); blo = lo; window(heap, s); hblo = lo
                 mx = 0
                 for (i = 1; i <= rows; i++) if (all[i] && el[i] >= w && rss[s, i] > mx) mx = rss[s, i]
-                printf "%d %s %s %s %s %s %s %s %s %d %d %d\n", s, a, b, pct(a, b), mx, pct(a, mx),
-                    alo, blo, pct(alo, blo), err[s], drop[s], mem[s]
+                printf "%d %s %s %s %s %s %s %s %s %d %d %d %s %s %s\n", s, a, b, pct(a, b), mx, pct(a, mx),
+                    alo, blo, pct(alo, blo), err[s], drop[s], mem[s], hlo, hblo, pct(hlo, hblo)
             }
             printf "cpu %.0f %.0f %d %d %d\n", rows ? 100 * busy / rows : 0, (t > 0) ? 100 * jc / (t * n) : 0, n,
                 wr, wr / workers
@@ -446,14 +451,14 @@ summarize() {
     cpu=$(grep '^cpu ' <<<"$stats")
 
     local rss_ok=PASS err_ok=PASS work_ok=PASS metrics_err=0 dropped=0 report row
-    local s r0 r1 g mx peak f0 f1 fg e d mem
+    local s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg
     report="== $name: ${config[$name]}
 wall $wall s (workers started to all exited), $STEPS steps a worker; CPU: this job $(cut -d' ' -f3 <<<"$cpu")% of $(cut -d' ' -f4 <<<"$cpu") cores while every worker ran (workers and shards), the machine $(cut -d' ' -f2 <<<"$cpu")% busy on average (all its users); the workers' RSS together at most $(cut -d' ' -f5 <<<"$cpu") kB ($(cut -d' ' -f6 <<<"$cpu") kB a worker)"
     row="$name,$wall,$STEPS,$(cut -d' ' -f3 <<<"$cpu")"
-    while read -r s r0 r1 g mx peak f0 f1 fg e d mem; do
+    while read -r s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg; do
         [ "$s" = cpu ] && continue
         report="$report
-shard $s: RSS $f0 kB from $WARMUP s (lowest sample of a minute), $f1 kB at the end (lowest of the last minute): growth $fg%; medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; errors_total $e, dropped pushes $d"
+shard $s: RSS $f0 kB from $WARMUP s (lowest sample of a minute), $f1 kB at the end (lowest of the last minute): growth $fg%; medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes, lowest of the same minutes) $h0 kB then $h1 kB ($hg%); errors_total $e, dropped pushes $d"
         if [ "$fg" = - ] || awk -v g="$fg" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
         metrics_err=$((metrics_err + e)) dropped=$((dropped + d))
         row="$row,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak"

@@ -280,6 +280,17 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sync_sum\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
                         2 * (24 + 1)); /* per rank: its session record and restore flag */
+    /* All the shard holds is malloc's, and the heap counts every thread's. */
+    double held = 0;
+    for (const char *k = "parameters\0optimizer_state\0worker_backups\0sync_sum\0delta_pull\0"
+                         "update_buffer\0sequence_numbers\0";
+         *k; k += strlen(k) + 1) {
+        char series[96];
+        snprintf(series, sizeof series, "dcps_memory_bytes{shard=\"0\",kind=\"%s\"}", k);
+        held += sample(t, series);
+    }
+    ck_assert_double_ge(sample(t, "dcps_heap_bytes{shard=\"0\",kind=\"in_use\"}"), held);
+    ck_assert_double_ge(sample(t, "dcps_heap_bytes{shard=\"0\",kind=\"free\"}"), 0);
 
     ck_assert_double_eq(sample(t, "dcps_staleness_count{shard=\"0\"}"), N);
     ck_assert_double_eq(sample(t, "dcps_staleness_sum{shard=\"0\"}"), 0 + 1 + 2 + 0 + 1);
