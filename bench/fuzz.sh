@@ -16,8 +16,7 @@
 # executions, exec/s, crashes, coverage), coverage.txt (llvm-cov's reports) and
 # each process's libFuzzer statistics (NAME.JOB.stats). Inputs that break an
 # invariant are left in WORK/NAME/ (crash-*, leak-*, timeout-*, oom-*) and listed;
-# the script then exits 1. DCPS_FUZZ_STRICT_FINITE=1 in the environment makes
-# fuzz_router require finite parameters always (tests/fuzz/fuzz_router.c).
+# the script then exits 1.
 #
 # usage: bench/fuzz.sh [-r RUNS | -t SECONDS] [-j JOBS] [-n "codec router"] [-w WORK] [-o OUT]
 #        (programs from $BUILD, default build/, configured where clang links libFuzzer)
