@@ -513,12 +513,13 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     }
     /* Refused (NONFINITE) if a parameter or the sync sum would not be finite:
      * nothing changes, and neither does the rank's clock below. */
-    uint64_t t0 = uv_hrtime();
+    uint64_t t0 = uv_hrtime(), pushes = s->pushes;
     rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
                          why, whylen);
     if (rc != 0)
         return rc;
-    timed(&r->apply_push, t0);
+    if (s->pushes != pushes) /* not an empty async push, which applies nothing (shard.h) */
+        timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
     progress(r);
