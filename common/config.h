@@ -193,7 +193,7 @@ const char *dcps_config_pull_name(int pull);
 double dcps_config_density_at(double density, int warmup_epochs, int epoch);
 
 /* The entries a selection at `density` takes of n: ⌈density · n⌉, at least 1
- * and at most n (DESIGN §4). */
+ * and at most n (docs/algorithms.md). */
 size_t dcps_config_entries(double density, size_t n);
 
 /* The density of delta pulls: [compression] pull_density, or density if 0. */

@@ -1,7 +1,7 @@
 /* dcps — exact top-k selection by magnitude, with error feedback, and the sparse
  * scatter and gather that go with it.
  *
- * The selection is exact and deterministic (DESIGN §4): of the n values it takes
+ * The selection is exact and deterministic (docs/algorithms.md): of the n values it takes
  * the k of largest magnitude, where magnitudes are compared as the 31-bit key
  * bits(x) & 0x7fffffff (so -0 and +0 are equal; for finite values the order of
  * keys is the order of |x|), and among equal magnitudes the lower index wins. The

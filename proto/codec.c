@@ -292,7 +292,7 @@ int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_
 /* --- the header fields of requests ---------------------------------------------------------
  *
  * Every header field of every request is checked or documented as ignored here:
- * this table is the protocol's (README "Wire protocol"; docs/protocol.md).
+ * this table is the protocol's (docs/protocol.md, section 6).
  *
  *   field          HELLO  PUSH   PULL   BARRIER HEARTBEAT BYE   INIT   DONE
  *   protocol       =2     =2     =2     =2      =2        =2    =2     =2     PROTOVER

@@ -16,7 +16,7 @@
  * removes a key or changes its ranks applies from the next request on, also on
  * connections already admitted.
  *
- * Without a handler libzmq admits every CURVE client (DESIGN §9), so the handler
+ * Without a handler libzmq admits every CURVE client (docs/operating.md, Security), so the handler
  * is bound before the ROUTER socket and closed after it.
  *
  * It runs on the server's loop through a bridge (common/bridge.h), as the router

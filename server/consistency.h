@@ -3,7 +3,7 @@
  * For every worker rank this keeps whether it is in the job (joined, left, declared
  * dead, done with its batches), when it was last heard from, and its clock: how
  * many steps it has pushed. From that it decides, for the job's `[job] mode`
- * (DESIGN §3), which pushes belong to the open step and when a worker may start a
+ * (docs/algorithms.md), which pushes belong to the open step and when a worker may start a
  * step:
  *   async  every push is applied at once; every step may start at once.
  *   sync   (BSP) the shard collects one push per counted worker for the open round

@@ -15,7 +15,7 @@
  * published text under a mutex, so it never reads the shard while the loop
  * changes it, and a scrape is as old as the publish period at most.
  *
- * Names and units (the README lists them): counters end in _total; bytes are
+ * Names and units (docs/operating.md lists them): counters end in _total; bytes are
  * bytes, durations seconds. Errors are counted by the short name of their
  * code in common/error.h (code="FRAMELEN"); codes beyond the router's slots
  * count as code="UNKNOWN". */

@@ -4,7 +4,7 @@
  * (shard.h) holds the arrays and decides which rule runs. Sparse updates take
  * global indices and `base`, the global index of element 0 (a shard's lo).
  *
- * Rules (DESIGN §3; w parameters, g gradient, η learning rate):
+ * Rules (docs/algorithms.md; w parameters, g gradient, η learning rate):
  *   SGD       w ← w − η g
  *   Momentum  u ← μ u + g;  w ← w − η u
  *   DC-ASGD   w ← w − η (g + λ g⊙g⊙(w − w_bak(m)))        (Zheng et al., ICML 2017)

@@ -50,7 +50,7 @@
  * every other job's shard is sized by dcps_shard_new. An unsized shard is never
  * initialised, so no push, pull or INIT reaches it.
  *
- * Pull = delta (DESIGN §4): a worker holds the shard's mirror of it, tagged
+ * Pull = delta (docs/algorithms.md): a worker holds the shard's mirror of it, tagged
  * with the version the mirror was last brought to. A pull from a worker that
  * holds the current tag is answered with a delta: the top k entries of
  * w − mirror (k as the pull asks, at most k_max; by default k_pull), which are

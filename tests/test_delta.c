@@ -1,4 +1,4 @@
-/* dcps tests — delta pulls (server/shard.h dcps_shard_pull, DESIGN §4).
+/* dcps tests — delta pulls (server/shard.h dcps_shard_pull, docs/algorithms.md).
  *
  * Workers are played here by arrays that take each reply exactly as the client
  * library does (a dense range is copied, a delta is added with

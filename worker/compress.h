@@ -2,7 +2,7 @@
  *
  * Each step the worker hands its gradient to the compressor, which returns either
  * the whole vector (a dense push) or k (index, value) pairs in ascending index
- * order (a top-k push, DESIGN §4). It applies, per the [compression] keys: local
+ * order (a top-k push, docs/algorithms.md). It applies, per the [compression] keys: local
  * gradient clipping, the uncompressed warm-up steps and the periodic dense
  * correction, the density warm-up schedule, error feedback, and DGC momentum
  * correction with momentum-factor masking (Lin et al., "Deep Gradient

@@ -129,7 +129,7 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
  * first in sync and ssp modes. On failure params may be partly updated.
  * With [compression] pull = delta, params must be the array the previous pull
  * filled, unchanged since: a shard then sends only the largest changes of its
- * mirror of that copy (DESIGN §4), which are added in place, and its range
+ * mirror of that copy (docs/algorithms.md), which are added in place, and its range
  * dense whenever the versions disagree (the first pull, a lost reply, a
  * restarted worker). The copy is then the shard's mirror, not exactly w. */
 int dcps_client_pull(dcps_client_t *c, float *params);

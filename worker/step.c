@@ -4,7 +4,7 @@
  * pipeline a step is encode, push, pull into the caller's params, all on the
  * caller's thread. With it a thread of the step's own (comm_t) pushes step t
  * and pulls into `pulled` while the caller computes step t + 1 at params =
- * pulled − local_lr · g_t (CD-SGD, DESIGN §4); only that thread touches the
+ * pulled − local_lr · g_t (CD-SGD, docs/algorithms.md); only that thread touches the
  * client while it is busy, and the caller's thread waits for it before it
  * touches the client, `pulled` or the error text again. */
 #include "worker/step.h"

@@ -30,7 +30,7 @@
  * only it touches). The library never exits the process.
  *
  * Arrays are host (CPU) arrays, or after dcps_step_use_stream() CUDA device
- * arrays on the caller's stream (DESIGN §10); its comment says what then runs
+ * arrays on the caller's stream (docs/pytorch.md, CUDA models); its comment says what then runs
  * where, what crosses PCIe and what is ordered on the stream. */
 #ifndef DCPS_STEP_H
 #define DCPS_STEP_H
@@ -168,7 +168,7 @@ typedef struct {
     int compute_ms;     /* emulated compute per step; 0: none */
 } dcps_step_result_t;
 
-/* Writes the `final:` line (DESIGN §8; no newline) of this worker into buf:
+/* Writes the `final:` line (docs/operating.md, Output; no newline) of this worker into buf:
  * rank, the caller's results, steps, elapsed time since dcps_step_start,
  * traffic, and the job's mode, optimizer and compression. Returns the length
  * it needed (as snprintf). */
