@@ -14,7 +14,8 @@
  * The servers are started and stopped here; on failure, SIGINT, SIGTERM or SIGHUP
  * they are killed, and on Linux they die with this process whatever ends it.
  *
- * usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--quick] */
+ * usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]
+ *                       [--workers N,...] [--quick] */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -49,8 +50,8 @@
 #define MAX_ITERS 20000
 #define HEADLINE_N 1048576 /* 4 MiB of float32 each way */
 
-static const int shard_counts[] = {1, 2};
-static const int worker_counts[] = {1, 2, 4};
+static int shard_counts[MAX_SHARDS] = {1, 2}, n_shard_counts = 2;
+static int worker_counts[MAX_WORKERS] = {1, 2, 4}, n_worker_counts = 3;
 static const double densities[] = {0.01, 0.001};
 
 /* ---- the servers ----------------------------------------------------------------
@@ -422,51 +423,110 @@ static void *echo_main(void *arg)
     return NULL;
 }
 
-/* The median seconds of one push-sized then pull-sized round trip (up > 4),
- * over about target_s seconds; -1 if ZeroMQ fails. */
-static double zmq_floor_time(size_t up, size_t down, double target_s)
+/* One client of the floor: a thread with a context and a DEALER of its own, as
+ * each worker has its own dcps client. */
+typedef struct {
+    const char *ep;
+    const char *buf;
+    size_t up, down;
+    double target_s;
+    pthread_barrier_t *gate;
+    double *t; /* MAX_ITERS round trip times, seconds */
+    int n, rc;
+    double start, end;
+} zclient_t;
+
+static void *zclient_main(void *arg)
+{
+    zclient_t *z = arg;
+    void *ctx = zmq_ctx_new(), *c = NULL;
+    z->rc = !ctx || !(c = zmq_socket(ctx, ZMQ_DEALER)) || zmq_connect(c, z->ep) != 0;
+    for (int i = -WARMUP; z->rc == 0; i++) {
+        if (i == 0) {
+            pthread_barrier_wait(z->gate); /* every client warm: go */
+            z->start = bench_now();
+        }
+        if (i >= MAX_ITERS || (i >= MIN_ITERS && bench_now() >= z->start + z->target_s))
+            break;
+        zmq_msg_t m;
+        double t0 = bench_now();
+        if (zmq_send(c, z->buf, z->up, 0) < 0 || zmq_msg_init(&m) != 0 ||
+            zmq_msg_recv(&m, c, 0) < 0 || zmq_msg_close(&m) != 0 ||
+            zmq_send(c, z->buf, 4, 0) < 0 || zmq_msg_init(&m) != 0 ||
+            zmq_msg_recv(&m, c, 0) < 0 || zmq_msg_close(&m) != 0)
+            z->rc = -1;
+        else if (i >= 0)
+            z->t[z->n++] = bench_now() - t0;
+    }
+    z->end = bench_now();
+    if (z->rc != 0 && z->start == 0)
+        pthread_barrier_wait(z->gate); /* failed before the gate: do not hold the others */
+    if (c)
+        zmq_close(c);
+    if (ctx)
+        zmq_ctx_term(ctx);
+    return NULL;
+}
+
+/* The transport's floor for `clients` clients at once, each doing push-sized
+ * then pull-sized round trips (up > 4) for about target_s seconds: the median
+ * seconds of client 0's round trip into *trip, and the payload (up + down per
+ * round trip) all clients moved per second, in 10^9 bits per second, into
+ * *gbps. Returns 0, or -1 if ZeroMQ fails. */
+static int zmq_floor(int clients, size_t up, size_t down, double target_s, double *trip,
+                     double *gbps)
 {
     char ep[64];
     size_t len = sizeof ep;
-    double t[MAX_ITERS], rt = -1;
-    int n = 0;
+    zclient_t z[MAX_WORKERS];
+    pthread_t th, cth[MAX_WORKERS];
+    pthread_barrier_t gate;
+    int started = 0, rc = -1;
     char *buf = calloc(up > down ? up : down, 1);
+    double *t = malloc((size_t)clients * MAX_ITERS * sizeof *t);
     echo_t e = {.ctx = zmq_ctx_new(), .reply = buf, .down = down};
-    void *ctx = zmq_ctx_new(), *c = NULL;
-    pthread_t th;
-    if (!buf || !e.ctx || !ctx || !(e.sock = zmq_socket(e.ctx, ZMQ_ROUTER)) ||
+    if (!buf || !t || !e.ctx || !(e.sock = zmq_socket(e.ctx, ZMQ_ROUTER)) ||
         zmq_bind(e.sock, "tcp://127.0.0.1:*") != 0 ||
         zmq_getsockopt(e.sock, ZMQ_LAST_ENDPOINT, ep, &len) != 0 ||
         pthread_create(&th, NULL, echo_main, &e) != 0)
         goto out;
-    if (!(c = zmq_socket(ctx, ZMQ_DEALER)) || zmq_connect(c, ep) != 0)
-        goto stop;
-    double until = bench_now() + target_s;
-    for (int i = -WARMUP; i < MAX_ITERS && (i < MIN_ITERS || bench_now() < until); i++) {
-        zmq_msg_t m;
-        double t0 = bench_now();
-        if (zmq_send(c, buf, up, 0) < 0 || zmq_msg_init(&m) != 0 || zmq_msg_recv(&m, c, 0) < 0 ||
-            zmq_msg_close(&m) != 0 || zmq_send(c, buf, 4, 0) < 0 || zmq_msg_init(&m) != 0 ||
-            zmq_msg_recv(&m, c, 0) < 0 || zmq_msg_close(&m) != 0)
-            goto stop;
-        if (i >= 0)
-            t[n++] = bench_now() - t0;
+    pthread_barrier_init(&gate, NULL, (unsigned)clients);
+    for (; started < clients; started++) {
+        z[started] = (zclient_t){.ep = ep, .buf = buf, .up = up, .down = down,
+                                 .target_s = target_s, .gate = &gate,
+                                 .t = t + started * MAX_ITERS};
+        if (pthread_create(&cth[started], NULL, zclient_main, &z[started]) != 0)
+            break;
     }
-    rt = bench_median(t, n);
-stop:
+    if (started < clients) {
+        fprintf(stderr, "bench/pushpull: cannot start client thread %d\n", started);
+        exit(1); /* the others wait at the gate (at_exit stops the servers) */
+    }
+    double first = 0, last = 0;
+    uint64_t trips = 0;
+    rc = 0;
+    for (int i = 0; i < clients; i++) {
+        pthread_join(cth[i], NULL);
+        rc |= z[i].rc;
+        first = i == 0 || z[i].start < first ? z[i].start : first;
+        last = z[i].end > last ? z[i].end : last;
+        trips += (uint64_t)z[i].n;
+    }
+    pthread_barrier_destroy(&gate);
+    if (rc == 0) {
+        *trip = bench_median(z[0].t, z[0].n);
+        *gbps = 8.0 * (double)(up + down) * (double)trips / (last - first) / 1e9;
+    }
     zmq_ctx_shutdown(e.ctx); /* the ROUTER's blocking receive returns ETERM */
     pthread_join(th, NULL);
 out:
-    if (c)
-        zmq_close(c);
     if (e.sock)
         zmq_close(e.sock);
     if (e.ctx)
         zmq_ctx_term(e.ctx);
-    if (ctx)
-        zmq_ctx_term(ctx);
+    free(t);
     free(buf);
-    return rt;
+    return rc;
 }
 
 typedef struct {
@@ -475,16 +535,18 @@ typedef struct {
     uint64_t n;
     double density, bytes_per_op;
     double push_med, push_p99, pull_med, pull_p99, trip_med; /* seconds */
-    double gbps, memcpy_s, zmq_s;
+    double gbps, memcpy_s, zmq_s, zmq_gbps;
 } result_t;
 
 static void print_row(const result_t *o)
 {
-    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f\n", o->kind,
+    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f,%.3f,%.2f\n",
+           o->kind,
            o->shards, o->workers, (unsigned long long)o->n, o->density, o->bytes_per_op,
            o->push_med * 1e3, o->push_p99 * 1e3, o->pull_med * 1e3, o->pull_p99 * 1e3, o->gbps,
            o->memcpy_s * 1e3, (o->push_med + o->pull_med) / o->memcpy_s, o->iters,
-           o->zmq_s * 1e3, (o->push_med + o->pull_med) / o->zmq_s);
+           o->zmq_s * 1e3, (o->push_med + o->pull_med) / o->zmq_s, o->zmq_gbps,
+           o->gbps / o->zmq_gbps);
     fflush(stdout);
 }
 
@@ -566,7 +628,8 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
     int rc = 0;
 
     out->memcpy_s = memcpy_time(cb, payload);
-    out->zmq_s = zmq_floor_time(r->idx ? 8 * r->k : 4 * n, 4 * n, target_s / 4);
+    int zrc = zmq_floor(r->workers, r->idx ? 8 * r->k : 4 * n, 4 * n, target_s / 4, &out->zmq_s,
+                        &out->zmq_gbps);
     for (int i = 0; i < r->workers; i++) {
         worker_t *w = &r->w[i];
         *w = (worker_t){.row = r, .rank = i};
@@ -577,7 +640,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
         else
             w->pull_t = w->push_t + MAX_ITERS, w->trip_t = w->pull_t + MAX_ITERS;
     }
-    if (out->zmq_s < 0) {
+    if (zrc != 0) {
         fprintf(stderr, "bench/pushpull: the bare ZeroMQ baseline failed: %s\n",
                 zmq_strerror(zmq_errno()));
         rc = -1;
@@ -653,8 +716,8 @@ static int rows_for_size(bench_t *b, uint64_t size, bool headline_only)
     for (size_t i = 0; i < kmax; i++)
         val[i] = x[i];
 
-    for (size_t si = 0; si < sizeof shard_counts / sizeof shard_counts[0] && rc == 0; si++)
-        for (size_t wi = 0; wi < sizeof worker_counts / sizeof worker_counts[0] && rc == 0; wi++) {
+    for (int si = 0; si < n_shard_counts && rc == 0; si++)
+        for (int wi = 0; wi < n_worker_counts && rc == 0; wi++) {
             j.shards = shard_counts[si], j.workers = worker_counts[wi];
             bool is_headline = j.n == HEADLINE_N && j.shards == 1 && j.workers == 1;
             if (headline_only && !is_headline)
@@ -697,10 +760,13 @@ out:
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--quick]\n"
+    fprintf(out, "usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]\n"
+                 "                      [--workers N,...] [--quick]\n"
                  "  --server PATH  the dcps-server program (default ./dcps-server)\n"
                  "  --sizes LIST   model sizes in floats, K and M suffixes (x1024, x1048576);\n"
                  "                 default 1K,64K,1M,4M,16M\n"
+                 "  --shards LIST  shard counts, each 1 or 2 (default 1,2)\n"
+                 "  --workers LIST worker counts, each 1 to 4 (default 1,2,4)\n"
                  "  --quick        sizes 1K,64K,1M and about 0.25 s per row\n");
 }
 
@@ -731,11 +797,32 @@ static int parse_sizes(bench_t *b, const char *list)
     return b->n_sizes ? 0 : -1;
 }
 
+/* "1,2" into counts (each in [1, max], at most max of them). Returns how many,
+ * or -1 after saying why. */
+static int parse_counts(const char *opt, const char *list, int max, int *counts)
+{
+    int n = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || v < 1 || v > max || n == max) {
+            fprintf(stderr, "bench/pushpull: %s: \"%s\": want up to %d counts in [1, %d]\n",
+                    opt, list, max, max);
+            return -1;
+        }
+        counts[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
+}
+
 static int parse_args(int argc, char **argv, bench_t *b)
 {
     static const struct option longopts[] = {
         {"server", required_argument, NULL, 's'},
         {"sizes", required_argument, NULL, 'n'},
+        {"shards", required_argument, NULL, 'S'},
+        {"workers", required_argument, NULL, 'W'},
         {"quick", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -749,7 +836,15 @@ static int parse_args(int argc, char **argv, bench_t *b)
             b->server = optarg;
         else if (c == 'n')
             sizes = optarg, sizes_given = true;
-        else if (c == 'q')
+        else if (c == 'S') {
+            n_shard_counts = parse_counts("--shards", optarg, MAX_SHARDS, shard_counts);
+            if (n_shard_counts < 0)
+                return 2;
+        } else if (c == 'W') {
+            n_worker_counts = parse_counts("--workers", optarg, MAX_WORKERS, worker_counts);
+            if (n_worker_counts < 0)
+                return 2;
+        } else if (c == 'q')
             quick = true;
         else {
             usage(c == 'h' ? stdout : stderr);
@@ -805,7 +900,8 @@ int main(int argc, char **argv)
         printf(" %d,%d=%llu", j.a, j.b, (unsigned long long)j.n);
     }
     printf("\nkind,shards,workers,n,density,bytes_per_op,push_median_ms,push_p99_ms,"
-           "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters,zmq_ms,ratio_zmq\n");
+           "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters,zmq_ms,ratio_zmq,zmq_gbps,"
+           "gbps_ratio_zmq\n");
     fflush(stdout);
 
     rc = 0;

@@ -112,8 +112,12 @@ static int send_part(void *sock, const void *data, size_t len, zmq_free_fn *ffn,
 {
     zmq_msg_t msg;
     if (ffn) {
-        if (zmq_msg_init_data(&msg, (void *)data, len, ffn, hint) != 0)
+        if (zmq_msg_init_data(&msg, (void *)data, len, ffn, hint) != 0) {
+            int e = errno;
+            ffn((void *)data, hint); /* ZeroMQ never took it */
+            errno = e;
             return DCPS_E_ZMQ;
+        }
     } else {
         if (zmq_msg_init_size(&msg, len) != 0)
             return DCPS_E_ZMQ;
@@ -142,9 +146,12 @@ int dcps_frames_send(void *sock, const dcps_buf_t *id, const dcps_msg_t *m, zmq_
         return rc;
     rc = send_part(sock, hdr, (size_t)len, NULL, NULL, flags | (m->nframes ? ZMQ_SNDMORE : 0));
     size_t bytes = (size_t)len;
-    for (int i = 0; rc == 0 && i < m->nframes; i++) {
-        rc = send_part(sock, m->payload[i].data, m->payload[i].len, ffn, hint,
-                       flags | (i + 1 < m->nframes ? ZMQ_SNDMORE : 0));
+    for (int i = 0; i < m->nframes; i++) {
+        if (rc == 0)
+            rc = send_part(sock, m->payload[i].data, m->payload[i].len, ffn, hint,
+                           flags | (i + 1 < m->nframes ? ZMQ_SNDMORE : 0));
+        else if (ffn) /* not handed to ZeroMQ after a failure: released here */
+            ffn((void *)m->payload[i].data, hint);
         bytes += m->payload[i].len;
     }
     return rc == 0 ? (bytes > INT_MAX ? INT_MAX : (int)bytes) : rc;

@@ -50,7 +50,8 @@ int dcps_frames_decode(const dcps_frames_t *f, int first, uint64_t expect_job, d
 /* Sends m: the routing id if id is non-NULL, the packed header, then
  * m->payload[0 .. m->nframes). With ffn NULL the payload is copied; otherwise each
  * payload frame is sent zero-copy and ffn(data, hint) runs once per frame when
- * ZeroMQ no longer needs it (from ZeroMQ's I/O thread). Never blocks when flags
+ * ZeroMQ no longer needs it (from ZeroMQ's I/O thread), or on this thread for a
+ * frame not sent (a failure, here or before it). Never blocks when flags
  * has ZMQ_DONTWAIT. Returns the bytes sent (header and payload; at most INT_MAX)
  * or DCPS_E_ZMQ (errno set by ZeroMQ). */
 int dcps_frames_send(void *sock, const dcps_buf_t *id, const dcps_msg_t *m, zmq_free_fn *ffn,

@@ -189,6 +189,20 @@ static size_t first_nonfinite(const float *v, size_t n)
     return n;
 }
 
+/* Copies v into dst and returns the first non-finite value's position, or n:
+ * the first pass of first_nonfinite with the copy fused into it. */
+static size_t copy_first_nonfinite(float *restrict dst, const float *restrict v, size_t n)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= (u & 0x7f800000u) + 0x00800000u;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+    return acc & 0x80000000u ? first_nonfinite(v, n) : n;
+}
+
 /* What payload m carries, for a sentence: "no frames", "1 frame (INDICES)",
  * "2 frames (DENSE, VALUES)". Returns buf. */
 static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
@@ -211,8 +225,10 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
     return buf;
 }
 
-int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
-                     size_t whylen)
+/* dcps_codec_dense's checks of the frame, and the check of its values with
+ * them copied into dst if dst is not NULL. */
+static int dense(const dcps_msg_t *m, uint64_t count, const float **values, float *dst,
+                 char *why, size_t whylen)
 {
     char got[64];
     int rc = 0;
@@ -225,12 +241,25 @@ int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, 
         FAIL(DCPS_E_SIZE, "dense frame of %llu elements, the shard's range has %llu",
              (unsigned long long)m->frame[0].count, (unsigned long long)count);
     const float *v = m->payload[0].data;
-    size_t bad = first_nonfinite(v, count);
+    size_t bad = dst ? copy_first_nonfinite(dst, v, count) : first_nonfinite(v, count);
     if (bad < count)
         FAIL(DCPS_E_NONFINITE, "value %g at offset %zu is not finite", (double)v[bad], bad);
     *values = v;
 out:
     return rc;
+}
+
+int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
+                     size_t whylen)
+{
+    return dense(m, count, values, NULL, why, whylen);
+}
+
+int dcps_codec_dense_to(const dcps_msg_t *m, uint64_t count, float *dst, char *why,
+                        size_t whylen)
+{
+    const float *v;
+    return dense(m, count, &v, dst, why, whylen);
 }
 
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,

@@ -133,6 +133,13 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
 int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
                      size_t whylen);
 
+/* dcps_codec_dense that also copies the values into dst (count floats) in the
+ * pass that checks them: one read of the payload, not two. On
+ * DCPS_E_NONFINITE dst holds the values, bad ones included; on any other error
+ * it is unchanged. */
+int dcps_codec_dense_to(const dcps_msg_t *m, uint64_t count, float *dst, char *why,
+                        size_t whylen);
+
 /* A sparse payload: INDICES (uint32) then VALUES (float32) with equal counts, at
  * most hi − lo entries, indices strictly ascending in [lo, hi), values finite.
  * Sets idx, values (borrowed) and k. */

@@ -218,9 +218,10 @@ static void log_memory(const dcps_shard_t *s, const char *when)
     }
     dcps_shard_memory_kinds(s, &k);
     DCPS_INFO("memory at %s: %zu bytes (parameters %zu, optimizer state %zu, worker backups %zu, "
-              "sync sum %zu, delta pulls %zu, update buffer %zu, sequence numbers %zu)",
+              "sync sum %zu, delta pulls %zu, update buffer %zu, reply buffers %zu, sequence numbers "
+              "%zu)",
               when, dcps_shard_memory(s), k.parameters, k.optimizer_state, k.worker_backups,
-              k.sync_sum, k.delta_pull, k.update_buffer, k.sequence_numbers);
+              k.sync_sum, k.delta_pull, k.update_buffer, k.reply_buffers, k.sequence_numbers);
 }
 
 /* --- [server] metrics_port: /metrics (server/metrics.h) ---------------------------- */

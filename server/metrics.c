@@ -127,6 +127,10 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
     single(&o, sh, "dcps_pulls_total", "counter", "Pulls answered, dense or delta.", s->pulls);
     single(&o, sh, "dcps_delta_pulls_total", "counter",
            "Pulls answered with a delta ([compression] pull = delta).", s->deltas);
+    single(&o, sh, "dcps_copied_pulls_total", "counter",
+           "Dense pulls of w answered with a copy: the reply buffers were held by replies of "
+           "another version still being sent.",
+           s->pulls_copied);
     single(&o, sh, "dcps_messages_total", "counter", "Messages received.", r->messages);
     single(&o, sh, "dcps_bytes_received_total", "counter",
            "Bytes of the messages received, every frame.", r->bytes_in);
@@ -177,7 +181,7 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
         {"parameters", mem.parameters},         {"optimizer_state", mem.optimizer_state},
         {"worker_backups", mem.worker_backups}, {"sync_sum", mem.sync_sum},
         {"delta_pull", mem.delta_pull},         {"update_buffer", mem.update_buffer},
-        {"sequence_numbers", mem.sequence_numbers},
+        {"reply_buffers", mem.reply_buffers},   {"sequence_numbers", mem.sequence_numbers},
     };
     family(&o, "dcps_memory_bytes", "gauge",
            "Bytes the shard holds, by what they are for; 0 for a kind the job does not use.");

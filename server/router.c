@@ -12,6 +12,7 @@
 #include "common/frame.h"
 #include "common/log.h"
 #include "server/session.h"
+#include "server/snapshot.h"
 
 /* A handler answers the request itself and returns 0, or returns a negative code
  * with a sentence in why, and the router answers ERROR. */
@@ -19,14 +20,17 @@ typedef int (*handler_fn)(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg
                           char *why, size_t whylen);
 
 /* The default r->send: the ROUTER socket, never blocking. */
-static int send_zmq(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply)
+static int send_zmq(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
+                    zmq_free_fn *ffn, void *hint)
 {
-    return dcps_frames_send(r->sock, id, reply, NULL, NULL, ZMQ_DONTWAIT);
+    return dcps_frames_send(r->sock, id, reply, ffn, hint, ZMQ_DONTWAIT);
 }
 
-static void send_reply(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply)
+/* Sends reply; with ffn, its payload without a copy (see r->send). */
+static void send_reply(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
+                       zmq_free_fn *ffn, void *hint)
 {
-    int n = r->send(r, id, reply);
+    int n = r->send(r, id, reply, ffn, hint);
     if (n < 0) {
         DCPS_DEBUG("%s to rank %u not sent: %s", dcps_msg_type_name(reply->type), reply->rank,
                    zmq_strerror(errno));
@@ -43,7 +47,7 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
     reply.shard = (uint32_t)r->shard->index;
     reply.param_version = r->shard->version;
     reply.flags = flags;
-    send_reply(r, id, &reply);
+    send_reply(r, id, &reply, NULL, NULL);
 }
 
 static double now_ms(const dcps_router_t *r)
@@ -76,9 +80,11 @@ static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t wh
 
 /* Answers a request that waited (a pull or a barrier): reply's other fields are
  * set by the caller. A waiting request is of the rank's session (a retired
- * session's waits are dropped), which the reply names as every reply does. */
+ * session's waits are dropped), which the reply names as every reply does.
+ * hold: a hold on the buffer of the reply's payload (dcps_shard_share), which
+ * is then sent without a copy, or NULL. */
 static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq,
-                    uint32_t type, dcps_msg_t *reply)
+                    uint32_t type, dcps_msg_t *reply, void *hold)
 {
     reply->type = type;
     reply->job_id = r->cfg->job_id;
@@ -87,7 +93,8 @@ static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uin
     reply->session = r->shard->session[rank].id;
     reply->shard = (uint32_t)r->shard->index;
     reply->param_version = r->shard->version;
-    send_reply(r, &(dcps_buf_t){to->b, to->len}, reply);
+    send_reply(r, &(dcps_buf_t){to->b, to->len}, reply, hold ? dcps_snapshot_release : NULL,
+               hold);
 }
 
 /* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
@@ -101,8 +108,10 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
     dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
     reply.range_lo = s->range.lo;
     reply.range_hi = s->range.hi;
-    /* Copied, not zero-copy: the next push changes w while ZeroMQ may still be
-     * sending this reply. */
+    /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
+     * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
+     * already, copied. */
+    void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
     if (p.dense) {
         reply.nframes = 1;
         reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
@@ -114,7 +123,7 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
         reply.payload[0] = (dcps_buf_t){p.idx, p.k * sizeof *p.idx};
         reply.payload[1] = (dcps_buf_t){p.values, p.k * sizeof *p.values};
     }
-    send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, &reply);
+    send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, &reply, hold);
 }
 
 /* Answers the waiting pulls whose step may start now. */
@@ -142,7 +151,7 @@ static void barrier_check(dcps_router_t *r)
         if (!p->in_barrier)
             continue;
         dcps_msg_t reply = {.step = r->barrier_step};
-        send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_BARRIER, &reply);
+        send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
         p->in_barrier = false;
     }
     DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
@@ -223,7 +232,7 @@ void dcps_router_tick(dcps_router_t *r)
         const dcps_peer_t *p = &r->peers[i];
         if (p->pulling || p->in_barrier) {
             dcps_msg_t ka = {.flags = DCPS_FLAG_WAITING};
-            send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka);
+            send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka, NULL);
         }
     }
 }
@@ -339,7 +348,7 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     reply.initialized = s->initialized;
     reply.param_version = s->version;
     reply.step = dcps_consistency_next_step(&r->cons, m->rank);
-    send_reply(r, id, &reply);
+    send_reply(r, id, &reply, NULL, NULL);
     return 0;
 }
 
@@ -435,7 +444,7 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
     reply.param_version = r->shard->version;
     reply.flags = DCPS_FLAG_STALE;
     reply.step = r->cons.round;
-    send_reply(r, id, &reply);
+    send_reply(r, id, &reply, NULL, NULL);
 }
 
 static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
@@ -634,7 +643,7 @@ static void reply_error(dcps_router_t *r, const dcps_buf_t *id, const char *peer
     reply.shard = (uint32_t)r->shard->index;
     reply.error_code = (uint32_t)-code;
     snprintf(reply.error_text, sizeof reply.error_text, "%s: %s", dcps_strerror(code), why);
-    send_reply(r, id, &reply);
+    send_reply(r, id, &reply, NULL, NULL);
 }
 
 static void on_message(dcps_bridge_t *b)

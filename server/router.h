@@ -108,8 +108,12 @@ typedef struct dcps_router {
     dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
     dcps_latency_t apply_round; /* sync: each round's mean applied */
     /* Where every reply goes: returns the bytes sent or a negative code. init
-     * sets a non-blocking send on sock; a caller without a socket sets its own. */
-    int (*send)(struct dcps_router *r, const dcps_buf_t *id, const dcps_msg_t *reply);
+     * sets a non-blocking send on sock; a caller without a socket sets its own.
+     * With ffn non-NULL (a dense pull reply of w) the payload is borrowed, to be
+     * sent without a copy: ffn(data, hint) must run once per payload frame when
+     * it is no longer read, whether it was sent or not, on any thread. */
+    int (*send)(struct dcps_router *r, const dcps_buf_t *id, const dcps_msg_t *reply,
+                zmq_free_fn *ffn, void *hint);
     double clock_ms; /* the time in ms when there is no loop; the caller moves it */
 } dcps_router_t;
 

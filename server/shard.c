@@ -10,8 +10,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "server/optimizer.h"
+#include "server/snapshot.h"
 
-/* The slices of the one allocation, in floats of n, in this order. */
+static void own_w(dcps_shard_t *s, bool keep);
+
+/* What the job holds, in floats of n: w and sync mode's sum in the set of
+ * buffers (server/snapshot.h), the rest in slices of the one allocation, in
+ * this order. */
 typedef struct {
     size_t state, bak, acc, mirror, diff;
 } layout_t;
@@ -60,6 +65,7 @@ void dcps_shard_unsize(dcps_shard_t *s)
     free(s->delta_idx);
     free(s->tag);
     free(s->mem);
+    dcps_snapshot_drop(&s->bufs); /* freed when no reply holds a buffer any more */
     s->delta_val = s->mem = s->w = s->spare = NULL;
     s->state = s->bak = s->acc = s->mirror = s->diff = NULL;
     s->delta_idx = NULL;
@@ -83,19 +89,21 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
     s->range = dcps_shardmap_range(n_params, cfg->n_shards, s->index);
     s->n = (size_t)(s->range.hi - s->range.lo);
     s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
-    /* The update buffer comes last, outside what a checkpoint holds. */
-    s->mem = calloc(s->floats + s->n ? s->floats + s->n : 1, sizeof *s->mem);
-    if (!s->mem)
+    /* w, the sum, the update buffer and the reply buffers, outside what a
+     * checkpoint holds, are buffers of the set; the rest is one allocation. */
+    size_t rest = s->floats - s->n * (1 + l.acc);
+    s->mem = calloc(rest ? rest : 1, sizeof *s->mem);
+    s->bufs = dcps_snapshot_new(s->n, 2 + (int)l.acc + DCPS_SHARD_REPLY_BUFFERS);
+    if (!s->mem || !s->bufs)
         goto fail;
-    s->w = s->mem;
-    s->spare = s->mem + s->floats;
-    float *at = s->w + s->n;
+    s->w = dcps_snapshot_buf(s->bufs, 0);
+    s->spare = dcps_snapshot_buf(s->bufs, 1);
+    s->acc = l.acc ? dcps_snapshot_buf(s->bufs, 2) : NULL;
+    float *at = s->mem;
     s->state = l.state ? at : NULL;
     at += s->n * l.state;
     s->bak = l.bak ? at : NULL;
     at += s->n * l.bak;
-    s->acc = l.acc ? at : NULL;
-    at += s->n * l.acc;
     s->mirror = l.mirror ? at : NULL;
     at += s->n * l.mirror;
     s->diff = l.diff ? at : NULL;
@@ -135,6 +143,7 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
 {
     if (s->initialized)
         return 0;
+    own_w(s, false);
     memcpy(s->w, w, s->n * sizeof *w);
     for (int m = 0; s->bak && m < s->workers; m++)
         memcpy(s->bak + (size_t)m * s->n, w, s->n * sizeof *w);
@@ -173,6 +182,43 @@ static void swap(float **a, float **b)
     float *t = *a;
     *a = *b;
     *b = t;
+}
+
+static bool held(const dcps_shard_t *s, const float *p)
+{
+    return dcps_snapshot_held(s->bufs, dcps_snapshot_find(s->bufs, p));
+}
+
+/* Makes the update buffer one that no pull reply sends from: it is written
+ * next. There is one: dcps_shard_share lets replies hold at most
+ * DCPS_SHARD_REPLY_BUFFERS buffers, and besides w and the sum there are that
+ * many and one more. */
+static void free_spare(dcps_shard_t *s)
+{
+    if (!held(s, s->spare))
+        return;
+    for (int i = 0; i < 2 + (s->acc != NULL) + DCPS_SHARD_REPLY_BUFFERS; i++) {
+        float *b = dcps_snapshot_buf(s->bufs, i);
+        if (b != s->w && b != s->acc && !dcps_snapshot_held(s->bufs, i)) {
+            s->spare = b;
+            return;
+        }
+    }
+    /* A bug in dcps_shard_share's bound, not a state to serve on from. */
+    DCPS_ERR("shard %d: every update buffer is held by a pull reply", s->index);
+    abort();
+}
+
+/* Before w is written in place: if a pull reply sends from w's buffer, w moves
+ * to one that none does (a copy, when `keep`), and the reply keeps the old. */
+static void own_w(dcps_shard_t *s, bool keep)
+{
+    if (!held(s, s->w))
+        return;
+    free_spare(s);
+    if (keep)
+        memcpy(s->spare, s->w, s->n * sizeof *s->w);
+    swap(&s->w, &s->spare);
 }
 
 /* Refuses an update: the sentence goes to s->why. Returns DCPS_E_NONFINITE. */
@@ -214,6 +260,7 @@ static float sparse_at(const dcps_shard_t *s, const uint32_t *idx, const float *
  * finite, or n; nothing of the shard changes. */
 static size_t rule_to(dcps_shard_t *s, const float *bak, const float *g)
 {
+    free_spare(s);
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
         return dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr, s->momentum);
@@ -314,6 +361,19 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
     s->deltas += !out->dense;
 }
 
+void *dcps_shard_share(dcps_shard_t *s, const float *values)
+{
+    int i = values == s->w ? dcps_snapshot_find(s->bufs, values) : -1;
+    if (i < 0)
+        return NULL;
+    if (!dcps_snapshot_held(s->bufs, i) &&
+        dcps_snapshot_held_count(s->bufs) >= DCPS_SHARD_REPLY_BUFFERS) {
+        s->pulls_copied++;
+        return NULL;
+    }
+    return dcps_snapshot_hold(s->bufs, i);
+}
+
 int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
     size_t bad = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g);
@@ -334,6 +394,7 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
         /* It moves every parameter (u decays everywhere): out of place, as dense. */
+        free_spare(s);
         bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k, s->lr,
                                       s->momentum);
         if (bad < s->n)
@@ -353,6 +414,7 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
                                &v[bad], 1, &s->dc);
             return refuse_param(s, i, wi, v[bad], "gradient");
         }
+        own_w(s, true);
         dcps_dcasgd_sparse(s->w, bak, s->state, lo, idx, v, k, &s->dc);
         break;
     }
@@ -362,6 +424,7 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
             size_t i = idx[bad] - lo;
             return refuse_param(s, i, s->w[i] - s->lr * v[bad], v[bad], "gradient");
         }
+        own_w(s, true);
         dcps_sgd_sparse(s->w, lo, idx, v, k, s->lr);
     }
     applied(s, rank, seq);
@@ -379,6 +442,7 @@ static int refuse_sum(dcps_shard_t *s, size_t i, float would, float g)
 
 int dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
+    free_spare(s);
     size_t bad = dcps_add_dense_to(s->spare, s->acc, g, s->n);
     if (bad < s->n)
         return refuse_sum(s, bad, s->spare[bad], g[bad]);
@@ -510,6 +574,7 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
                       (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
     out->update_buffer = s->spare ? vec : 0;
+    out->reply_buffers = s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0;
     out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
 }
 
@@ -518,5 +583,5 @@ size_t dcps_shard_memory(const dcps_shard_t *s)
     dcps_shard_memory_t k;
     dcps_shard_memory_kinds(s, &k);
     return k.parameters + k.optimizer_state + k.worker_backups + k.sync_sum + k.delta_pull +
-           k.update_buffer + k.sequence_numbers;
+           k.update_buffer + k.reply_buffers + k.sequence_numbers;
 }

@@ -10,9 +10,11 @@
  * the backup of what every worker holds (P); in sync mode the sum of the open
  * round's pushes (1), and with delta pulls the shared mirror (1). Delta pulls
  * also need w − mirror (1) and k_pull index/value pairs. Every job has the
- * update buffer (1, below). So SGD holds 2n, momentum 3n, DC-ASGD-c (2 + P) n
- * and DC-ASGD-a (3 + P) n, plus n in sync mode, all in one allocation made at
- * start.
+ * update buffer (1, below) and a reply buffer (1, DCPS_SHARD_REPLY_BUFFERS:
+ * pull replies send w without a copy). So SGD holds 3n, momentum 4n,
+ * DC-ASGD-c (3 + P) n and DC-ASGD-a (4 + P) n, plus n in sync mode, all
+ * allocated at start: w, the sum, the update and reply buffers as one set
+ * (server/snapshot.h), the rest in one allocation.
  *
  * Parameters stay finite: an update that would make any parameter (or DC-ASGD-a's
  * mean square, or sync mode's sum) NaN or Inf is refused with DCPS_E_NONFINITE
@@ -25,6 +27,15 @@
  * which then swaps with the sum. Sparse updates that touch only their entries
  * are checked before they are applied. So w and the sum move between buffers;
  * dcps_shard_spans gives a checkpoint the floats in a fixed order.
+ *
+ * Pull replies without a copy: a dense reply of w sends w's buffer itself and
+ * holds it until ZeroMQ has sent it (dcps_shard_share). No update writes a
+ * buffer a reply holds: the dense ones write another (the update buffer is
+ * always one that no reply holds), and one in place (sparse SGD and DC-ASGD)
+ * first moves w to such a buffer with a copy, if a reply holds w's. So a reply
+ * sends exactly the w of the version it names. Replies hold at most
+ * DCPS_SHARD_REPLY_BUFFERS buffers at once; a pull that would hold one more is
+ * answered with a copy, as every reply of a mirror or a delta is.
  *   async, ssp  a push is refused (ERROR NONFINITE) if applying it would make a
  *               parameter non-finite.
  *   sync        a push is refused at once if adding it would make the round's
@@ -82,6 +93,11 @@
 #include "server/optimizer.h"
 #include "server/session.h"
 
+/* Buffers of n floats beyond w and the update buffer, so that pull replies
+ * send w without a copy (dcps_shard_share): with one, replies may hold one
+ * version of w at a time while the next updates are written. */
+#define DCPS_SHARD_REPLY_BUFFERS 1
+
 /* Room for the sentence of a refused update (it goes into an ERROR's text). */
 #define DCPS_SHARD_WHY_MAX 160
 
@@ -94,15 +110,20 @@ typedef struct {
     uint64_t hist[DCPS_STALENESS_BUCKETS];
 } dcps_staleness_t;
 
+struct dcps_snapshot;
+
 typedef struct dcps_shard {
     int index;
     uint64_t n_params;   /* the model's size; 0: unsized (params = auto, not learnt yet) */
     dcps_range_t range;
     size_t n;            /* hi − lo */
-    float *mem;          /* the one allocation: floats + n floats, every slice below */
-    float *w;            /* n parameters: one of two buffers, swapped with spare */
+    float *mem;          /* the one allocation: the slices below but w, spare and acc */
+    struct dcps_snapshot *bufs; /* w, spare, acc and the reply buffers (server/snapshot.h):
+                            2 + (sync) + DCPS_SHARD_REPLY_BUFFERS of n floats */
+    float *w;            /* n parameters: a buffer of bufs, swapped with spare */
     float *spare;        /* n: the update buffer, where an update writes the new w
-                            (sync: a push the new sum) before it is checked */
+                            (sync: a push the new sum) before it is checked; one
+                            that no pull reply sends from */
     float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
     float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
     float *acc;          /* n: sync mode's sum of the open round (swapped with
@@ -134,6 +155,7 @@ typedef struct dcps_shard {
     size_t floats;       /* what a checkpoint holds, in floats: all of mem but one
                             buffer of n (dcps_shard_spans) */
     uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t pulls_copied; /* dense pulls whose reply copied w (dcps_shard_share) */
     uint64_t rounds_refused; /* sync rounds not applied: w would not be finite */
     char why[DCPS_SHARD_WHY_MAX]; /* the last refused update's sentence */
     uint64_t deltas; /* pulls answered with a delta */
@@ -238,6 +260,17 @@ typedef struct {
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 
+/* For a pull reply whose dense values are `values` (from dcps_shard_pull): if
+ * they are w, a hold on w's buffer, which the reply then sends without a copy:
+ * pass the buffer and the returned hint to dcps_snapshot_release once ZeroMQ
+ * is done with it (zmq_free_fn), on any thread. Until then the shard writes
+ * no update into that buffer. NULL when the reply must copy them: they are not
+ * w (a mirror, a delta), or w's buffer is not held yet and replies hold
+ * DCPS_SHARD_REPLY_BUFFERS buffers already (counted in pulls_copied): so an
+ * update always finds a buffer to write, and memory stays bounded however
+ * many replies wait in ZeroMQ's queues. */
+void *dcps_shard_share(dcps_shard_t *s, const float *values);
+
 /* A run of floats of the shard. */
 typedef struct {
     float *p;
@@ -249,7 +282,9 @@ typedef struct {
 /* The floats a checkpoint holds, in this order: w, the optimizer state, the
  * backups, the round's sum, the shared mirror, w − mirror (those the job has;
  * not the update buffer). Fills out and returns how many spans; their lengths
- * add up to s->floats. Valid until the next update. */
+ * add up to s->floats. Valid until the next update. Written (a checkpoint
+ * restored, or refused and zeroed) only before the shard answers a pull, while
+ * no reply holds w. */
 size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]);
 
 /* Sets the learning rate of every update rule (a reload changed it). */
@@ -265,6 +300,9 @@ typedef struct {
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
                                 delta's pairs and the selection's workspace */
     size_t update_buffer;    /* where an update is computed and checked: n floats */
+    size_t reply_buffers;    /* where w stays while pull replies send it and the next
+                                update is written beside it: n floats per
+                                DCPS_SHARD_REPLY_BUFFERS */
     size_t sequence_numbers; /* every rank's session, last push and restore flag */
 } dcps_shard_memory_t;
 

@@ -824,6 +824,25 @@ START_TEST(dense_accepts_extreme_finite_values)
 }
 END_TEST
 
+/* dcps_codec_dense_to: the values copied bit for bit in the pass that checks
+ * them; a frame of the wrong shape leaves the destination alone. */
+START_TEST(dense_to_copies_what_it_checks)
+{
+    float v[37], dst[37];
+    for (int i = 0; i < 37; i++)
+        v[i] = i % 3 ? (float)i * -1.5e36f : (i % 2 ? 1e-45f : -0.0f);
+    v[36] = 3.4028235e38f;
+    dcps_msg_t m = dense_msg(v, 37);
+    memset(dst, 0x55, sizeof dst);
+    ck_assert_int_eq(dcps_codec_dense_to(&m, 37, dst, why, sizeof why), 0);
+    ck_assert_mem_eq(dst, v, sizeof v);
+    memset(dst, 0x55, sizeof dst);
+    ck_assert_int_eq(dcps_codec_dense_to(&m, 36, dst, why, sizeof why), DCPS_E_SIZE);
+    for (int i = 0; i < 37; i++)
+        ck_assert_uint_eq(((const unsigned char *)dst)[4 * i], 0x55);
+}
+END_TEST
+
 START_TEST(dense_rejects_wrong_count)
 {
     static const float v[5] = {1, 2, 3, 4, 5};
@@ -859,6 +878,14 @@ static void expect_dense_nonfinite(float bad, size_t n, size_t at)
     char want[48];
     snprintf(want, sizeof want, "offset %zu", at);
     ck_assert_why_has(want);
+    /* The fused check and copy finds the same value, and copies everything. */
+    float *dst = calloc(n, sizeof *dst);
+    ck_assert_ptr_nonnull(dst);
+    why[0] = '\0';
+    ck_assert_int_eq(dcps_codec_dense_to(&m, n, dst, why, sizeof why), DCPS_E_NONFINITE);
+    ck_assert_why_has(want);
+    ck_assert_mem_eq(dst, v, n * sizeof *v);
+    free(dst);
     free(v);
 }
 
@@ -1633,6 +1660,7 @@ static Suite *codec_suite(void)
     tc = tcase_create("dense");
     tcase_add_test(tc, dense_returns_pointer_to_the_frame);
     tcase_add_test(tc, dense_accepts_extreme_finite_values);
+    tcase_add_test(tc, dense_to_copies_what_it_checks);
     tcase_add_test(tc, dense_rejects_wrong_count);
     tcase_add_test(tc, dense_rejects_uint32_dense_frame);
     tcase_add_test(tc, dense_rejects_nan_at_first_middle_and_last);

@@ -261,6 +261,11 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_double_eq(sample(t, "dcps_pushes_total{shard=\"0\"}"), N);
     ck_assert_double_eq(sample(t, "dcps_pulls_total{shard=\"0\"}"), M);
     ck_assert_double_eq(sample(t, "dcps_delta_pulls_total{shard=\"0\"}"), 0);
+    /* Replies of w without a copy: a buffer more in the memory report; a pull
+     * whose reply buffer is still held by the previous reply is copied. */
+    ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"reply_buffers\"}"),
+                        N_PARAMS * 4.0);
+    ck_assert_double_le(sample(t, "dcps_copied_pulls_total{shard=\"0\"}"), M);
     ck_assert_double_eq(sample(t, "dcps_duplicate_pushes_total{shard=\"0\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_version{shard=\"0\"}"), N);      /* async SGD */
     ck_assert_double_eq(sample(t, "dcps_live_workers{shard=\"0\"}"), 1); /* rank 1 never came */

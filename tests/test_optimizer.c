@@ -9,6 +9,9 @@
 
 #include "tests/check_run.h"
 #include <float.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "server/shard.h"
+#include "server/snapshot.h"
 
 static void assert_floats(const float *got, const float *want, size_t n)
 {
@@ -416,17 +420,20 @@ END_TEST
 
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
-    /* SGD: n floats of parameters, n of the update buffer, and per worker a
-     * session record (its session and last push) and a restore flag. */
+    /* SGD: n floats of parameters, n of the update buffer, n of the reply
+     * buffer, and per worker a session record (its session and last push) and
+     * a restore flag. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
     const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool);
-    ck_assert_uint_eq(dcps_shard_memory(s0), 2 * 64 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 2 * 8 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 139); /* 2 · 32 + 3 · (24 + 1) */
+    ck_assert_int_eq(DCPS_SHARD_REPLY_BUFFERS, 1);
+    ck_assert_uint_eq(dcps_shard_memory(s0), 3 * 64 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 3 * 8 * sizeof(float) + 3 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s1), 171); /* 3 · 32 + 3 · (24 + 1) */
     dcps_shard_memory_t k;
     dcps_shard_memory_kinds(s1, &k);
     ck_assert_uint_eq(k.parameters, 32);
     ck_assert_uint_eq(k.update_buffer, 32);
+    ck_assert_uint_eq(k.reply_buffers, 32);
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -575,15 +582,16 @@ START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
 }
 END_TEST
 
-START_TEST(memory_of_dcasgd_is_three_plus_p_times_the_shard)
+START_TEST(memory_of_dcasgd_is_four_plus_p_times_the_shard)
 {
-    /* w, MS, P backups and the update buffer; constant λ: no MS. */
+    /* w, MS, P backups, the update buffer and the reply buffer; constant λ:
+     * no MS. */
     dcps_shard_t *s = dc_shard(true);
     const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool); /* session, restore flag */
-    ck_assert_uint_eq(dcps_shard_memory(s), (3 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (4 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);
-    ck_assert_uint_eq(dcps_shard_memory(s), (2 + 2) * 72 * sizeof(float) + 2 * per_worker);
+    ck_assert_uint_eq(dcps_shard_memory(s), (3 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -918,6 +926,189 @@ START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
 }
 END_TEST
 
+/* ---- pull replies without a copy (dcps_shard_share) -------------------------------- */
+
+/* The jobs the next test runs: each update rule, async and sync. */
+static const char *const held_jobs[][3] = {
+    {"job.mode=async", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
+    {"job.mode=async", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
+    {"job.mode=async", "optimizer.kind=dcasgd", "optimizer.dc_adaptive=false"},
+    {"job.mode=async", "optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"},
+    {"job.mode=sync", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
+    {"job.mode=sync", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
+};
+
+static dcps_shard_t *held_shard(int job_i)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    char err[512];
+    const char *ov[] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=2",
+                        "optimizer.lr=0.5", "optimizer.momentum=0.9",
+                        held_jobs[job_i][0], held_jobs[job_i][1], held_jobs[job_i][2]};
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 8, err, sizeof err) == 0, "%s", err);
+    int rc = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
+    free(cfg);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+typedef struct {
+    const float *buf;
+    void *hint;
+    float sent[72]; /* what the buffer held when the reply took it */
+} held_t;
+
+/* A reply holds w's buffer from its pull until ZeroMQ has sent it, while the
+ * pushes of other workers go on (dense and sparse, in place and out of
+ * place): the buffer keeps exactly the w the reply names, and the parameters
+ * are bit for bit those of a shard whose replies are copied at once. A pull
+ * while the reply buffer is held by another version is copied (counted). */
+START_TEST(held_replies_keep_their_w_and_change_no_update)
+{
+    dcps_shard_t *a = held_shard(_i), *b = held_shard(_i);
+    bool sync = strcmp(held_jobs[_i][0], "job.mode=sync") == 0;
+    const size_t n = a->n;
+    float w0[72], g[72];
+    uint32_t idx[] = {1, 5, 9, 40, 71};
+    held_t h[16];
+    int nh = 0;
+    char why[DCPS_SHARD_WHY_MAX];
+    ck_assert_uint_eq(n, 72);
+    for (size_t i = 0; i < n; i++)
+        w0[i] = 0.01f * (float)(i % 7) - 0.03f;
+    ck_assert_int_eq(dcps_shard_init(a, w0), 1);
+    ck_assert_int_eq(dcps_shard_init(b, w0), 1);
+    for (int step = 0; step < 60; step++) {
+        uint32_t rank = (uint32_t)step % 2;
+        if (step % 3 == 0 || step % 7 == 1) {
+            dcps_pull_t pa, pb;
+            dcps_shard_pull(a, rank, false, 0, 0, false, &pa);
+            dcps_shard_pull(b, rank, false, 0, 0, false, &pb);
+            ck_assert(pa.dense && pa.values == a->w);
+            ck_assert_mem_eq(pa.values, pb.values, n * sizeof(float));
+            void *hint = dcps_shard_share(a, pa.values);
+            if (hint) {
+                ck_assert_int_lt(nh, 16);
+                h[nh] = (held_t){.buf = pa.values, .hint = hint};
+                memcpy(h[nh++].sent, pa.values, n * sizeof(float));
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            g[i] = 0.001f * (float)((i * 31 + (size_t)step * 17) % 13) - 0.006f;
+        const uint32_t *pi = step % 4 == 1 ? idx : NULL;
+        size_t k = pi ? sizeof idx / sizeof idx[0] : n;
+        uint64_t seq = (uint64_t)step + 1;
+        ck_assert_int_eq(dcps_shard_push(a, sync, rank, seq, a->version, pi, g, k, why, sizeof why),
+                         0);
+        ck_assert_int_eq(dcps_shard_push(b, sync, rank, seq, b->version, pi, g, k, why, sizeof why),
+                         0);
+        if (sync && rank == 1) {
+            ck_assert_int_eq(dcps_shard_apply_round(a, 2), 0);
+            ck_assert_int_eq(dcps_shard_apply_round(b, 2), 0);
+        }
+        ck_assert_msg(memcmp(a->w, b->w, n * sizeof(float)) == 0, "step %d: w differs", step);
+        if (a->state)
+            ck_assert_mem_eq(a->state, b->state, n * sizeof(float));
+        ck_assert_uint_eq(a->version, b->version);
+        for (int j = 0; j < nh; j++)
+            ck_assert_msg(memcmp(h[j].buf, h[j].sent, n * sizeof(float)) == 0,
+                          "step %d: a held reply's buffer was written", step);
+        if (step % 5 == 4 && nh > 0) { /* ZeroMQ is done with the oldest reply */
+            dcps_snapshot_release((void *)h[0].buf, h[0].hint);
+            memmove(h, h + 1, (size_t)--nh * sizeof h[0]);
+        }
+    }
+    ck_assert_uint_gt(a->version, 10);
+    ck_assert_uint_gt(a->pulls_copied, 0);
+    ck_assert_uint_eq(b->pulls_copied, 0);
+    /* Replies may outlive their shard: the set goes with the last release. */
+    dcps_shard_destroy(&a);
+    for (int j = 0; j < nh; j++)
+        dcps_snapshot_release((void *)h[j].buf, h[j].hint);
+    dcps_shard_destroy(&b);
+}
+END_TEST
+
+/* Replies hold at most DCPS_SHARD_REPLY_BUFFERS buffers; more replies of the
+ * same w share its buffer; once released, the next pull shares again. */
+START_TEST(replies_share_one_held_w_and_copy_another)
+{
+    dcps_shard_t *s = held_shard(0);
+    float g[72] = {0}, w0[72] = {0};
+    char why[DCPS_SHARD_WHY_MAX];
+    dcps_pull_t p;
+    dcps_shard_init(s, w0);
+    dcps_shard_pull(s, 0, false, 0, 0, false, &p);
+    void *h1 = dcps_shard_share(s, p.values), *h2 = dcps_shard_share(s, p.values);
+    const float *v1 = p.values;
+    ck_assert_ptr_nonnull(h1);
+    ck_assert_ptr_eq(h1, h2); /* the same buffer, held twice */
+    g[0] = 1;
+    ck_assert_int_eq(dcps_shard_push(s, false, 0, 1, 0, NULL, g, 72, why, sizeof why), 0);
+    ck_assert_ptr_ne(s->w, v1);
+    ck_assert_int_eq(dcps_shard_push(s, false, 0, 2, 1, NULL, g, 72, why, sizeof why), 0);
+    ck_assert_float_eq(v1[0], 0); /* the version it was pulled at */
+    ck_assert_float_eq(s->w[0], -1); /* two steps of lr 0.5 */
+    dcps_shard_pull(s, 1, false, 0, 0, false, &p);
+    ck_assert_ptr_null(dcps_shard_share(s, p.values)); /* another version: copied */
+    ck_assert_uint_eq(s->pulls_copied, 1);
+    dcps_snapshot_release((void *)v1, h1);
+    ck_assert_ptr_null(dcps_shard_share(s, p.values)); /* still held once */
+    dcps_snapshot_release((void *)v1, h2);
+    void *h3 = dcps_shard_share(s, p.values);
+    ck_assert_ptr_nonnull(h3);
+    ck_assert_uint_eq(s->pulls_copied, 2);
+    /* Not w (a mirror, a delta): never shared. */
+    ck_assert_ptr_null(dcps_shard_share(s, s->spare));
+    dcps_snapshot_release((void *)p.values, h3);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+static void *release_later(void *arg)
+{
+    void **a = arg;
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+    dcps_snapshot_release(a[0], a[1]);
+    return NULL;
+}
+
+/* The set's holds, released from another thread (as ZeroMQ's I/O thread does). */
+START_TEST(snapshot_holds_are_counted_and_released_on_any_thread)
+{
+    dcps_snapshot_t *set = dcps_snapshot_new(1000, 3);
+    ck_assert_ptr_nonnull(set);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq((int)((uintptr_t)dcps_snapshot_buf(set, i) % 64), 0);
+        ck_assert_int_eq(dcps_snapshot_find(set, dcps_snapshot_buf(set, i)), i);
+        ck_assert_float_eq(dcps_snapshot_buf(set, i)[999], 0);
+    }
+    ck_assert_int_eq(dcps_snapshot_find(set, dcps_snapshot_buf(set, 1) + 1), -1);
+    ck_assert_ptr_null(dcps_snapshot_new(10, DCPS_SNAPSHOT_MAX + 1));
+    void *h = dcps_snapshot_hold(set, 2);
+    ck_assert(dcps_snapshot_held(set, 2));
+    ck_assert(!dcps_snapshot_held(set, 0));
+    ck_assert_int_eq(dcps_snapshot_held_count(set), 1);
+    void *arg[2] = {dcps_snapshot_buf(set, 2), h};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, release_later, arg), 0);
+    while (dcps_snapshot_held(set, 2))
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(dcps_snapshot_held_count(set), 0);
+    /* Dropped while held: freed by the last release (valgrind and ASan check). */
+    h = dcps_snapshot_hold(set, 0);
+    float *b0 = dcps_snapshot_buf(set, 0);
+    dcps_snapshot_drop(&set);
+    ck_assert_ptr_null(set);
+    b0[0] = 1; /* still there */
+    dcps_snapshot_release(b0, h);
+    dcps_snapshot_drop(&set); /* NULL: nothing */
+}
+END_TEST
+
 static Suite *optimizer_suite(void)
 {
     Suite *s = suite_create("optimizer");
@@ -946,7 +1137,7 @@ static Suite *optimizer_suite(void)
     tcase_add_test(tc, sparse_push_equals_dense_push_of_the_same_vector);
     tcase_add_test(tc, memory_counts_parameters_and_per_worker_state);
     tcase_add_test(tc, shard_dcasgd_keeps_one_backup_per_worker);
-    tcase_add_test(tc, memory_of_dcasgd_is_three_plus_p_times_the_shard);
+    tcase_add_test(tc, memory_of_dcasgd_is_four_plus_p_times_the_shard);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("momentum and dcasgd");
@@ -965,6 +1156,13 @@ static Suite *optimizer_suite(void)
     tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0, 8);
     tcase_add_test(tc, empty_sparse_push_is_no_update_but_counts_in_a_sync_round);
     tcase_add_test(tc, spans_follow_w_and_the_sum_and_add_up_to_floats);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("replies without a copy");
+    tcase_add_loop_test(tc, held_replies_keep_their_w_and_change_no_update, 0,
+                        (int)(sizeof held_jobs / sizeof held_jobs[0]));
+    tcase_add_test(tc, replies_share_one_held_w_and_copy_another);
+    tcase_add_test(tc, snapshot_holds_are_counted_and_released_on_any_thread);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -971,6 +971,8 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
     return push(c, slots);
 }
 
+static int host_dense(void *arg, uint64_t lo, const float *v, size_t n);
+
 static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
     const dcps_pull_sink_t *sink = arg;
@@ -991,6 +993,10 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
         }
         if (rc == 0)
             rc = sink->delta(sink->arg, idx, v, n);
+    } else if (sink->dense == host_dense) {
+        /* A host array: checked in the pass that copies it, one read of the reply
+         * (on failure the array may be partly updated, as dcps_client_pull says). */
+        rc = dcps_codec_dense_to(m, r->hi - r->lo, (float *)sink->arg + r->lo, why, sizeof why);
     } else {
         rc = dcps_codec_dense(m, r->hi - r->lo, &v, why, sizeof why);
         if (rc == 0)

@@ -152,8 +152,10 @@ static bool all_finite(const dcps_shard_t *s)
     return true;
 }
 
-/* r->send: checks each reply as a worker's codec would take it. */
-static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply)
+/* r->send: checks each reply as a worker's codec would take it, then releases
+ * a payload lent without a copy (only a dense pull reply's). */
+static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
+                   zmq_free_fn *ffn, void *hint)
 {
     const dcps_shard_t *s = r->shard;
     uint8_t hdr[DCPS_HEADER_MAX];
@@ -206,6 +208,9 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
     default:
         FUZZ_ASSERT(!"a type a shard does not send");
     }
+    FUZZ_ASSERT(!ffn || (d.type == DCPS_MSG_PULL_REPLY && d.nframes == 1));
+    for (int i = 0; ffn && i < reply->nframes; i++)
+        ffn((void *)reply->payload[i].data, hint);
     cap.replies++;
     return (int)bytes;
 }
