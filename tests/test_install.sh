@@ -33,8 +33,12 @@ expect=(
     "$libdir/pkgconfig/dcps.pc" "$libdir/libdcps.la"
     "$mandir/man8/dcps-server.8" "$mandir/man1/dcps-worker.1" "$mandir/man5/dcps.conf.5"
     "$docdir/examples/local.ini" "$docdir/examples/cluster.ini"
-    "$docdir/examples/launch-local.sh" "$docdir/examples/dcps.sbatch"
+    "$docdir/examples/launch-local.sh" "$docdir/examples/dcps.sbatch" "$docdir/README.md"
 )
+# The docs README.md links to, beside it as in the repository.
+for d in $(grep -o '](docs/[a-z]*\.md' "$stage$docdir/README.md" 2>/dev/null | sed 's/^](//' | sort -u); do
+    expect+=("$docdir/$d")
+done
 [ -n "$pkgpyexecdir" ] &&
     expect+=("$pkgpyexecdir/__init__.py" "$pkgpyexecdir/torch.py" "$pkgpyexecdir/_dcps.so")
 [ -n "$systemdsystemunitdir" ] &&
