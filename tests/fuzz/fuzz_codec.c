@@ -16,7 +16,10 @@
  *     packs to the same bytes;
  *   - dcps_codec_dense and dcps_codec_sparse, for several counts and ranges,
  *     fail the same way or hand back exactly the frame's data, every value
- *     finite and, sparse, every index in range and strictly ascending;
+ *     finite and, sparse, every index in range and strictly ascending; and
+ *     dcps_codec_dense_to (the client's copy that checks as it copies) gives
+ *     dcps_codec_dense's code and sentence, and copies the frame's bytes exactly
+ *     when the frame's shape was right, nothing otherwise;
  *   - through ZeroMQ, the routing id comes first, every part's data is 8-byte
  *     aligned, the decoding gives the same code and fields with the same
  *     payload bytes, and the message sent back decodes to the same again.
@@ -94,10 +97,29 @@ static void roundtrip(const dcps_msg_t *m, const dcps_buf_t *frames, size_t nfra
 
 static void check_dense(const dcps_msg_t *m, uint64_t count, size_t whylen)
 {
-    char why[DCPS_ERROR_TEXT_MAX];
+    char why[DCPS_ERROR_TEXT_MAX], why_to[DCPS_ERROR_TEXT_MAX];
     const float *v = NULL;
     memset(why, 0x55, sizeof why);
     int rc = dcps_codec_dense(m, count, &v, why, whylen);
+    /* The client's copy that checks as it goes: the same verdict and sentence;
+     * dst untouched unless the frame's shape was right, then its bytes. */
+    enum { TO_MAX = 64 };
+    float dst[TO_MAX + 1];
+    if (count <= TO_MAX) {
+        memset(dst, 0x55, sizeof dst);
+        memset(why_to, 0x55, sizeof why_to);
+        int rc_to = dcps_codec_dense_to(m, count, dst, why_to, whylen);
+        FUZZ_ASSERT(rc_to == rc);
+        FUZZ_ASSERT(rc == 0 || whylen == 0 || strcmp(why, why_to) == 0);
+        uint32_t marker;
+        memset(&marker, 0x55, sizeof marker);
+        if ((rc == 0 || rc == DCPS_E_NONFINITE) && count > 0)
+            FUZZ_ASSERT(memcmp(dst, m->payload[0].data, count * sizeof *dst) == 0);
+        else if (rc != 0 && rc != DCPS_E_NONFINITE)
+            for (uint64_t i = 0; i < count; i++)
+                FUZZ_ASSERT(memcmp(&dst[i], &marker, sizeof marker) == 0);
+        FUZZ_ASSERT(memcmp(&dst[count], &marker, sizeof marker) == 0);
+    }
     if (rc != 0) {
         fuzz_check_failure(rc, why, whylen);
         return;
