@@ -66,6 +66,7 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
     how="-t $SECONDS_EACH"
     [ -n "$RUNS" ] && how="-r $RUNS"
     echo "# bench/fuzz.sh $how -j $JOBS -n \"$NAMES\" ($(date -u '+%F %T UTC'))"
+    echo "commit: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); load average at start: $load"
     echo "compiler: $("$FUZZ_CC" --version | head -1); -fsanitize=fuzzer,address,undefined; nice -n 10"
     echo
