@@ -969,7 +969,7 @@ START_TEST(client_says_hello_again_to_a_shard_that_lost_its_session)
              "[servers]\nshards = tcp://127.0.0.1:%d\n"
              "[model]\nlayers = 20,10\n"
              "[optimizer]\nlr = 0.1\n"
-             "[worker]\ntimeout_ms = 300\nretries = 6\n"
+             "[worker]\ntimeout_ms = 1000\nretries = 6\n"
              "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 3600\nheartbeat_ms = 100\n"
              "dead_after_ms = 2000\n",
              port, dir);
