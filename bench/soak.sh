@@ -25,14 +25,17 @@
 # At the end of each configuration OUT/summary.txt gets its numbers and a PASS or
 # FAIL per target:
 #   rss      every shard's RSS stays flat within 5% after the first WARMUP (60) s:
-#            growth = (end - start) / start, where start is the lowest sample of
-#            the minute from WARMUP s and end the lowest of the run's last minute,
-#            both while every worker runs. The lowest sample is the RSS with the
-#            fewest messages in flight: memory that a shard keeps (a leak,
-#            fragmentation) raises it, while a sample can be up to a push and a
-#            pull reply per worker above it (dense: 2 x 4N / SHARDS bytes each)
-#            depending on how many are queued at that moment. The medians of the
-#            two minutes, their growth, and the highest sample are given too.
+#            the trend of the samples from WARMUP s while every worker runs (the
+#            least-squares line through them) moves by at most 5% of where it
+#            starts, from the first of those samples to the last. One sample can
+#            be up to a push and a pull reply per worker above another (dense:
+#            2 x 4N / SHARDS bytes each), as many as are queued at that moment,
+#            and the shard gives free pages back every 5 s (malloc_trim), so a
+#            single sample or the lowest of a minute says little; a leak or
+#            fragmentation tilts the line through all of them. Also given: the
+#            lowest sample and the median of the first and the last minute, the
+#            highest sample, and the same trend of malloc's bytes in use
+#            (dcps_heap_bytes), which a leak raises and the allocator does not.
 #   errors   no error: dcps_errors_total 0 on every shard, no "warning:" or "err:"
 #            line in a shard's log, no "err:" line in a worker's log and no
 #            warning there other than a resend, no worker declared dead, no sync push
@@ -416,6 +419,19 @@ summarize() {
             return m == 0 ? "-" : m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
         }
         function pct(a, b) { return a == "-" || b == "-" ? "-" : sprintf("%.2f", 100 * (b - a) / a) }
+        # The least-squares line through a[s, i] over the rows of win: sets tlo and thi
+        # to its values at the first and last of them; "-" with fewer than 2.
+        function trend(a, s,    i, m, st, sy, stt, sty, t0, t1, b) {
+            m = st = sy = stt = sty = 0
+            for (i = 1; i <= rows; i++)
+                if (win[i] && a[s, i] != "") {
+                    if (!m) t0 = el[i]
+                    t1 = el[i]; m++; st += el[i]; sy += a[s, i]; stt += el[i] * el[i]; sty += el[i] * a[s, i]
+                }
+            if (m < 2 || stt * m == st * st) { tlo = thi = "-"; return }
+            b = (m * sty - st * sy) / (m * stt - st * st)
+            tlo = sprintf("%.0f", sy / m + b * (t0 - st / m)); thi = sprintf("%.0f", sy / m + b * (t1 - st / m))
+        }
         /^#/ { next }
         /^elapsed/ { for (i = 1; i <= NF; i++) col[$i] = i; next }
         {
@@ -440,10 +456,14 @@ summarize() {
                 a = window(rss, s); alo = lo; window(heap, s); hlo = lo
                 for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w && el[i] > t - 60
                 b = window(rss, s); blo = lo; window(heap, s); hblo = lo
+                for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w
+                trend(heap, s); hta = tlo; htb = thi
+                trend(rss, s)
                 mx = 0
                 for (i = 1; i <= rows; i++) if (all[i] && el[i] >= w && rss[s, i] > mx) mx = rss[s, i]
-                printf "%d %s %s %s %s %s %s %s %s %d %d %d %s %s %s\n", s, a, b, pct(a, b), mx, pct(a, mx),
-                    alo, blo, pct(alo, blo), err[s], drop[s], mem[s], hlo, hblo, pct(hlo, hblo)
+                printf "%d %s %s %s %s %s %s %s %s %d %d %d %s %s %s %s %s %s %s %s %s\n", s, a, b, pct(a, b), mx, pct(a, mx),
+                    alo, blo, pct(alo, blo), err[s], drop[s], mem[s], hlo, hblo, pct(hlo, hblo),
+                    tlo, thi, pct(tlo, thi), hta, htb, pct(hta, htb)
             }
             printf "cpu %.0f %.0f %d %d %d\n", rows ? 100 * busy / rows : 0, (t > 0) ? 100 * jc / (t * n) : 0, n,
                 wr, wr / workers
@@ -451,17 +471,17 @@ summarize() {
     cpu=$(grep '^cpu ' <<<"$stats")
 
     local rss_ok=PASS err_ok=PASS work_ok=PASS metrics_err=0 dropped=0 report row
-    local s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg
+    local s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug
     report="== $name: ${config[$name]}
 wall $wall s (workers started to all exited), $STEPS steps a worker; CPU: this job $(cut -d' ' -f3 <<<"$cpu")% of $(cut -d' ' -f4 <<<"$cpu") cores while every worker ran (workers and shards), the machine $(cut -d' ' -f2 <<<"$cpu")% busy on average (all its users); the workers' RSS together at most $(cut -d' ' -f5 <<<"$cpu") kB ($(cut -d' ' -f6 <<<"$cpu") kB a worker)"
     row="$name,$wall,$STEPS,$(cut -d' ' -f3 <<<"$cpu")"
-    while read -r s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg; do
+    while read -r s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug; do
         [ "$s" = cpu ] && continue
         report="$report
-shard $s: RSS $f0 kB from $WARMUP s (lowest sample of a minute), $f1 kB at the end (lowest of the last minute): growth $fg%; medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes, lowest of the same minutes) $h0 kB then $h1 kB ($hg%); errors_total $e, dropped pushes $d"
-        if [ "$fg" = - ] || awk -v g="$fg" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
+shard $s: RSS by its trend from $WARMUP s $t0 kB to $t1 kB: growth $tg%; lowest sample of the first minute from $WARMUP s and of the last minute $f0 and $f1 kB ($fg%), medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes) by its trend $u0 kB to $u1 kB ($ug%), lowest of the same minutes $h0 and $h1 kB ($hg%); errors_total $e, dropped pushes $d"
+        if [ "$tg" = - ] || awk -v g="$tg" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
         metrics_err=$((metrics_err + e)) dropped=$((dropped + d))
-        row="$row,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak"
+        row="$row,$t0,$t1,$tg,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak,$u0,$u1,$ug"
     done <<<"$stats"
     [ "$(grep -vc '^cpu ' <<<"$stats")" = "$SHARDS" ] || rss_ok=FAIL
     [ $((metrics_err + shard_lines + worker_err + worker_warn + dead + dropped + dropped_final + shard_bad)) = 0 ] ||
@@ -480,7 +500,9 @@ targets: rss $rss_ok, errors $err_ok, workers $work_ok
         local head="config,wall_s,steps,job_cpu_pct"
         for s in $(seq 0 $((SHARDS - 1))); do
             head="$head,s${s}_rss_kb_start,s${s}_rss_kb_end,s${s}_growth_pct"
+            head="$head,s${s}_rss_kb_lowest_start,s${s}_rss_kb_lowest_end,s${s}_lowest_growth_pct"
             head="$head,s${s}_rss_kb_median_start,s${s}_rss_kb_median_end,s${s}_median_growth_pct,s${s}_rss_kb_max,s${s}_peak_pct"
+            head="$head,s${s}_heap_kb_start,s${s}_heap_kb_end,s${s}_heap_growth_pct"
         done
         echo "$head,errors,resend_lines,retries,workers_exit0,workers_final,rss,errors_target,workers_target" >"$OUT/summary.csv"
     fi
