@@ -24,9 +24,9 @@
 #
 # At the end of each configuration OUT/summary.txt gets its numbers and a PASS or
 # FAIL per target:
-#   rss      every shard's RSS stays flat within 5% after the first WARMUP (60) s:
+#   rss      every shard's RSS stays flat within GROWTH (5) % after the first WARMUP (60) s:
 #            the trend of the samples from WARMUP s while every worker runs (the
-#            least-squares line through them) moves by at most 5% of where it
+#            least-squares line through them) moves by at most GROWTH % of where it
 #            starts, from the first of those samples to the last. One sample can
 #            be up to a push and a pull reply per worker above another (dense:
 #            2 x 4N / SHARDS bytes each), as many as are queued at that moment,
@@ -50,10 +50,10 @@
 # warning or error line of the workers' logs, after its rank), job.ini.
 #
 # usage: bench/soak.sh [-w WORKERS] [-n SHARDS] [-t DURATION] [-c COMPUTE_MS]
-#            [-s STEP_MS] [-i INTERVAL] [-W WARMUP] [-l LAYERS] [-p PARAMS]
+#            [-s STEP_MS] [-i INTERVAL] [-W WARMUP] [-G GROWTH] [-l LAYERS] [-p PARAMS]
 #            [-x "async-dense async-topk sync-dense sync-topk"] [-P PORT] [-o OUT] [-R]
 #   defaults: 64 workers, 2 shards, 600 s, compute 100 ms, STEP_MS = COMPUTE_MS,
-#      INTERVAL 10 s, WARMUP 60 s, the MLP 784,256,128,10 (235,146 parameters; -p N
+#      INTERVAL 10 s, WARMUP 60 s, GROWTH 5 (%: the rss target), the MLP 784,256,128,10 (235,146 parameters; -p N
 #      gives the shards and workers a model of N parameters instead), all four
 #      configurations, metrics on ports from PORT (19100) up that nothing listens on,
 #      OUT bench/results/$(date +%F)/soak.
@@ -68,13 +68,13 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$root/build}
-WORKERS=64 SHARDS=2 DURATION=600 COMPUTE_MS=100 STEP_MS='' INTERVAL=10 WARMUP=60
+WORKERS=64 SHARDS=2 DURATION=600 COMPUTE_MS=100 STEP_MS='' INTERVAL=10 WARMUP=60 GROWTH=5
 LAYERS=784,256,128,10 PARAMS=layers PORT=19100 EPOCHS=10 AGAIN=0
 CONFIGS="async-dense async-topk sync-dense sync-topk"
 OUT=$root/bench/results/$(date +%F)/soak
 cmdline="bench/soak.sh $*"
 usage() { sed -n '/^# usage:/,/^# bad option/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts w:n:t:c:s:i:W:l:p:x:P:o:R opt; do
+while getopts w:n:t:c:s:i:W:G:l:p:x:P:o:R opt; do
     case $opt in
     w) WORKERS=$OPTARG ;;
     n) SHARDS=$OPTARG ;;
@@ -83,6 +83,7 @@ while getopts w:n:t:c:s:i:W:l:p:x:P:o:R opt; do
     s) STEP_MS=$OPTARG ;;
     i) INTERVAL=$OPTARG ;;
     W) WARMUP=$OPTARG ;;
+    G) GROWTH=$OPTARG ;;
     l) LAYERS=$OPTARG ;;
     p) PARAMS=$OPTARG ;;
     x) CONFIGS=$OPTARG ;;
@@ -94,7 +95,7 @@ while getopts w:n:t:c:s:i:W:l:p:x:P:o:R opt; do
 done
 [ $OPTIND -gt $# ] || usage
 die() { echo "soak.sh: $*" >&2; exit 2; }
-for v in WORKERS SHARDS DURATION COMPUTE_MS INTERVAL WARMUP PORT ${STEP_MS:+STEP_MS}; do
+for v in WORKERS SHARDS DURATION COMPUTE_MS INTERVAL WARMUP GROWTH PORT ${STEP_MS:+STEP_MS}; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: a whole number, not \"${!v}\""
 done
 [ "$WORKERS" -ge 1 ] && [ "$SHARDS" -ge 1 ] && [ "$COMPUTE_MS" -ge 1 ] && [ "$INTERVAL" -ge 1 ] ||
@@ -479,7 +480,7 @@ wall $wall s (workers started to all exited), $STEPS steps a worker; CPU: this j
         [ "$s" = cpu ] && continue
         report="$report
 shard $s: RSS by its trend from $WARMUP s $t0 kB to $t1 kB: growth $tg%; lowest sample of the first minute from $WARMUP s and of the last minute $f0 and $f1 kB ($fg%), medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes) by its trend $u0 kB to $u1 kB ($ug%), lowest of the same minutes $h0 and $h1 kB ($hg%); errors_total $e, dropped pushes $d"
-        if [ "$tg" = - ] || awk -v g="$tg" 'BEGIN { exit !(g > 5 || g < -5) }'; then rss_ok=FAIL; fi
+        if [ "$tg" = - ] || awk -v g="$tg" -v m="$GROWTH" 'BEGIN { exit !(g > m || g < -m) }'; then rss_ok=FAIL; fi
         metrics_err=$((metrics_err + e)) dropped=$((dropped + d))
         row="$row,$t0,$t1,$tg,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak,$u0,$u1,$ug"
     done <<<"$stats"
