@@ -197,7 +197,7 @@ static void free_spare(dcps_shard_t *s)
 {
     if (!held(s, s->spare))
         return;
-    for (int i = 0; i < 2 + (s->acc != NULL) + DCPS_SHARD_REPLY_BUFFERS; i++) {
+    for (int i = 0; i < dcps_snapshot_count(s->bufs); i++) {
         float *b = dcps_snapshot_buf(s->bufs, i);
         if (b != s->w && b != s->acc && !dcps_snapshot_held(s->bufs, i)) {
             s->spare = b;

@@ -48,6 +48,11 @@ dcps_snapshot_t *dcps_snapshot_new(size_t n, int count)
     return set;
 }
 
+int dcps_snapshot_count(const dcps_snapshot_t *set)
+{
+    return set->count;
+}
+
 float *dcps_snapshot_buf(const dcps_snapshot_t *set, int i)
 {
     return set->buf[i];

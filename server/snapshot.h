@@ -31,6 +31,9 @@ typedef struct dcps_snapshot dcps_snapshot_t;
  * each 64-byte aligned, in one allocation; NULL if out of memory. */
 dcps_snapshot_t *dcps_snapshot_new(size_t n, int count);
 
+/* How many buffers the set has (its count at dcps_snapshot_new). */
+int dcps_snapshot_count(const dcps_snapshot_t *set);
+
 /* Buffer i (0 <= i < count). */
 float *dcps_snapshot_buf(const dcps_snapshot_t *set, int i);
 
