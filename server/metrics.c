@@ -132,6 +132,10 @@ size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
            "another version still being sent.",
            s->pulls_copied);
     single(&o, sh, "dcps_messages_total", "counter", "Messages received.", r->messages);
+    single(&o, sh, "dcps_heartbeats_total", "counter",
+           "HEARTBEATs of workers' sessions answered (a client sends one to a shard only after "
+           "heartbeat_ms without a request to it).",
+           r->heartbeats);
     single(&o, sh, "dcps_bytes_received_total", "counter",
            "Bytes of the messages received, every frame.", r->bytes_in);
     single(&o, sh, "dcps_bytes_sent_total", "counter", "Bytes of the messages sent, every frame.",

@@ -588,6 +588,7 @@ static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *
 static int on_heartbeat(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                         size_t whylen)
 {
+    r->heartbeats++;
     send_ack(r, id, m, DCPS_MSG_HEARTBEAT, 0);
     return 0;
 }

@@ -94,7 +94,7 @@ typedef struct dcps_router {
     dcps_peer_t *peers;    /* one per rank */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
-    uint64_t messages, bytes_in, bytes_out;
+    uint64_t messages, heartbeats, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
     dcps_loglimit_t badlog; /* the lines about them: at most a few per peer and 10 s */
     uint64_t auth_refused; /* connections the ZAP handler refused (server/auth.h counts here) */

@@ -362,6 +362,46 @@ START_TEST(unsized_shard_reports_no_model_until_rank_0_sizes_it)
 }
 END_TEST
 
+/* A worker's requests are its sign of life: while it pushes and pulls more often
+ * than heartbeat_ms (100 ms here) its client sends the shard no HEARTBEAT; once it
+ * falls silent, one every 100 ms, and it stays live. */
+START_TEST(heartbeats_only_when_a_worker_is_silent)
+{
+    int port = free_port();
+    pid_t server;
+    dcps_config_t *cfg;
+    dcps_client_t *cl = start(job_with(port, 1, "", "heartbeat_ms = 100\ndead_after_ms = 3000\n"),
+                              &server, &cfg);
+    float *w = calloc(N_PARAMS, sizeof *w), *g = calloc(N_PARAMS, sizeof *g);
+    const char *hb = "dcps_heartbeats_total{shard=\"0\"}";
+    ck_assert_int_eq(dcps_client_init(cl, w), 0);
+    double before = h_metric(port, hb);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int steps = 0;
+    do { /* 1 s of steps 20 ms apart */
+        ck_assert_int_eq(dcps_client_pull(cl, w), 0);
+        ck_assert_int_eq(dcps_client_push_dense(cl, g), 0);
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+        steps++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1e3 + (t.tv_nsec - t0.tv_nsec) / 1e6 < 1000);
+    double busy = h_metric(port, hb) - before;
+    /* 10 were due by the clock; a stall of the test of 80 ms may let one through. */
+    ck_assert_msg(busy <= 2, "%g heartbeats while the worker made %d steps in 1 s", busy, steps);
+
+    nanosleep(&(struct timespec){1, 0}, NULL);
+    double idle = h_metric(port, hb) - before - busy;
+    ck_assert_msg(idle >= 5 && idle <= 12, "%g heartbeats in 1 s of silence (10 due)", idle);
+    ck_assert_double_eq(h_metric(port, "dcps_live_workers{shard=\"0\"}"), 1);
+    dcps_client_close(&cl);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+    free(w);
+    free(g);
+    free(cfg);
+}
+END_TEST
+
 /* Sync mode with one worker: every push closes a round, whose apply is timed
  * on its own. */
 START_TEST(sync_rounds_are_timed_apart_from_the_pushes)
@@ -486,6 +526,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, scrape_counts_what_a_worker_did);
     tcase_add_test(tc, sync_rounds_are_timed_apart_from_the_pushes);
+    tcase_add_test(tc, heartbeats_only_when_a_worker_is_silent);
     tcase_add_test(tc, unsized_shard_reports_no_model_until_rank_0_sizes_it);
     tcase_add_test(tc, other_paths_get_404_other_methods_405_and_sigterm_frees_the_port);
     tcase_add_test(tc, taken_metrics_port_stops_the_server_before_it_binds);

@@ -58,6 +58,9 @@ typedef struct {
     uint32_t pull_flags;     /* of the last pull: DELTA, EXACT or none */
     bool holds;              /* pull = delta: the caller's range is the shard's mirror at
                                 pulled_version, so a delta may be asked for */
+    atomic_int_fast64_t sent_us; /* when a request or heartbeat last went to the shard
+                                    (CLOCK_MONOTONIC, microseconds): heartbeats are only
+                                    sent after heartbeat_ms without one */
 } conn_t;
 
 struct dcps_client {
@@ -117,6 +120,13 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* --- [security] curve ------------------------------------------------------------- */
@@ -359,6 +369,7 @@ static int send_slot(dcps_client_t *c, int s, slot_t *sl)
     if (n < 0)
         return fail(c, DCPS_E_ZMQ, "cannot send %s to shard %d (%s): %s",
                     dcps_msg_type_name(m->type), s, c->cfg.shards[s], zmq_strerror(errno));
+    atomic_store(&c->conn[s].sent_us, now_us());
     c->stats.bytes_sent += (uint64_t)n;
     account(c, s, m->type, (uint64_t)n, m);
     return 0;
@@ -655,14 +666,17 @@ static int hello(dcps_client_t *c)
     return rc;
 }
 
-/* The heartbeat thread: its own socket per shard, a HEARTBEAT to each every
- * heartbeat_ms, echoes read and dropped. */
+/* The heartbeat thread: its own socket per shard, a HEARTBEAT to a shard once
+ * heartbeat_ms have passed without a request or heartbeat to it (a busy worker's
+ * requests are its sign of life: a second connection that carried a message a
+ * second for nothing would only cost the shard), echoes read and dropped. */
 static void *heartbeat_main(void *arg)
 {
     dcps_client_t *c = arg;
     void *sock[DCPS_MAX_SHARDS] = {0};
     zmq_pollitem_t items[DCPS_MAX_SHARDS];
     int n = c->cfg.n_shards, linger = 0;
+    int64_t every = (int64_t)c->cfg.heartbeat_ms * 1000;
     uint64_t seq = 0;
     for (int s = 0; s < n; s++) {
         sock[s] = zmq_socket(c->ctx, ZMQ_DEALER);
@@ -677,17 +691,24 @@ static void *heartbeat_main(void *arg)
         items[s] = (zmq_pollitem_t){sock[s], 0, ZMQ_POLLIN, 0};
     }
     while (!atomic_load(&c->heartbeat_stop)) {
-        seq++;
+        int64_t now = now_us(), next = now + every;
         for (int s = 0; s < n; s++) {
-            dcps_msg_t m = {.type = DCPS_MSG_HEARTBEAT, .job_id = c->cfg.job_id,
-                            .rank = (uint32_t)c->rank, .seq = seq, .session = c->session,
-                            .shard = (uint32_t)s};
-            dcps_frames_send(sock[s], NULL, &m, NULL, NULL, ZMQ_DONTWAIT);
+            int64_t due = atomic_load(&c->conn[s].sent_us) + every;
+            if (due <= now) {
+                dcps_msg_t m = {.type = DCPS_MSG_HEARTBEAT, .job_id = c->cfg.job_id,
+                                .rank = (uint32_t)c->rank, .seq = ++seq,
+                                .session = c->session, .shard = (uint32_t)s};
+                dcps_frames_send(sock[s], NULL, &m, NULL, NULL, ZMQ_DONTWAIT);
+                atomic_store(&c->conn[s].sent_us, now);
+                due = now + every;
+            }
+            if (due < next)
+                next = due;
         }
-        double until = now_ms() + c->cfg.heartbeat_ms;
-        while (!atomic_load(&c->heartbeat_stop) && now_ms() < until) {
-            double left = until - now_ms();
-            if (zmq_poll(items, n, left < 50 ? (long)left + 1 : 50) <= 0)
+        /* Until the next is due, in steps of at most 50 ms to see heartbeat_stop. */
+        int64_t left;
+        while (!atomic_load(&c->heartbeat_stop) && (left = next - now_us()) > 0) {
+            if (zmq_poll(items, n, left < 50000 ? (long)(left / 1000) + 1 : 50) <= 0)
                 continue;
             for (int s = 0; s < n; s++) {
                 dcps_frames_t f;

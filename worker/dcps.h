@@ -31,8 +31,8 @@
  * shards say every heartbeat_ms that they are still waiting for other workers, so
  * such a wait lasts as long as it must and fails only when the shards fall silent
  * for all those attempts. A background thread with its own sockets sends
- * HEARTBEAT to every shard each [server] heartbeat_ms while the client is open,
- * so a worker busy computing is not declared dead.
+ * HEARTBEAT to a shard whenever [server] heartbeat_ms pass without a request to
+ * it while the client is open, so a worker busy computing is not declared dead.
  *
  * With [security] curve = true every connection is a CURVE client with the
  * worker's key pair (worker_secret_key_file) and the shards' public key
