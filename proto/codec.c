@@ -228,7 +228,7 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
 /* dcps_codec_dense's checks of the frame, and the check of its values with
  * them copied into dst if dst is not NULL. */
 static int dense(const dcps_msg_t *m, uint64_t count, const float **values, float *dst,
-                 char *why, size_t whylen)
+                 bool check, char *why, size_t whylen)
 {
     char got[64];
     int rc = 0;
@@ -241,7 +241,7 @@ static int dense(const dcps_msg_t *m, uint64_t count, const float **values, floa
         FAIL(DCPS_E_SIZE, "dense frame of %llu elements, the shard's range has %llu",
              (unsigned long long)m->frame[0].count, (unsigned long long)count);
     const float *v = m->payload[0].data;
-    size_t bad = dst ? copy_first_nonfinite(dst, v, count) : first_nonfinite(v, count);
+    size_t bad = dst ? copy_first_nonfinite(dst, v, count) : check ? first_nonfinite(v, count) : count;
     if (bad < count)
         FAIL(DCPS_E_NONFINITE, "value %g at offset %zu is not finite", (double)v[bad], bad);
     *values = v;
@@ -252,14 +252,14 @@ out:
 int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
                      size_t whylen)
 {
-    return dense(m, count, values, NULL, why, whylen);
+    return dense(m, count, values, NULL, true, why, whylen);
 }
 
 int dcps_codec_dense_to(const dcps_msg_t *m, uint64_t count, float *dst, char *why,
                         size_t whylen)
 {
     const float *v;
-    return dense(m, count, &v, dst, why, whylen);
+    return dense(m, count, &v, dst, true, why, whylen);
 }
 
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
@@ -300,14 +300,14 @@ out:
     return rc;
 }
 
-int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
-                    const float **values, size_t *k, char *why, size_t whylen)
+static int push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
+                const float **values, size_t *k, bool check_dense, char *why, size_t whylen)
 {
     char got[64];
     if (m->nframes == 1 && m->frame[0].kind == DCPS_FRAME_DENSE) {
         *idx = NULL;
         *k = (size_t)(hi - lo);
-        return dcps_codec_dense(m, hi - lo, values, why, whylen);
+        return dense(m, hi - lo, values, NULL, check_dense, why, whylen);
     }
     if (m->nframes == 2 && m->frame[0].kind == DCPS_FRAME_INDICES &&
         m->frame[1].kind == DCPS_FRAME_VALUES)
@@ -316,6 +316,19 @@ int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_
              "%s needs one DENSE frame, or an INDICES frame then a VALUES frame; got %s",
              dcps_msg_type_name(m->type), frames_of(m, got, sizeof got));
     return DCPS_E_FRAMECOUNT;
+}
+
+int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
+                    const float **values, size_t *k, char *why, size_t whylen)
+{
+    return push(m, lo, hi, idx, values, k, true, why, whylen);
+}
+
+int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
+                              const uint32_t **idx, const float **values, size_t *k, char *why,
+                              size_t whylen)
+{
+    return push(m, lo, hi, idx, values, k, false, why, whylen);
 }
 
 /* --- the header fields of requests ---------------------------------------------------------

@@ -153,6 +153,17 @@ int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint3
 int dcps_codec_push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                     const float **values, size_t *k, char *why, size_t whylen);
 
+/* dcps_codec_push without the pass over a dense payload's values (a sparse
+ * payload's are checked): a shard's update reads them anyway and refuses a
+ * non-finite result, which every non-finite gradient value makes in every
+ * update rule. Before the caller acts on such a push in any other way (an
+ * error, a duplicate, a dropped push, any change of state) it calls
+ * dcps_codec_dense, so that a non-finite payload gets that code and sentence
+ * first, as with dcps_codec_push. */
+int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
+                              const uint32_t **idx, const float **values, size_t *k, char *why,
+                              size_t whylen);
+
 /* What a shard knows to check a request's header fields against. */
 typedef struct {
     uint32_t shard;    /* the shard's index */

@@ -447,6 +447,17 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
     send_reply(r, id, &reply, NULL, NULL);
 }
 
+/* The values of a dense push that dcps_codec_push_unchecked left unread, checked
+ * on their own (once): 0 if they are finite or were checked already. */
+static int values_first(const dcps_msg_t *m, size_t k, bool *unread, char *why, size_t whylen)
+{
+    const float *v;
+    if (!*unread)
+        return 0;
+    *unread = false;
+    return dcps_codec_dense(m, k, &v, why, whylen);
+}
+
 static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
@@ -458,15 +469,24 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 
     /* The payload is checked first, so a malformed push is refused whatever the
      * shard's state, and never acknowledged; an unsized shard has no range to
-     * check it against. */
+     * check it against. A dense gradient's values are read once, by the update,
+     * which refuses a non-finite result (as every non-finite value makes): they
+     * are checked on their own only after a refused update and before any other
+     * outcome, so each push gets the code of the order of checks all the same. */
     if (!s->n_params)
         return not_ready(why, whylen);
-    if ((rc = dcps_codec_push(m, s->range.lo, s->range.hi, &idx, &v, &k, why, whylen)) != 0)
+    if ((rc = dcps_codec_push_unchecked(m, s->range.lo, s->range.hi, &idx, &v, &k, why,
+                                        whylen)) != 0)
         return rc;
+    bool unread = idx == NULL;
     /* A shard restored from a checkpoint is behind what its workers pulled
      * before it went down: until a worker has pulled from it, a gradient on a
      * later version is taken as computed on the current one. */
     uint64_t based_on = m->param_version;
+    if ((based_on > s->version || !s->initialized || dcps_shard_behind(s, m->rank) ||
+         (r->restored_version && based_on > r->restored_version)) &&
+        (rc = values_first(m, k, &unread, why, whylen)) != 0)
+        return rc;
     note_lost(r, m->rank, based_on);
     if (based_on > s->version) {
         if (!dcps_shard_behind(s, m->rank)) {
@@ -479,7 +499,10 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     }
     if (!s->initialized)
         return not_ready(why, whylen);
-    switch (dcps_session_seq(&s->session[m->rank], m->seq)) {
+    int seq = dcps_session_seq(&s->session[m->rank], m->seq);
+    if (seq != DCPS_SEQ_NEW && (rc = values_first(m, k, &unread, why, whylen)) != 0)
+        return rc;
+    switch (seq) {
     case DCPS_SEQ_APPLIED:
         /* A retry of the push applied last: acknowledged, not applied twice. */
         s->duplicates++;
@@ -499,7 +522,10 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         break;
     }
     catch_up(r, m->rank, m->step, false);
-    switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
+    int verdict = dcps_consistency_check_push(&r->cons, m->rank, m->step);
+    if (verdict != DCPS_PUSH_ACCEPT && (rc = values_first(m, k, &unread, why, whylen)) != 0)
+        return rc;
+    switch (verdict) {
     case DCPS_PUSH_STALE: {
         /* Its round closed without it (it was declared dead, or left): dropped,
          * and the worker learns the open round. */
@@ -525,6 +551,8 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     uint64_t t0 = uv_hrtime(), pushes = s->pushes;
     rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
                          why, whylen);
+    if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
+        values_first(m, k, &unread, why, whylen);
     if (rc != 0)
         return rc;
     if (s->pushes != pushes) /* not an empty async push, which applies nothing (shard.h) */

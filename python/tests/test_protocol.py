@@ -690,6 +690,19 @@ class Errors(Case):
         self.assertEqual(c0.pull(0).h.param_version, 0)
         self.assertTrue(np.array_equal(c0.pull(0).arrays[0], self.w0[:512]))
 
+        # A dense gradient's values come first whatever else is wrong with the
+        # push: not VERSION, not DUPLICATE, not STATE (the shard reads them in
+        # its update, and on its own only when the push goes no further).
+        self.refused(c0, "NONFINITE", "value nan at offset 7 is not finite", pb.PUSH,
+                     P.dense(g), step=0, param_version=5)
+        seq = c0.seq
+        c0.push(0, 0, np.zeros(512, F32))
+        self.refused(c0, "NONFINITE", "value nan at offset 7 is not finite", pb.PUSH,
+                     P.dense(g), seq=seq, step=0)
+        self.refused(c0, "NONFINITE", "value nan at offset 7 is not finite", pb.PUSH,
+                     P.dense(g), seq=seq - 1, step=0)
+        self.assertEqual(c0.pull(0).h.param_version, 1)  # the zeros, and nothing else
+
     def test_size(self):
         c = self.conn(0)
         self.refused(c, "SIZE", "worker expected shard 1 at this endpoint, this is shard 0",
