@@ -220,6 +220,17 @@ static dcps_client_t *start(const char *j, pid_t *server, dcps_config_t **cfg)
     return cl;
 }
 
+/* Closes rank 0's client, stops the server (status 0) and frees what start and
+ * the test allocated. */
+static void finish(dcps_client_t *cl, pid_t server, float *w, float *g, dcps_config_t *cfg)
+{
+    dcps_client_close(&cl);
+    ck_assert_int_eq(h_stop(server, 5000), 0);
+    free(w);
+    free(g);
+    free(cfg);
+}
+
 /* One message that is not a dcps header, from a raw DEALER; waits for the ERROR. */
 static void send_garbage(const char *endpoint)
 {
@@ -312,11 +323,7 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_msg(sum > 0 && sum < 1, "apply time %g s", sum);           /* 210 floats each */
     ck_assert_ptr_null(strstr(t, "_count{shard=\"0\",kind=\"round\"}")); /* async: no rounds */
 
-    dcps_client_close(&cl);
-    ck_assert_int_eq(h_stop(server, 5000), 0);
-    free(w);
-    free(g);
-    free(cfg);
+    finish(cl, server, w, g, cfg);
 }
 END_TEST
 
@@ -394,11 +401,7 @@ START_TEST(heartbeats_only_when_a_worker_is_silent)
     double idle = h_metric(port, hb) - before - busy;
     ck_assert_msg(idle >= 5 && idle <= 12, "%g heartbeats in 1 s of silence (10 due)", idle);
     ck_assert_double_eq(h_metric(port, "dcps_live_workers{shard=\"0\"}"), 1);
-    dcps_client_close(&cl);
-    ck_assert_int_eq(h_stop(server, 5000), 0);
-    free(w);
-    free(g);
-    free(cfg);
+    finish(cl, server, w, g, cfg);
 }
 END_TEST
 
@@ -425,11 +428,7 @@ START_TEST(sync_rounds_are_timed_apart_from_the_pushes)
     check_buckets(t, "dcps_apply_seconds_bucket{shard=\"0\",kind=\"round\",", N);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sync_sum\"}"),
                         4 * N_PARAMS);
-    dcps_client_close(&cl);
-    ck_assert_int_eq(h_stop(server, 5000), 0);
-    free(w);
-    free(g);
-    free(cfg);
+    finish(cl, server, w, g, cfg);
 }
 END_TEST
 
