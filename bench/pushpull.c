@@ -364,25 +364,60 @@ typedef struct {
 /* The median time in seconds of copying `bytes` with memcpy. Small copies are
  * timed in batches of about 16 MiB, so each timing is well above the clock's
  * resolution; one untimed batch first. */
+/* Makes both buffers at least `bytes` long. Returns 0, or -1 out of memory. */
+static int copybuf_grow(copybuf_t *cb, size_t bytes)
+{
+    if (bytes <= cb->cap)
+        return 0;
+    free(cb->src);
+    free(cb->dst);
+    cb->src = malloc(bytes), cb->dst = malloc(bytes);
+    if (!cb->src || !cb->dst)
+        return -1;
+    memset(cb->src, 1, bytes);
+    memset(cb->dst, 0, bytes);
+    cb->cap = bytes;
+    return 0;
+}
+
 static double memcpy_time(copybuf_t *cb, size_t bytes)
 {
     double t[11];
-    if (bytes > cb->cap) {
-        free(cb->src);
-        free(cb->dst);
-        cb->src = malloc(bytes), cb->dst = malloc(bytes);
-        if (!cb->src || !cb->dst)
-            return -1;
-        memset(cb->src, 1, bytes);
-        memset(cb->dst, 0, bytes);
-        cb->cap = bytes;
-    }
+    if (copybuf_grow(cb, bytes) != 0)
+        return -1;
     size_t batch = bytes < ((size_t)16 << 20) ? ((size_t)16 << 20) / bytes : 1;
     for (int r = -1; r < 11; r++) {
         double t0 = bench_now();
         for (size_t i = 0; i < batch; i++) {
             memcpy(cb->dst, cb->src, bytes);
             __asm__ volatile("" : : "r"(cb->dst) : "memory"); /* keep every copy */
+        }
+        if (r >= 0)
+            t[r] = (bench_now() - t0) / (double)batch;
+    }
+    return bench_median(t, 11);
+}
+
+/* The median time in seconds of the least a shard does for a dense push of n
+ * floats: one SGD pass out of place, out = w − η g, with w and g (set to 1 here)
+ * in cb->src and out in cb->dst. Small passes are timed in batches of about 16
+ * MiB of output, as memcpy_time does. Returns -1 out of memory. */
+static double update_time(copybuf_t *cb, uint64_t n)
+{
+    if (copybuf_grow(cb, 8 * n) != 0)
+        return -1;
+    float *w = (float *)cb->src, *g = w + n, *out = (float *)cb->dst;
+    const float lr = 1e-9f;
+    double t[11];
+    for (uint64_t i = 0; i < 2 * n; i++)
+        w[i] = 1.0f;
+    uint64_t batch = n < ((uint64_t)4 << 20) ? ((uint64_t)4 << 20) / n : 1;
+    for (int r = -1; r < 11; r++) {
+        double t0 = bench_now();
+        for (uint64_t b = 0; b < batch; b++) {
+            for (uint64_t i = 0; i < n; i++)
+                out[i] = w[i] - lr * g[i];
+            __asm__ volatile("" : : "r"(out) : "memory"); /* keep every pass */
         }
         if (r >= 0)
             t[r] = (bench_now() - t0) / (double)batch;
@@ -535,18 +570,20 @@ typedef struct {
     uint64_t n;
     double density, bytes_per_op;
     double push_med, push_p99, pull_med, pull_p99, trip_med; /* seconds */
-    double gbps, memcpy_s, zmq_s, zmq_gbps;
+    double gbps, memcpy_s, zmq_s, zmq_gbps, update_s;
 } result_t;
 
 static void print_row(const result_t *o)
 {
-    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f,%.3f,%.2f\n",
+    printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f,%.3f,%.2f,"
+           "%.4f,%.2f\n",
            o->kind,
            o->shards, o->workers, (unsigned long long)o->n, o->density, o->bytes_per_op,
            o->push_med * 1e3, o->push_p99 * 1e3, o->pull_med * 1e3, o->pull_p99 * 1e3, o->gbps,
            o->memcpy_s * 1e3, (o->push_med + o->pull_med) / o->memcpy_s, o->iters,
            o->zmq_s * 1e3, (o->push_med + o->pull_med) / o->zmq_s, o->zmq_gbps,
-           o->gbps / o->zmq_gbps);
+           o->gbps / o->zmq_gbps, o->update_s * 1e3,
+           (o->push_med + o->pull_med) / (o->zmq_s + o->update_s));
     fflush(stdout);
 }
 
@@ -628,6 +665,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
     int rc = 0;
 
     out->memcpy_s = memcpy_time(cb, payload);
+    out->update_s = update_time(cb, n);
     int zrc = zmq_floor(r->workers, r->idx ? 8 * r->k : 4 * n, 4 * n, target_s / 4, &out->zmq_s,
                         &out->zmq_gbps);
     for (int i = 0; i < r->workers; i++) {
@@ -644,7 +682,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
         fprintf(stderr, "bench/pushpull: the bare ZeroMQ baseline failed: %s\n",
                 zmq_strerror(zmq_errno()));
         rc = -1;
-    } else if (rc != 0 || out->memcpy_s < 0)
+    } else if (rc != 0 || out->memcpy_s < 0 || out->update_s < 0)
         fprintf(stderr, "bench/pushpull: out of memory for n = %llu\n", (unsigned long long)n);
     else if ((rc = run_workers(r, target_s)) == 0)
         summarise(r, payload, out);
@@ -652,7 +690,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
         free(r->w[i].params);
         free(r->w[i].push_t);
     }
-    return rc != 0 || out->memcpy_s < 0 ? -1 : 0;
+    return rc != 0 || out->memcpy_s < 0 || out->update_s < 0 ? -1 : 0;
 }
 
 /* ---- the grid ---------------------------------------------------------------------- */
@@ -901,7 +939,7 @@ int main(int argc, char **argv)
     }
     printf("\nkind,shards,workers,n,density,bytes_per_op,push_median_ms,push_p99_ms,"
            "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters,zmq_ms,ratio_zmq,zmq_gbps,"
-           "gbps_ratio_zmq\n");
+           "gbps_ratio_zmq,update_ms,ratio_zmq_update\n");
     fflush(stdout);
 
     rc = 0;
