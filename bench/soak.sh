@@ -25,17 +25,22 @@
 # At the end of each configuration OUT/summary.txt gets its numbers and a PASS or
 # FAIL per target:
 #   rss      every shard's RSS stays flat within GROWTH (5) % after the first WARMUP (60) s:
-#            the trend of the samples from WARMUP s while every worker runs (the
-#            least-squares line through them) moves by at most GROWTH % of where it
-#            starts, from the first of those samples to the last. One sample can
-#            be up to a push and a pull reply per worker above another (dense:
-#            2 x 4N / SHARDS bytes each), as many as are queued at that moment,
-#            and the shard gives free pages back every 5 s (malloc_trim), so a
-#            single sample or the lowest of a minute says little; a leak or
-#            fragmentation tilts the line through all of them. Also given: the
-#            lowest sample and the median of the first and the last minute, the
-#            highest sample, and the same trend of malloc's bytes in use
-#            (dcps_heap_bytes), which a leak raises and the allocator does not.
+#            the trend of the samples from WARMUP s while every worker runs moves
+#            by at most GROWTH % of where it starts, from the first of those
+#            samples to the last. The trend is the Theil-Sen line: its slope is the
+#            median of the slopes between every two samples, its intercept the
+#            median of what each sample leaves. One sample can be up to a push and
+#            a pull reply per worker above another (dense: 2 x 4N / SHARDS bytes
+#            each), as many as are queued at that moment, and the shard gives free
+#            pages back every 5 s (malloc_trim), so a single sample or the lowest
+#            of a minute says little, and a least-squares line is tilted by where
+#            in the run such spikes happen to fall; the Theil-Sen line is not moved
+#            by spikes in up to 29% of the samples, and a leak or fragmentation,
+#            which raises all of them, tilts it as much as it tilts the data. Also
+#            given: the least-squares line, the lowest sample and the median of
+#            the first and the last minute, the highest sample, and the same trends
+#            of malloc's bytes in use (dcps_heap_bytes), which a leak raises and
+#            the allocator does not.
 #   errors   no error: dcps_errors_total 0 on every shard, no "warning:" or "err:"
 #            line in a shard's log, no "err:" line in a worker's log and no
 #            warning there other than a resend, no worker declared dead, no sync push
@@ -420,6 +425,39 @@ summarize() {
             return m == 0 ? "-" : m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
         }
         function pct(a, b) { return a == "-" || b == "-" ? "-" : sprintf("%.2f", 100 * (b - a) / a) }
+        # Sorts v[1..m] in place: heapsort (no recursion, which mawk limits).
+        function sift(v, i, m,    c, x) {
+            while ((c = 2 * i) <= m) {
+                if (c < m && v[c + 1] > v[c]) c++
+                if (v[i] >= v[c]) return
+                x = v[i]; v[i] = v[c]; v[c] = x; i = c
+            }
+        }
+        function hsort(v, m,    i, x) {
+            for (i = int(m / 2); i >= 1; i--) sift(v, i, m)
+            for (i = m; i > 1; i--) { x = v[1]; v[1] = v[i]; v[i] = x; sift(v, 1, i - 1) }
+        }
+        function median_of(v, m) { hsort(v, m); return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
+        # The Theil-Sen line through a[s, i] over the rows of win: sets tlo and thi
+        # to its values at the first and last of them; "-" with fewer than 2.
+        function theilsen(a, s,    i, j, m, p, b, t0, t1, x, y, d, r) {
+            m = 0
+            split("", x); split("", y)
+            for (i = 1; i <= rows; i++)
+                if (win[i] && a[s, i] != "") { m++; x[m] = el[i] + 0; y[m] = a[s, i] + 0 }
+            if (m < 2) { tlo = thi = "-"; return }
+            p = 0
+            split("", d)
+            for (i = 1; i < m; i++)
+                for (j = i + 1; j <= m; j++)
+                    if (x[j] != x[i]) d[++p] = (y[j] - y[i]) / (x[j] - x[i])
+            if (!p) { tlo = thi = "-"; return }
+            b = median_of(d, p)
+            split("", r)
+            for (i = 1; i <= m; i++) r[i] = y[i] - b * x[i]
+            t0 = x[1]; t1 = x[m]; i = median_of(r, m)
+            tlo = sprintf("%.0f", i + b * t0); thi = sprintf("%.0f", i + b * t1)
+        }
         # The least-squares line through a[s, i] over the rows of win: sets tlo and thi
         # to its values at the first and last of them; "-" with fewer than 2.
         function trend(a, s,    i, m, st, sy, stt, sty, t0, t1, b) {
@@ -458,13 +496,14 @@ summarize() {
                 for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w && el[i] > t - 60
                 b = window(rss, s); blo = lo; window(heap, s); hblo = lo
                 for (i = 1; i <= rows; i++) win[i] = all[i] && el[i] >= w
-                trend(heap, s); hta = tlo; htb = thi
-                trend(rss, s)
+                theilsen(heap, s); hta = tlo; htb = thi
+                trend(rss, s); lsa = tlo; lsb = thi
+                theilsen(rss, s)
                 mx = 0
                 for (i = 1; i <= rows; i++) if (all[i] && el[i] >= w && rss[s, i] > mx) mx = rss[s, i]
-                printf "%d %s %s %s %s %s %s %s %s %d %d %d %s %s %s %s %s %s %s %s %s\n", s, a, b, pct(a, b), mx, pct(a, mx),
+                printf "%d %s %s %s %s %s %s %s %s %d %d %d %s %s %s %s %s %s %s %s %s %s\n", s, a, b, pct(a, b), mx, pct(a, mx),
                     alo, blo, pct(alo, blo), err[s], drop[s], mem[s], hlo, hblo, pct(hlo, hblo),
-                    tlo, thi, pct(tlo, thi), hta, htb, pct(hta, htb)
+                    tlo, thi, pct(tlo, thi), hta, htb, pct(hta, htb), pct(lsa, lsb)
             }
             printf "cpu %.0f %.0f %d %d %d\n", rows ? 100 * busy / rows : 0, (t > 0) ? 100 * jc / (t * n) : 0, n,
                 wr, wr / workers
@@ -472,17 +511,17 @@ summarize() {
     cpu=$(grep '^cpu ' <<<"$stats")
 
     local rss_ok=PASS err_ok=PASS work_ok=PASS metrics_err=0 dropped=0 report row
-    local s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug
+    local s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug lg
     report="== $name: ${config[$name]}
 wall $wall s (workers started to all exited), $STEPS steps a worker; CPU: this job $(cut -d' ' -f3 <<<"$cpu")% of $(cut -d' ' -f4 <<<"$cpu") cores while every worker ran (workers and shards), the machine $(cut -d' ' -f2 <<<"$cpu")% busy on average (all its users); the workers' RSS together at most $(cut -d' ' -f5 <<<"$cpu") kB ($(cut -d' ' -f6 <<<"$cpu") kB a worker)"
     row="$name,$wall,$STEPS,$(cut -d' ' -f3 <<<"$cpu")"
-    while read -r s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug; do
+    while read -r s r0 r1 g mx peak f0 f1 fg e d mem h0 h1 hg t0 t1 tg u0 u1 ug lg; do
         [ "$s" = cpu ] && continue
         report="$report
-shard $s: RSS by its trend from $WARMUP s $t0 kB to $t1 kB: growth $tg%; lowest sample of the first minute from $WARMUP s and of the last minute $f0 and $f1 kB ($fg%), medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes) by its trend $u0 kB to $u1 kB ($ug%), lowest of the same minutes $h0 and $h1 kB ($hg%); errors_total $e, dropped pushes $d"
+shard $s: RSS by its trend (Theil-Sen) from $WARMUP s $t0 kB to $t1 kB: growth $tg% (least-squares line: $lg%); lowest sample of the first minute from $WARMUP s and of the last minute $f0 and $f1 kB ($fg%), medians $r0 and $r1 kB ($g%); highest sample from $WARMUP s on $mx kB ($peak% over the first median); holds $mem bytes by its metrics; malloc's bytes in use (dcps_heap_bytes) by its trend $u0 kB to $u1 kB ($ug%), lowest of the same minutes $h0 and $h1 kB ($hg%); errors_total $e, dropped pushes $d"
         if [ "$tg" = - ] || awk -v g="$tg" -v m="$GROWTH" 'BEGIN { exit !(g > m || g < -m) }'; then rss_ok=FAIL; fi
         metrics_err=$((metrics_err + e)) dropped=$((dropped + d))
-        row="$row,$t0,$t1,$tg,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak,$u0,$u1,$ug"
+        row="$row,$t0,$t1,$tg,$lg,$f0,$f1,$fg,$r0,$r1,$g,$mx,$peak,$u0,$u1,$ug"
     done <<<"$stats"
     [ "$(grep -vc '^cpu ' <<<"$stats")" = "$SHARDS" ] || rss_ok=FAIL
     [ $((metrics_err + shard_lines + worker_err + worker_warn + dead + dropped + dropped_final + shard_bad)) = 0 ] ||
@@ -500,7 +539,7 @@ targets: rss $rss_ok, errors $err_ok, workers $work_ok
     if [ ! -s "$OUT/summary.csv" ]; then
         local head="config,wall_s,steps,job_cpu_pct"
         for s in $(seq 0 $((SHARDS - 1))); do
-            head="$head,s${s}_rss_kb_start,s${s}_rss_kb_end,s${s}_growth_pct"
+            head="$head,s${s}_rss_kb_start,s${s}_rss_kb_end,s${s}_growth_pct,s${s}_least_squares_growth_pct"
             head="$head,s${s}_rss_kb_lowest_start,s${s}_rss_kb_lowest_end,s${s}_lowest_growth_pct"
             head="$head,s${s}_rss_kb_median_start,s${s}_rss_kb_median_end,s${s}_median_growth_pct,s${s}_rss_kb_max,s${s}_peak_pct"
             head="$head,s${s}_heap_kb_start,s${s}_heap_kb_end,s${s}_heap_growth_pct"
