@@ -411,18 +411,15 @@ summarize() {
     # every worker ran).
     stats=$(awk -F, -v w="$WARMUP" -v shards="$SHARDS" -v workers="$WORKERS" -v n="$(nproc)" '
         # The median and the lowest of rss[s, i] over the rows i with win[i].
-        function window(a, s,    i, j, m, x) {
+        function window(a, s,    i, m, med) {
             m = 0
             split("", v)
             for (i = 1; i <= rows; i++)
                 if (win[i] && a[s, i] != "") v[++m] = a[s, i] + 0
-            for (i = 2; i <= m; i++) {
-                x = v[i]
-                for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]
-                v[j + 1] = x
-            }
-            lo = m ? v[1] : "-"
-            return m == 0 ? "-" : m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+            if (!m) { lo = "-"; return "-" }
+            med = median_of(v, m)
+            lo = v[1]
+            return med
         }
         function pct(a, b) { return a == "-" || b == "-" ? "-" : sprintf("%.2f", 100 * (b - a) / a) }
         # Sorts v[1..m] in place: heapsort (no recursion, which mawk limits).
