@@ -115,18 +115,16 @@ static void released(void *data, void *hint)
     atomic_fetch_sub((atomic_int *)hint, 1);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static double now_ms(void)
+{
+    return (double)now_us() / 1e3;
 }
 
 /* --- [security] curve ------------------------------------------------------------- */
