@@ -6,8 +6,9 @@
  * and again; with 1 worker also a sparse push (density 0.01 and 0.001, ascending
  * random indices) then a dense pull. Each row gives worker 0's median and 99th
  * percentile time per push and per pull, the wire bytes of one push+pull, the
- * payload moved per second by all workers together, and the ratio to a memcpy of
- * the same payload measured just before the row. The job is async SGD with a
+ * payload moved per second by all workers together, the ratio to a memcpy of
+ * the same payload measured just before the row, and the CPU time the bench and
+ * the servers used per round trip beside that of a bare ZeroMQ floor. The job is async SGD with a
  * learning rate of 1e-9, so the parameters stay where they are. A last comment
  * line, `# headline:`, gives the round trip for 1M floats, 1 shard, 1 worker.
  *
@@ -277,6 +278,7 @@ struct row {
     const float *val;
     size_t k;
     int iters; /* set by the main thread between the warm-up and the timed loop */
+    double cpu_s; /* CPU seconds of the bench and the servers over the timed loops */
     pthread_barrier_t gate;
     worker_t w[MAX_WORKERS];
 };
@@ -398,6 +400,28 @@ static double memcpy_time(copybuf_t *cb, size_t bytes)
     return bench_median(t, 11);
 }
 
+/* The CPU time in seconds that process pid has used, all its threads (pid 0:
+ * this process), or -1 if it cannot be read. */
+static double cpu_seconds(pid_t pid)
+{
+    clockid_t id = CLOCK_PROCESS_CPUTIME_ID;
+    struct timespec ts;
+    if ((pid != 0 && clock_getcpuclockid(pid, &id) != 0) || clock_gettime(id, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU time of this process and of the first `shards` servers together. */
+static double cpu_all(int shards)
+{
+    double sum = cpu_seconds(0);
+    for (int s = 0; s < shards && sum >= 0; s++) {
+        double c = cpu_seconds(server_pid[s]);
+        sum = c < 0 ? -1 : sum + c;
+    }
+    return sum;
+}
+
 /* The median time in seconds of the least a shard does for a dense push of n
  * floats: one SGD pass out of place, out = w − η g, with w and g (set to 1 here)
  * in cb->src and out in cb->dst. Small passes are timed in batches of about 16
@@ -507,9 +531,11 @@ static void *zclient_main(void *arg)
  * then pull-sized round trips (up > 4) for about target_s seconds: the median
  * seconds of client 0's round trip into *trip, and the payload (up + down per
  * round trip) all clients moved per second, in 10^9 bits per second, into
- * *gbps. Returns 0, or -1 if ZeroMQ fails. */
+ * *gbps, and the CPU seconds this process used per round trip (the clients,
+ * the ROUTER and ZeroMQ's I/O threads; the warm-up trips and the threads'
+ * start counted too) into *cpu. Returns 0, or -1 if ZeroMQ fails. */
 static int zmq_floor(int clients, size_t up, size_t down, double target_s, double *trip,
-                     double *gbps)
+                     double *gbps, double *cpu)
 {
     char ep[64];
     size_t len = sizeof ep;
@@ -526,6 +552,7 @@ static int zmq_floor(int clients, size_t up, size_t down, double target_s, doubl
         pthread_create(&th, NULL, echo_main, &e) != 0)
         goto out;
     pthread_barrier_init(&gate, NULL, (unsigned)clients);
+    double cpu0 = cpu_seconds(0);
     for (; started < clients; started++) {
         z[started] = (zclient_t){.ep = ep, .buf = buf, .up = up, .down = down,
                                  .target_s = target_s, .gate = &gate,
@@ -549,6 +576,7 @@ static int zmq_floor(int clients, size_t up, size_t down, double target_s, doubl
     }
     pthread_barrier_destroy(&gate);
     if (rc == 0) {
+        *cpu = (cpu_seconds(0) - cpu0) / (double)(trips + (uint64_t)clients * WARMUP);
         *trip = bench_median(z[0].t, z[0].n);
         *gbps = 8.0 * (double)(up + down) * (double)trips / (last - first) / 1e9;
     }
@@ -571,19 +599,21 @@ typedef struct {
     double density, bytes_per_op;
     double push_med, push_p99, pull_med, pull_p99, trip_med; /* seconds */
     double gbps, memcpy_s, zmq_s, zmq_gbps, update_s;
+    double cpu_s, zmq_cpu_s; /* CPU seconds per round trip: dcps (all processes), the floor */
 } result_t;
 
 static void print_row(const result_t *o)
 {
     printf("%s,%d,%d,%llu,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.2f,%d,%.4f,%.2f,%.3f,%.2f,"
-           "%.4f,%.2f\n",
+           "%.4f,%.2f,%.4f,%.4f,%.2f\n",
            o->kind,
            o->shards, o->workers, (unsigned long long)o->n, o->density, o->bytes_per_op,
            o->push_med * 1e3, o->push_p99 * 1e3, o->pull_med * 1e3, o->pull_p99 * 1e3, o->gbps,
            o->memcpy_s * 1e3, (o->push_med + o->pull_med) / o->memcpy_s, o->iters,
            o->zmq_s * 1e3, (o->push_med + o->pull_med) / o->zmq_s, o->zmq_gbps,
            o->gbps / o->zmq_gbps, o->update_s * 1e3,
-           (o->push_med + o->pull_med) / (o->zmq_s + o->update_s));
+           (o->push_med + o->pull_med) / (o->zmq_s + o->update_s), o->cpu_s * 1e3,
+           o->zmq_cpu_s * 1e3, o->cpu_s / o->zmq_cpu_s);
     fflush(stdout);
 }
 
@@ -614,9 +644,12 @@ static int run_workers(row_t *r, double target_s)
     for (int i = 0; i < r->workers; i++)
         if (r->w[i].rc)
             r->iters = 0;
+    double cpu0 = cpu_all(r->cfg.n_shards);
     pthread_barrier_wait(&r->gate); /* 3 */
     for (int i = 0; i < r->workers; i++)
         pthread_join(th[i], NULL);
+    double cpu1 = cpu_all(r->cfg.n_shards);
+    r->cpu_s = cpu0 < 0 || cpu1 < 0 ? -1 : cpu1 - cpu0;
     pthread_barrier_destroy(&r->gate);
 
     for (int i = 0; i < r->workers; i++) {
@@ -653,6 +686,7 @@ static void summarise(row_t *r, size_t payload, result_t *out)
     out->pull_p99 = quantile(w->pull_t, k, 0.99);
     out->trip_med = bench_median(w->trip_t, k);
     out->gbps = 8.0 * (double)payload * k * r->workers / (last - first) / 1e9;
+    out->cpu_s = r->cpu_s / ((double)k * r->workers);
 }
 
 /* One row against running servers: the memcpy baseline, then the workers. The
@@ -667,7 +701,7 @@ static int measure(row_t *r, double target_s, copybuf_t *cb, result_t *out)
     out->memcpy_s = memcpy_time(cb, payload);
     out->update_s = update_time(cb, n);
     int zrc = zmq_floor(r->workers, r->idx ? 8 * r->k : 4 * n, 4 * n, target_s / 4, &out->zmq_s,
-                        &out->zmq_gbps);
+                        &out->zmq_gbps, &out->zmq_cpu_s);
     for (int i = 0; i < r->workers; i++) {
         worker_t *w = &r->w[i];
         *w = (worker_t){.row = r, .rank = i};
@@ -939,7 +973,7 @@ int main(int argc, char **argv)
     }
     printf("\nkind,shards,workers,n,density,bytes_per_op,push_median_ms,push_p99_ms,"
            "pull_median_ms,pull_p99_ms,gbps,memcpy_ms,ratio,iters,zmq_ms,ratio_zmq,zmq_gbps,"
-           "gbps_ratio_zmq,update_ms,ratio_zmq_update\n");
+           "gbps_ratio_zmq,update_ms,ratio_zmq_update,cpu_ms,zmq_cpu_ms,cpu_ratio_zmq\n");
     fflush(stdout);
 
     rc = 0;
