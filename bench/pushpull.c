@@ -251,6 +251,28 @@ fail:
     return -1;
 }
 
+/* The CPU time in seconds that process pid has used, all its threads (pid 0:
+ * this process), or -1 if it cannot be read. */
+static double cpu_seconds(pid_t pid)
+{
+    clockid_t id = CLOCK_PROCESS_CPUTIME_ID;
+    struct timespec ts;
+    if ((pid != 0 && clock_getcpuclockid(pid, &id) != 0) || clock_gettime(id, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU time of this process and of the first `shards` servers together. */
+static double cpu_all(int shards)
+{
+    double sum = cpu_seconds(0);
+    for (int s = 0; s < shards && sum >= 0; s++) {
+        double c = cpu_seconds(server_pid[s]);
+        sum = c < 0 ? -1 : sum + c;
+    }
+    return sum;
+}
+
 /* ---- the workers ---------------------------------------------------------------- */
 
 typedef struct row row_t;
@@ -264,6 +286,7 @@ typedef struct {
     double *push_t, *pull_t, *trip_t; /* seconds, per timed round trip */
     double warm[WARMUP];
     double start, end;
+    double cpu_start, cpu_end; /* cpu_all then */
     dcps_client_stats_t before, after;
     int rc;
     char err[600];
@@ -278,7 +301,6 @@ struct row {
     const float *val;
     size_t k;
     int iters; /* set by the main thread between the warm-up and the timed loop */
-    double cpu_s; /* CPU seconds of the bench and the servers over the timed loops */
     pthread_barrier_t gate;
     worker_t w[MAX_WORKERS];
 };
@@ -333,6 +355,7 @@ static void *worker_main(void *arg)
     if (w->client)
         dcps_client_stats(w->client, &w->before);
     w->start = bench_now();
+    w->cpu_start = cpu_all(r->cfg.n_shards);
     for (int i = 0; i < r->iters && w->rc == 0; i++) {
         if ((w->rc = round_trip(w, t)) != 0)
             worker_failed(w, "round trip");
@@ -340,6 +363,7 @@ static void *worker_main(void *arg)
         w->pull_t[i] = t[1];
         w->trip_t[i] = t[0] + t[1];
     }
+    w->cpu_end = cpu_all(r->cfg.n_shards);
     w->end = bench_now();
     if (w->client)
         dcps_client_stats(w->client, &w->after);
@@ -398,28 +422,6 @@ static double memcpy_time(copybuf_t *cb, size_t bytes)
             t[r] = (bench_now() - t0) / (double)batch;
     }
     return bench_median(t, 11);
-}
-
-/* The CPU time in seconds that process pid has used, all its threads (pid 0:
- * this process), or -1 if it cannot be read. */
-static double cpu_seconds(pid_t pid)
-{
-    clockid_t id = CLOCK_PROCESS_CPUTIME_ID;
-    struct timespec ts;
-    if ((pid != 0 && clock_getcpuclockid(pid, &id) != 0) || clock_gettime(id, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The CPU time of this process and of the first `shards` servers together. */
-static double cpu_all(int shards)
-{
-    double sum = cpu_seconds(0);
-    for (int s = 0; s < shards && sum >= 0; s++) {
-        double c = cpu_seconds(server_pid[s]);
-        sum = c < 0 ? -1 : sum + c;
-    }
-    return sum;
 }
 
 /* The median time in seconds of the least a shard does for a dense push of n
@@ -493,6 +495,7 @@ typedef struct {
     double *t; /* MAX_ITERS round trip times, seconds */
     int n, rc;
     double start, end;
+    double cpu_start, cpu_end; /* this process's CPU seconds then */
 } zclient_t;
 
 static void *zclient_main(void *arg)
@@ -504,6 +507,7 @@ static void *zclient_main(void *arg)
         if (i == 0) {
             pthread_barrier_wait(z->gate); /* every client warm: go */
             z->start = bench_now();
+            z->cpu_start = cpu_seconds(0);
         }
         if (i >= MAX_ITERS || (i >= MIN_ITERS && bench_now() >= z->start + z->target_s))
             break;
@@ -517,6 +521,7 @@ static void *zclient_main(void *arg)
         else if (i >= 0)
             z->t[z->n++] = bench_now() - t0;
     }
+    z->cpu_end = cpu_seconds(0);
     z->end = bench_now();
     if (z->rc != 0 && z->start == 0)
         pthread_barrier_wait(z->gate); /* failed before the gate: do not hold the others */
@@ -531,9 +536,8 @@ static void *zclient_main(void *arg)
  * then pull-sized round trips (up > 4) for about target_s seconds: the median
  * seconds of client 0's round trip into *trip, and the payload (up + down per
  * round trip) all clients moved per second, in 10^9 bits per second, into
- * *gbps, and the CPU seconds this process used per round trip (the clients,
- * the ROUTER and ZeroMQ's I/O threads; the warm-up trips and the threads'
- * start counted too) into *cpu. Returns 0, or -1 if ZeroMQ fails. */
+ * *gbps, and the CPU seconds this process used per round trip over the same
+ * time (the clients, the ROUTER and ZeroMQ's I/O threads) into *cpu. Returns 0, or -1 if ZeroMQ fails. */
 static int zmq_floor(int clients, size_t up, size_t down, double target_s, double *trip,
                      double *gbps, double *cpu)
 {
@@ -552,7 +556,6 @@ static int zmq_floor(int clients, size_t up, size_t down, double target_s, doubl
         pthread_create(&th, NULL, echo_main, &e) != 0)
         goto out;
     pthread_barrier_init(&gate, NULL, (unsigned)clients);
-    double cpu0 = cpu_seconds(0);
     for (; started < clients; started++) {
         z[started] = (zclient_t){.ep = ep, .buf = buf, .up = up, .down = down,
                                  .target_s = target_s, .gate = &gate,
@@ -564,7 +567,7 @@ static int zmq_floor(int clients, size_t up, size_t down, double target_s, doubl
         fprintf(stderr, "bench/pushpull: cannot start client thread %d\n", started);
         exit(1); /* the others wait at the gate (at_exit stops the servers) */
     }
-    double first = 0, last = 0;
+    double first = 0, last = 0, cpu0 = 0, cpu1 = 0;
     uint64_t trips = 0;
     rc = 0;
     for (int i = 0; i < clients; i++) {
@@ -572,11 +575,13 @@ static int zmq_floor(int clients, size_t up, size_t down, double target_s, doubl
         rc |= z[i].rc;
         first = i == 0 || z[i].start < first ? z[i].start : first;
         last = z[i].end > last ? z[i].end : last;
+        cpu0 = i == 0 || z[i].cpu_start < cpu0 ? z[i].cpu_start : cpu0;
+        cpu1 = z[i].cpu_end > cpu1 ? z[i].cpu_end : cpu1;
         trips += (uint64_t)z[i].n;
     }
     pthread_barrier_destroy(&gate);
     if (rc == 0) {
-        *cpu = (cpu_seconds(0) - cpu0) / (double)(trips + (uint64_t)clients * WARMUP);
+        *cpu = (cpu1 - cpu0) / (double)trips;
         *trip = bench_median(z[0].t, z[0].n);
         *gbps = 8.0 * (double)(up + down) * (double)trips / (last - first) / 1e9;
     }
@@ -644,12 +649,9 @@ static int run_workers(row_t *r, double target_s)
     for (int i = 0; i < r->workers; i++)
         if (r->w[i].rc)
             r->iters = 0;
-    double cpu0 = cpu_all(r->cfg.n_shards);
     pthread_barrier_wait(&r->gate); /* 3 */
     for (int i = 0; i < r->workers; i++)
         pthread_join(th[i], NULL);
-    double cpu1 = cpu_all(r->cfg.n_shards);
-    r->cpu_s = cpu0 < 0 || cpu1 < 0 ? -1 : cpu1 - cpu0;
     pthread_barrier_destroy(&r->gate);
 
     for (int i = 0; i < r->workers; i++) {
@@ -670,10 +672,12 @@ static void summarise(row_t *r, size_t payload, result_t *out)
 {
     worker_t *w = &r->w[0];
     int k = r->iters;
-    double first = w->start, last = w->end;
+    double first = w->start, last = w->end, cpu0 = w->cpu_start, cpu1 = w->cpu_end;
     for (int i = 1; i < r->workers; i++) {
         first = r->w[i].start < first ? r->w[i].start : first;
         last = r->w[i].end > last ? r->w[i].end : last;
+        cpu0 = r->w[i].cpu_start < cpu0 ? r->w[i].cpu_start : cpu0;
+        cpu1 = r->w[i].cpu_end > cpu1 ? r->w[i].cpu_end : cpu1;
     }
     uint64_t bytes = w->after.bytes_sent - w->before.bytes_sent + w->after.bytes_received -
                      w->before.bytes_received;
@@ -686,7 +690,7 @@ static void summarise(row_t *r, size_t payload, result_t *out)
     out->pull_p99 = quantile(w->pull_t, k, 0.99);
     out->trip_med = bench_median(w->trip_t, k);
     out->gbps = 8.0 * (double)payload * k * r->workers / (last - first) / 1e9;
-    out->cpu_s = r->cpu_s / ((double)k * r->workers);
+    out->cpu_s = (cpu1 - cpu0) / ((double)k * r->workers);
 }
 
 /* One row against running servers: the memcpy baseline, then the workers. The
