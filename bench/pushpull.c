@@ -8,9 +8,10 @@
  * percentile time per push and per pull, the wire bytes of one push+pull, the
  * payload moved per second by all workers together, the ratio to a memcpy of
  * the same payload measured just before the row, and the CPU time the bench and
- * the servers used per round trip beside that of a bare ZeroMQ floor. The job is async SGD with a
- * learning rate of 1e-9, so the parameters stay where they are. A last comment
- * line, `# headline:`, gives the round trip for 1M floats, 1 shard, 1 worker.
+ * the servers used per round trip beside that of a bare ZeroMQ floor. The job
+ * is async SGD with a learning rate of 1e-9, so the parameters stay where they
+ * are. A last comment line, `# headline:`, gives the round trip for 1M floats,
+ * 1 shard, 1 worker.
  *
  * The servers are started and stopped here; on failure, SIGINT, SIGTERM or SIGHUP
  * they are killed, and on Linux they die with this process whatever ends it.
@@ -537,7 +538,8 @@ static void *zclient_main(void *arg)
  * seconds of client 0's round trip into *trip, and the payload (up + down per
  * round trip) all clients moved per second, in 10^9 bits per second, into
  * *gbps, and the CPU seconds this process used per round trip over the same
- * time (the clients, the ROUTER and ZeroMQ's I/O threads) into *cpu. Returns 0, or -1 if ZeroMQ fails. */
+ * time (the clients, the ROUTER and ZeroMQ's I/O threads) into *cpu. Returns 0,
+ * or -1 if ZeroMQ fails. */
 static int zmq_floor(int clients, size_t up, size_t down, double target_s, double *trip,
                      double *gbps, double *cpu)
 {

@@ -431,10 +431,6 @@ START_TEST(a_shard_stopped_longer_than_dead_after_ms_keeps_sync_rounds_whole)
 }
 END_TEST
 
-/* A worker stopped (SIGSTOP) for twice dead_after_ms in sync mode is declared
- * dead; the job goes on without it. When it runs again, the rounds it missed
- * are gone for it: it skips their batches and ends with the job's last round,
- * so the shards apply exactly the job's rounds, and it says what it missed. */
 /* Whether the stopped process pid's main thread was sleeping (the worker's
  * delay_ms after a step: no request of it is on its way then, since a step's
  * push and pull have been answered when it returns). Waits until it has
@@ -477,6 +473,10 @@ static void stop_between_steps(pid_t pid)
     ck_abort_msg("process %d was never stopped asleep between two steps", (int)pid);
 }
 
+/* A worker stopped (SIGSTOP) for twice dead_after_ms in sync mode is declared
+ * dead; the job goes on without it. When it runs again, the rounds it missed
+ * are gone for it: it skips their batches and ends with the job's last round,
+ * so the shards apply exactly the job's rounds, and it says what it missed. */
 START_TEST(a_worker_stopped_in_sync_mode_ends_with_the_jobs_last_round)
 {
     double ref = undisturbed_accuracy("sync");
