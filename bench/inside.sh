@@ -20,8 +20,9 @@
 #   trip           push called -> pull returned
 # Writes OUT/inside.csv (size,segment,median_us,p10_us,p90_us,n), each size's
 # bench/pushpull CSV as OUT/pushpull-SIZE.csv, and prints inside.csv (the perf
-# data, which names the binaries' paths, is not kept). The probes cost a few microseconds
-# each; the medians are of every dense round trip of the run, warm-up included.
+# data, which names the binaries' paths, is not kept). The probes cost a few
+# microseconds each; the quantiles are of every dense round trip of the run,
+# warm-up included.
 #
 # Needs root (uprobes) and perf; a build with symbols ($BUILD, default build/,
 # and `make bench/pushpull` there).
@@ -100,16 +101,19 @@ for size in $SIZES; do
             add("pull_rest", ts[12] - ts[11]); add("trip", ts[12] - ts[1])
         }
         function add(seg, v) { if (!(seg in cnt)) segs[++nsegs] = seg; d[seg, ++cnt[seg]] = v }
-        function q(seg, p,   m, i, j, x, a) {
+        function sorted(seg,   m, i, j, x) { # the values of seg into a[1..m], ascending
             m = cnt[seg]
             for (i = 1; i <= m; i++) a[i] = d[seg, i]
             for (i = 2; i <= m; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-            return a[int((m - 1) * p + 0.5) + 1]
+            return m
         }
+        function q(m, p) { return a[int((m - 1) * p + 0.5) + 1] }
         END {
             if (!trips) { print "inside.sh: no complete dense round trip recorded" > "/dev/stderr"; exit 1 }
-            for (i = 1; i <= nsegs; i++)
-                printf "%s,%s,%.1f,%.1f,%.1f,%d\n", size, segs[i], q(segs[i], 0.5), q(segs[i], 0.1), q(segs[i], 0.9), cnt[segs[i]]
+            for (i = 1; i <= nsegs; i++) {
+                m = sorted(segs[i])
+                printf "%s,%s,%.1f,%.1f,%.1f,%d\n", size, segs[i], q(m, 0.5), q(m, 0.1), q(m, 0.9), m
+            }
         }' >>"$OUT/inside.csv"
 done
-column -s, -t "$OUT/inside.csv"
+if command -v column >/dev/null; then column -s, -t "$OUT/inside.csv"; else cat "$OUT/inside.csv"; fi
