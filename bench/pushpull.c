@@ -675,11 +675,13 @@ static void summarise(row_t *r, size_t payload, result_t *out)
     worker_t *w = &r->w[0];
     int k = r->iters;
     double first = w->start, last = w->end, cpu0 = w->cpu_start, cpu1 = w->cpu_end;
-    for (int i = 1; i < r->workers; i++) {
+    bool unread = false; /* a server's CPU clock could not be read: no cpu_ms */
+    for (int i = 0; i < r->workers; i++) {
         first = r->w[i].start < first ? r->w[i].start : first;
         last = r->w[i].end > last ? r->w[i].end : last;
         cpu0 = r->w[i].cpu_start < cpu0 ? r->w[i].cpu_start : cpu0;
         cpu1 = r->w[i].cpu_end > cpu1 ? r->w[i].cpu_end : cpu1;
+        unread |= r->w[i].cpu_start < 0 || r->w[i].cpu_end < 0;
     }
     uint64_t bytes = w->after.bytes_sent - w->before.bytes_sent + w->after.bytes_received -
                      w->before.bytes_received;
@@ -692,7 +694,7 @@ static void summarise(row_t *r, size_t payload, result_t *out)
     out->pull_p99 = quantile(w->pull_t, k, 0.99);
     out->trip_med = bench_median(w->trip_t, k);
     out->gbps = 8.0 * (double)payload * k * r->workers / (last - first) / 1e9;
-    out->cpu_s = (cpu1 - cpu0) / ((double)k * r->workers);
+    out->cpu_s = unread ? NAN : (cpu1 - cpu0) / ((double)k * r->workers);
 }
 
 /* One row against running servers: the memcpy baseline, then the workers. The
