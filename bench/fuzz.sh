@@ -9,7 +9,7 @@
 # (libFuzzer -merge=1: the fewest inputs with the same coverage), replays the
 # merged corpora through the fuzz-cov programs (clang source-based coverage, no
 # sanitizer) and reports the line and branch coverage of proto/codec.c,
-# common/frame.c, server/router.c, server/shard.c and server/consistency.c with
+# proto/frame.c, server/router.c, server/shard.c and server/consistency.c with
 # llvm-profdata and llvm-cov of FUZZ_CC's version.
 #
 # Writes to OUT (default bench/results/DATE/fuzz): summary.txt (command, machine,
@@ -124,7 +124,7 @@ done
 
 # Coverage of the merged corpora (and the seeds and regression inputs, which
 # the merge keeps), per harness and both together.
-files=(proto/codec.c common/frame.c server/router.c server/shard.c server/consistency.c)
+files=(proto/codec.c proto/frame.c server/router.c server/shard.c server/consistency.c)
 {
     echo
     echo "coverage of the merged corpora (clang source-based coverage, $llvmcov report):"

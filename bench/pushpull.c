@@ -39,7 +39,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/rng.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 
 #include <zmq.h>
 

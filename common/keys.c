@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "common/error.h"
+#include "common/io.h"
 #include "common/log.h"
 
 /* Z85's alphabet (RFC 32), index = digit value. */
@@ -70,23 +71,6 @@ void dcps_key_text(const uint8_t *key, char *text)
     zmq_z85_encode(text, key, DCPS_KEY_BYTES);
 }
 
-/* Reads up to n bytes of fd; returns the count, or -1 with errno. */
-static ssize_t read_all(int fd, char *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 /* The checks of a key file's text buf[0, len): one key, then at most "\n". */
 static int check_text(const char *path, const char *buf, size_t len, uint8_t *key, char *err,
                       size_t errlen)
@@ -135,7 +119,7 @@ int dcps_key_read(const char *path, bool secret, uint8_t *key, char *err, size_t
                       path, (unsigned)(st.st_mode & 07777), path);
         goto out;
     }
-    ssize_t got = read_all(fd, buf, sizeof buf);
+    ssize_t got = dcps_read_full(fd, buf, sizeof buf);
     if (got < 0)
         rc = dcps_say(err, errlen, DCPS_E_IO, "%s: cannot read: %s", path, strerror(errno));
     else if (got > FILE_MAX)
@@ -166,15 +150,7 @@ static int write_key(int fd, const char *text, mode_t mode)
 {
     char line[DCPS_KEY_Z85 + 2];
     snprintf(line, sizeof line, "%s\n", text);
-    size_t len = strlen(line), at = 0;
-    int rc = 0;
-    while (at < len && rc == 0) {
-        ssize_t w = write(fd, line + at, len - at);
-        if (w < 0 && errno != EINTR)
-            rc = -1;
-        else if (w > 0)
-            at += (size_t)w;
-    }
+    int rc = dcps_write_full(fd, line, strlen(line));
     explicit_bzero(line, sizeof line);
     /* The umask may have taken bits away; the modes are part of the contract. */
     if (rc == 0 && (fchmod(fd, mode) != 0 || fsync(fd) != 0))

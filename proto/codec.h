@@ -5,7 +5,7 @@
  * and checks everything a peer could get wrong before any of it is used: the
  * header parses, the protocol version and job id match, the type is known, each
  * frame matches its description, and the payload of a push is in range, strictly
- * ascending and finite. It owns no sockets (common/frame.h sends and receives). */
+ * ascending and finite. It owns no sockets (proto/frame.h sends and receives). */
 #ifndef DCPS_CODEC_H
 #define DCPS_CODEC_H
 

@@ -26,7 +26,6 @@
 #include "common/error.h"
 #include "config.h"
 #include "kernels/gpu.h"
-#include "model/mlp.h"
 #include "worker/step.h"
 
 #define MAX_OVERRIDES 256
@@ -562,38 +561,6 @@ static PyObject *mod_share(PyObject *mod, PyObject *args)
     return PyLong_FromUnsignedLong(k);
 }
 
-/* _mlp_init(layers, seed, params): dcps-worker's initial MLP parameters, for
- * tests that train the built-in model through dcps.torch. */
-static PyObject *mod_mlp_init(PyObject *mod, PyObject *args)
-{
-    (void)mod;
-    PyObject *layers_obj, *params, *seq;
-    unsigned long long seed;
-    int layers[16];
-    Py_buffer p;
-    if (!PyArg_ParseTuple(args, "OKO:_mlp_init", &layers_obj, &seed, &params))
-        return NULL;
-    if (!(seq = PySequence_Fast(layers_obj, "layers must be a sequence of int")))
-        return NULL;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
-    size_t n = 0;
-    for (Py_ssize_t i = 0; i < k && i < 16; i++) {
-        layers[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (i > 0)
-            n += (size_t)layers[i - 1] * (size_t)layers[i] + (size_t)layers[i];
-    }
-    Py_DECREF(seq);
-    if (PyErr_Occurred())
-        return NULL;
-    if (k < 2 || k > 16)
-        return PyErr_Format(PyExc_ValueError, "%zd layers: 2 to 16", k);
-    if (get_array(params, &p, n, 1, "params") != 0)
-        return NULL;
-    dcps_mlp_init_params(layers, (int)k, seed, p.buf);
-    PyBuffer_Release(&p);
-    Py_RETURN_NONE;
-}
-
 static PyObject *mod_gpu_count(PyObject *mod, PyObject *unused)
 {
     (void)mod;
@@ -614,8 +581,6 @@ static PyMethodDef module_methods[] = {
     {"share", mod_share, METH_VARARGS,
      "share(seed, epoch, rank, workers, order) -> k: rank's share of an epoch, as dcps-worker "
      "takes it, into the uint32 array order."},
-    {"_mlp_init", mod_mlp_init, METH_VARARGS,
-     "_mlp_init(layers, seed, params): dcps-worker's initial MLP parameters (for tests)."},
     {"gpu_count", mod_gpu_count, METH_NOARGS,
      "gpu_count(): usable GPUs for device arrays (0 without CUDA, driver or device)."},
     {"strerror", mod_strerror, METH_O, "strerror(code): the sentence for a DCPS_E_ code."},

@@ -19,7 +19,7 @@
  * Without a handler libzmq admits every CURVE client (docs/operating.md, Security), so the handler
  * is bound before the ROUTER socket and closed after it.
  *
- * It runs on the server's loop through a bridge (common/bridge.h), as the router
+ * It runs on the server's loop through a bridge (server/bridge.h), as the router
  * does: the key set and the counters belong to the loop thread, and a reload
  * replaces the key set between two requests, with no lock. */
 #ifndef DCPS_AUTH_H
@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "common/bridge.h"
+#include "server/bridge.h"
 #include "common/keys.h"
 
 #define DCPS_ZAP_DOMAIN "dcps"

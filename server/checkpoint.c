@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/io.h"
 #include "common/log.h"
 
 /* The file is the host's memory of each field: only little-endian hosts write
@@ -415,21 +416,8 @@ int dcps_checkpoint_prepare(const char *dir, char *err, size_t errlen)
 /* Writes n bytes and adds them to *crc. Returns 0 or -1 (errno set). */
 static int write_all(int fd, const void *data, size_t n, uint32_t *crc)
 {
-    const uint8_t *p = data;
     *crc = dcps_checkpoint_crc32c(*crc, data, n);
-    while (n > 0) {
-        ssize_t w = write(fd, p, n < (1u << 30) ? n : (1u << 30));
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return dcps_write_full(fd, data, n);
 }
 
 /* Writes the shard's floats in their order (dcps_shard_spans: w and the sync
@@ -567,24 +555,6 @@ fail:
 
 /* --- reading -------------------------------------------------------------------- */
 
-/* Reads up to n bytes; returns how many (less at the end of the file), or -1. */
-static ssize_t read_all(int fd, void *data, size_t n)
-{
-    uint8_t *p = data;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got < (1u << 30) ? n - got : (1u << 30));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 /* Reads the shard's floats into place, in their order, and adds them to *crc.
  * Returns the bytes read (fewer at the end of the file), or -1. */
 static ssize_t read_floats(int fd, dcps_shard_t *s, uint32_t *crc)
@@ -593,7 +563,7 @@ static ssize_t read_floats(int fd, dcps_shard_t *s, uint32_t *crc)
     size_t k = dcps_shard_spans(s, sp), total = 0;
     for (size_t i = 0; i < k; i++) {
         size_t want = sp[i].n * sizeof *sp[i].p;
-        ssize_t got = read_all(fd, sp[i].p, want);
+        ssize_t got = dcps_read_full(fd, sp[i].p, want);
         if (got < 0)
             return -1;
         *crc = dcps_checkpoint_crc32c(*crc, sp[i].p, (size_t)got);
@@ -669,7 +639,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         snprintf(why, n, "cannot open: %s", strerror(errno));
         return 1;
     }
-    ssize_t got = fstat(fd, &st) == 0 ? read_all(fd, head, sizeof head) : -1;
+    ssize_t got = fstat(fd, &st) == 0 ? dcps_read_full(fd, head, sizeof head) : -1;
     if (got < 0) {
         snprintf(why, n, "cannot read: %s", strerror(errno));
         goto out;
@@ -739,10 +709,10 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
     crc = dcps_checkpoint_crc32c(0, head, sizeof head);
     got = read_floats(fd, s, &crc);
     if (got == (ssize_t)fbytes) {
-        got = read_all(fd, tail, tsize);
+        got = dcps_read_full(fd, tail, tsize);
         if (got == (ssize_t)tsize) {
             crc = dcps_checkpoint_crc32c(crc, tail, tsize);
-            got = read_all(fd, &stored, sizeof stored);
+            got = dcps_read_full(fd, &stored, sizeof stored);
             got = got == (ssize_t)sizeof stored ? 0 : got < 0 ? -1 : -2;
         } else {
             got = got < 0 ? -1 : -2;

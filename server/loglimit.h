@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/frame.h"
+#include "proto/frame.h"
 
 #define DCPS_LOGLIMIT_LINES 5         /* lines per peer and window */
 #define DCPS_LOGLIMIT_WINDOW_MS 10000 /* a window's length */

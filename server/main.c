@@ -45,15 +45,16 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/keys.h"
 #include "common/log.h"
-#include "common/notify.h"
 #include "config.h"
 #include "server/auth.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
+#include "server/notify.h"
 #include "server/router.h"
 #include "server/shard.h"
 
@@ -468,7 +469,7 @@ static int checkpoint_now(server_t *srv, int level, const char *what)
     const dcps_config_t *cfg = srv->router.cfg;
     const dcps_shard_t *s = srv->router.shard;
     char path[DCPS_PATH_MAX + 128], err[2 * DCPS_PATH_MAX + 256];
-    uint64_t t0 = uv_hrtime();
+    uint64_t t0 = dcps_now_ns();
     int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, s, &srv->router.cons,
                                   cfg->checkpoint_keep, path, sizeof path, err, sizeof err);
     if (rc != 0) {
@@ -487,7 +488,7 @@ static int checkpoint_now(server_t *srv, int level, const char *what)
     srv->saved_version = s->version;
     srv->router.checkpoint_time = (int64_t)time(NULL);
     dcps_log(level, "%s checkpoint %s (version %" PRIu64 ") written in %.1f ms", what, path,
-             s->version, (double)(uv_hrtime() - t0) / 1e6);
+             s->version, (double)(dcps_now_ns() - t0) / 1e6);
     return 0;
 }
 
@@ -524,7 +525,7 @@ static int restore(server_t *srv)
     const dcps_config_t *cfg = srv->router.cfg;
     dcps_shard_t *s = srv->router.shard;
     char path[DCPS_PATH_MAX + 256], err[2 * DCPS_PATH_MAX + 512];
-    uint64_t t0 = uv_hrtime();
+    uint64_t t0 = dcps_now_ns();
     int rc = dcps_checkpoint_restore(cfg->checkpoint_dir, cfg, s, &srv->router.cons, path,
                                      sizeof path, err, sizeof err);
     if (rc == DCPS_E_DATA) {
@@ -547,7 +548,7 @@ static int restore(server_t *srv)
     DCPS_NOTICE("restored %s (version %" PRIu64 ", %s) in %.1f ms; it was written %.0f s ago: "
                 "updates applied after it by the previous process are lost",
                 path, s->version, s->initialized ? "initialised" : "not initialised yet",
-                (double)(uv_hrtime() - t0) / 1e6, difftime(time(NULL), written));
+                (double)(dcps_now_ns() - t0) / 1e6, difftime(time(NULL), written));
     srv->saved = true;
     srv->saved_version = s->version;
     srv->router.checkpoint_time = (int64_t)written;

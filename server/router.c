@@ -8,8 +8,9 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/error.h"
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "common/log.h"
 #include "server/session.h"
 #include "server/snapshot.h"
@@ -58,7 +59,7 @@ static double now_ms(const dcps_router_t *r)
 /* Records one update that took ns nanoseconds since `since` (see dcps_latency_t). */
 static void timed(dcps_latency_t *l, uint64_t since)
 {
-    uint64_t ns = uv_hrtime() - since;
+    uint64_t ns = dcps_now_ns() - since;
     int b = 0;
     while (b < DCPS_LATENCY_BUCKETS - 1 && ns > (1000ull << b))
         b++;
@@ -166,7 +167,7 @@ static void progress(dcps_router_t *r)
         /* A round of ranks whose pushes were all lost with a restarted shard's
          * previous process holds nothing to apply. */
         if (r->cons.contributions > 0) {
-            uint64_t t0 = uv_hrtime();
+            uint64_t t0 = dcps_now_ns();
             if (dcps_shard_apply_round(r->shard, r->cons.contributions) == 0)
                 timed(&r->apply_round, t0);
             else
@@ -548,7 +549,7 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     }
     /* Refused (NONFINITE) if a parameter or the sync sum would not be finite:
      * nothing changes, and neither does the rank's clock below. */
-    uint64_t t0 = uv_hrtime(), pushes = s->pushes;
+    uint64_t t0 = dcps_now_ns(), pushes = s->pushes;
     rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
                          why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
@@ -690,7 +691,7 @@ static void on_message(dcps_bridge_t *b)
     for (int i = 0; i < f.n; i++)
         parts[i] = (dcps_buf_t){zmq_msg_data(&f.part[i]), zmq_msg_size(&f.part[i])};
     /* Metadata (the address, the CURVE key) rides on frames as they came off
-     * the wire (common/frame.h). */
+     * the wire (proto/frame.h). */
     dcps_router_handle(r, parts, (size_t)f.n + f.extra, f.peer,
                        dcps_frames_gets(&f, "User-Id"));
     dcps_frames_close(&f);

@@ -1,7 +1,7 @@
 /* dcps — the shard daemon's message handling.
  *
  * The router owns the shard's ROUTER socket's traffic: it receives each message
- * through the bridge (common/bridge.h), validates it completely (every header
+ * through the bridge (server/bridge.h), validates it completely (every header
  * field: dcps_codec_check_fields), hands it to the handler of its type and
  * answers. A bad message gets an ERROR reply with a code and a sentence, a count,
  * and a log line naming the peer's address (at most DCPS_LOGLIMIT_LINES per peer
@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "common/bridge.h"
+#include "server/bridge.h"
 #include "common/config.h"
 #include "proto/codec.h"
 #include "server/auth.h"

@@ -12,8 +12,8 @@
 #include <uv.h>
 #include <zmq.h>
 
-#include "common/bridge.h"
-#include "common/frame.h"
+#include "server/bridge.h"
+#include "proto/frame.h"
 
 #define BURST 20000
 

@@ -29,14 +29,14 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "common/log.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/shard.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 
 #define MAXN 512
 

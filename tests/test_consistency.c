@@ -20,10 +20,9 @@
 #include "server/optimizer.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 #include "model/idx.h"
 #include "model/mlp.h"
-#include "worker/step.h"
 #include "worker/trainer.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"

@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "kernels/gpu.h"
 #include "tests/harness.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 #include "worker/trainer.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist/"

@@ -22,7 +22,7 @@
 #include "common/config.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 
 #define N_PARAMS 210 /* layers 20,10: 20·10 + 10 */
 

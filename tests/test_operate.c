@@ -18,7 +18,7 @@
 #include "config.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
-#include "worker/dcps.h"
+#include "worker/internal.h"
 
 #define N 1000 /* model 1,500: 1·500 weights + 500 biases, one shard */
 #define DATA "/usr/share/datasets/fashion-mnist/"

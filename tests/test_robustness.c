@@ -18,7 +18,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "common/shardmap.h"
 #include "common/rng.h"
 #include "dcps.pb-c.h"

@@ -23,7 +23,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "common/keys.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"

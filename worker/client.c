@@ -24,7 +24,7 @@
  * socket has a monitor (zmq_socket_monitor) whose handshake events the
  * exchange polls beside the replies: a refusal ends the call at once with
  * DCPS_E_AUTH and a sentence that says why, instead of a timeout. */
-#include "worker/dcps.h"
+#include "worker/internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -39,13 +39,14 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
-#include "common/frame.h"
 #include "common/keys.h"
 #include "common/log.h"
 #include "common/shardmap.h"
 #include "kernels/topk.h"
+#include "proto/frame.h"
 
 typedef struct {
     void *sock;
@@ -113,18 +114,6 @@ static void released(void *data, void *hint)
 {
     (void)data;
     atomic_fetch_sub((atomic_int *)hint, 1);
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static double now_ms(void)
-{
-    return (double)now_us() / 1e3;
 }
 
 /* --- [security] curve ------------------------------------------------------------- */
@@ -321,8 +310,8 @@ static void disconnect_shard(dcps_client_t *c, int s)
  * is gone; closing the socket (linger 0) drops them, and it is connected anew. */
 static void settle(dcps_client_t *c)
 {
-    double until = now_ms() + 200;
-    while (atomic_load(&c->inflight) > 0 && now_ms() < until)
+    double until = dcps_now_ms() + 200;
+    while (atomic_load(&c->inflight) > 0 && dcps_now_ms() < until)
         nanosleep(&(struct timespec){0, 20000}, NULL);
     if (atomic_load(&c->inflight) == 0)
         return;
@@ -367,7 +356,7 @@ static int send_slot(dcps_client_t *c, int s, slot_t *sl)
     if (n < 0)
         return fail(c, DCPS_E_ZMQ, "cannot send %s to shard %d (%s): %s",
                     dcps_msg_type_name(m->type), s, c->cfg.shards[s], zmq_strerror(errno));
-    atomic_store(&c->conn[s].sent_us, now_us());
+    atomic_store(&c->conn[s].sent_us, dcps_now_us());
     c->stats.bytes_sent += (uint64_t)n;
     account(c, s, m->type, (uint64_t)n, m);
     return 0;
@@ -522,7 +511,7 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
         if (attempt > 0)
             c->stats.retries += (uint64_t)pending;
         waited += wait;
-        double deadline = now_ms() + wait;
+        double deadline = dcps_now_ms() + wait;
         while (rc == 0 && pending > 0) {
             int n = 0, socks;
             for (int s = 0; s < c->cfg.n_shards; s++)
@@ -536,7 +525,7 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
                     items[n] = (zmq_pollitem_t){c->conn[who[i]].monitor, 0, ZMQ_POLLIN, 0};
                     who[n++] = who[i];
                 }
-            double left = deadline - now_ms();
+            double left = deadline - dcps_now_ms();
             if (left <= 0)
                 break;
             if (zmq_poll(items, n, (long)left + 1) < 0 && errno != EINTR) {
@@ -559,7 +548,7 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
                 }
                 if (slots[s].alive) {
                     slots[s].alive = false;
-                    deadline = now_ms() + wait;
+                    deadline = dcps_now_ms() + wait;
                 }
             }
         }
@@ -628,7 +617,7 @@ static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 static int hello(dcps_client_t *c)
 {
     slot_t slots[DCPS_MAX_SHARDS];
-    double start = now_ms(), until = start + c->cfg.dead_after_ms + 2.0 * c->cfg.heartbeat_ms;
+    double start = dcps_now_ms(), until = start + c->cfg.dead_after_ms + 2.0 * c->cfg.heartbeat_ms;
     double patience = 0;
     for (int a = 0; a <= c->cfg.retries; a++)
         patience += attempt_wait(c->cfg.timeout_ms, a);
@@ -641,11 +630,11 @@ static int hello(dcps_client_t *c)
         for (int s = 0; s < c->cfg.n_shards; s++)
             slots[s].req.n_params = c->cfg.n_params;
         rc = exchange(c, slots, on_welcome, &first, c->cfg.timeout_ms, c->cfg.retries + 1);
-        if (rc == DCPS_E_LIVE && now_ms() <= until) {
+        if (rc == DCPS_E_LIVE && dcps_now_ms() <= until) {
             nanosleep(&(struct timespec){c->cfg.heartbeat_ms / 1000,
                                          (c->cfg.heartbeat_ms % 1000) * 1000000L},
                       NULL);
-        } else if (rc == DCPS_E_NOTREADY && now_ms() <= start + patience) {
+        } else if (rc == DCPS_E_NOTREADY && dcps_now_ms() <= start + patience) {
             if (!told)
                 DCPS_INFO("%s; waiting up to %.1f s", c->err, patience / 1000);
             told = true;
@@ -657,7 +646,7 @@ static int hello(dcps_client_t *c)
     if (rc == DCPS_E_NOTREADY) {
         char why[sizeof c->err];
         snprintf(why, sizeof why, "%s", c->err);
-        fail(c, rc, "%s; asked for %.1f s: is rank 0 running?", why, (now_ms() - start) / 1000);
+        fail(c, rc, "%s; asked for %.1f s: is rank 0 running?", why, (dcps_now_ms() - start) / 1000);
     }
     if (rc == 0 && first != UINT64_MAX && first > c->clock)
         c->clock = first;
@@ -689,7 +678,7 @@ static void *heartbeat_main(void *arg)
         items[s] = (zmq_pollitem_t){sock[s], 0, ZMQ_POLLIN, 0};
     }
     while (!atomic_load(&c->heartbeat_stop)) {
-        int64_t now = now_us(), next = now + every;
+        int64_t now = dcps_now_us(), next = now + every;
         for (int s = 0; s < n; s++) {
             int64_t due = atomic_load(&c->conn[s].sent_us) + every;
             if (due <= now) {
@@ -705,7 +694,7 @@ static void *heartbeat_main(void *arg)
         }
         /* Until the next is due, in steps of at most 50 ms to see heartbeat_stop. */
         int64_t left;
-        while (!atomic_load(&c->heartbeat_stop) && (left = next - now_us()) > 0) {
+        while (!atomic_load(&c->heartbeat_stop) && (left = next - dcps_now_us()) > 0) {
             if (zmq_poll(items, n, left < 50000 ? (long)(left / 1000) + 1 : 50) <= 0)
                 continue;
             for (int s = 0; s < n; s++) {
@@ -868,14 +857,14 @@ int dcps_client_init(dcps_client_t *c, const float *params)
 
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
 {
-    double until = now_ms() + timeout_ms;
+    double until = dcps_now_ms() + timeout_ms;
     for (;;) {
         int rc = hello(c);
         if (rc != 0)
             return rc;
         if (dcps_client_initialized(c))
             return 0;
-        if (now_ms() >= until)
+        if (dcps_now_ms() >= until)
             return fail(c, DCPS_E_NOTREADY,
                         "parameters not initialised after %d ms: is rank 0 running?", timeout_ms);
         nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);

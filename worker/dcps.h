@@ -49,7 +49,6 @@
 extern "C" {
 #endif
 
-struct dcps_config;
 typedef struct dcps_client dcps_client_t;
 
 typedef struct {
@@ -76,26 +75,11 @@ typedef struct {
  * or a [security] key it lacks, DCPS_E_IO or DCPS_E_DATA for a key file it
  * cannot use, DCPS_E_AUTH for a shard that refused it, DCPS_E_SIZE for a model
  * size that is not the shards'. A job with [model] params = auto gives no size
- * to open it with: DCPS_E_CONFIG (see dcps_client_new). */
+ * to open it with: DCPS_E_CONFIG; pass the override "model.params=N" with
+ * the model's size N (the shards learn it from rank 0's HELLO), or open the
+ * worker's step with dcps_step_open, which takes the size. */
 dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *const *overrides,
                                 size_t n_overrides, int *err, char *errbuf, size_t errlen);
-
-/* The same from a loaded job (common/config.h); cfg is copied. config.h is not
- * installed: programs built against the installed library use dcps_client_open.
- *
- * The model's size n is cfg->n_params, sent in every HELLO; it must not be 0
- * (DCPS_E_CONFIG). With [model] params = auto the loaded job has n_params 0:
- * the caller sets it to its model's parameter count before this call, on
- * every rank. The shards learn n from rank 0's HELLO; until then they answer
- * another rank's HELLO with DCPS_E_NOTREADY, and this call asks again every
- * 100 ms (heartbeat_ms if shorter) for as long as the retries of an unanswered
- * request would wait (timeout_ms · (1 + 2 + 4 + 4 + …), [worker] retries + 1
- * terms), then fails with DCPS_E_NOTREADY; so ranks may start in any order. A
- * shard whose n differs refuses with DCPS_E_SIZE and a sentence naming both
- * sizes, before anything is pushed; so does one that cannot take rank 0's n
- * (more than 2^30 parameters, or too few for the shards: 64 per shard). */
-dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err, char *errbuf,
-                               size_t errlen);
 
 /* Sends BYE to every shard (best effort), closes the sockets, frees the client
  * and sets *c to NULL. */

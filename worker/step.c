@@ -7,7 +7,7 @@
  * pulled − local_lr · g_t (CD-SGD, docs/algorithms.md); only that thread touches the
  * client while it is busy, and the caller's thread waits for it before it
  * touches the client, `pulled` or the error text again. */
-#include "worker/step.h"
+#include "worker/internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -61,13 +62,6 @@ struct dcps_step {
     char **names;
     char err[768];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The client's sentence for a failed call, after `what`. */
 static int fail(dcps_step_t *s, int code, const char *what)
@@ -423,7 +417,7 @@ static int start(dcps_step_t *s, float *params)
         if ((rc = comm_start(s)) != 0)
             return rc;
     }
-    s->t0 = now_s();
+    s->t0 = dcps_now_s();
     return 0;
 }
 
@@ -559,7 +553,7 @@ int dcps_step_summary(const dcps_step_t *s, const dcps_step_result_t *r, char *b
     const dcps_config_t *cfg = &s->cfg;
     dcps_client_stats_t st;
     dcps_step_stats(s, &st);
-    double elapsed = s->t0 > 0 ? now_s() - s->t0 : 0;
+    double elapsed = s->t0 > 0 ? dcps_now_s() - s->t0 : 0;
     uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
     uint64_t ran = st.clock - s->resumed; /* steps this process computed */
     return snprintf(

@@ -55,11 +55,6 @@ typedef struct dcps_step dcps_step_t;
 dcps_step_t *dcps_step_open(const char *job_file, int rank, const char *const *overrides,
                             size_t n_overrides, size_t n, int *err, char *errbuf, size_t errlen);
 
-/* The same from a loaded job (common/config.h, not installed); cfg is copied. */
-struct dcps_config;
-dcps_step_t *dcps_step_new(const struct dcps_config *cfg, int rank, size_t n, int *err,
-                           char *errbuf, size_t errlen);
-
 /* Waits for the previous step's communication (pipeline), says BYE, frees *s
  * and sets it to NULL. Accepts NULL and a pointer to NULL. */
 void dcps_step_close(dcps_step_t **s);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/carve.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -17,7 +18,7 @@
 #include "model/idx.h"
 #include "model/mlp.h"
 #include "model/mlp_gpu.h"
-#include "worker/step.h"
+#include "worker/internal.h"
 
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
@@ -59,13 +60,6 @@ typedef struct {
     char *err;
     size_t errlen;
 } trainer_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The step's own sentence for a failure of the step's. */
 static int step_fail(trainer_t *t, int code)
@@ -285,7 +279,7 @@ static void csv_row(trainer_t *t, long step, int epoch, double loss, double trai
     if (!t->csv)
         return;
     dcps_step_stats(t->step, &st);
-    fprintf(t->csv, "%.3f,%ld,%d,%.6f,%.4f,", now_s() - t->t0, step, epoch, loss, train_acc);
+    fprintf(t->csv, "%.3f,%ld,%d,%.6f,%.4f,", dcps_now_s() - t->t0, step, epoch, loss, train_acc);
     if (test_acc >= 0)
         fprintf(t->csv, "%.4f", test_acc);
     fprintf(t->csv, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.3f\n", st.bytes_pushed,
@@ -576,7 +570,7 @@ static int train(trainer_t *t, FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;
     long step = 0;
-    double win_loss = 0, epoch_loss = 0, t_win = now_s();
+    double win_loss = 0, epoch_loss = 0, t_win = dcps_now_s();
     long win_correct = 0, win_samples = 0, epoch_steps = 0, samples = 0;
     float test_loss, test_acc;
     int rc;
@@ -587,7 +581,7 @@ static int train(trainer_t *t, FILE *out)
     if ((rc = refuse_finished(t, resume)) != 0)
         return rc;
 
-    t->t0 = now_s();
+    t->t0 = dcps_now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = t->emulated ? emulated_share(t)
                                     : dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
@@ -652,7 +646,7 @@ static int train(trainer_t *t, FILE *out)
             if (step % cfg->log_every == 0) {
                 dcps_client_stats_t st;
                 dcps_step_stats(t->step, &st);
-                double tn = now_s();
+                double tn = dcps_now_s();
                 double wl = win_loss / (double)cfg->log_every;
                 double wa = t->emulated ? NAN : (double)win_correct / (double)win_samples;
                 fprintf(out,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """dcps-worker's built-in MLP, trained through dcps.torch: the same layers, the
-same initial parameters (rank 0: dcps._dcps._mlp_init with the job's seed), the
+same initial parameters (rank 0: tests/mlp_init with the job's seed), the
 same data order (dcps.torch.shard is dcps-worker's share) and the same pixels
 (IDX bytes / 255). Used by the tests to show one step implementation.
 
@@ -12,6 +12,7 @@ Job and rank come from DCPS_JOB and DCPS_RANK (deploy/launch-local.sh sets them)
 """
 import argparse
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +24,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples
 import dcps  # noqa: E402
 import dcps.torch as dt  # noqa: E402
 from fashion_cnn import read_idx  # noqa: E402
+
+BUILD = os.environ.get("DCPS_BUILDDIR") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def mlp_init(layers, seed):
+    """dcps-worker's initial parameters of the MLP `layers` (a list of ints)
+    for `seed`, from the build tree's tests/mlp_init (the MLP is the
+    trainer's: the extension does not carry it)."""
+    out = subprocess.run([os.path.join(BUILD, "tests", "mlp_init"),
+                          ",".join(str(v) for v in layers), str(seed)],
+                         check=True, stdout=subprocess.PIPE).stdout
+    return np.frombuffer(out, dtype="<f4").astype(np.float32)
 
 
 def main():
@@ -45,8 +59,8 @@ def main():
             mods.append(nn.ReLU())
     model = nn.Sequential(*mods)
     # dcps-worker's initial parameters: its layout is torch's (W out x in, then b).
-    flat = np.empty(sum(p.numel() for p in model.parameters()), dtype=np.float32)
-    dcps._dcps._mlp_init(layers, args.seed, flat)
+    flat = mlp_init(layers, args.seed)
+    assert flat.size == sum(p.numel() for p in model.parameters()), "tests/mlp_init's size"
     with torch.no_grad():
         at = 0
         for p in model.parameters():

@@ -36,11 +36,10 @@ def reference_sgd(layers, seed, limit, workers, batch, lr, epochs=1):
     import torch.nn.functional as F
 
     import dcps
-    from mlp_worker import read_idx
+    from mlp_worker import mlp_init, read_idx
 
-    sizes = [int(v) for v in layers.split(",")]
-    w = np.empty(N, dtype=np.float32)
-    dcps._dcps._mlp_init(sizes, seed, w)
+    w = mlp_init([int(v) for v in layers.split(",")], seed)
+    assert w.size == N
     x = torch.from_numpy(read_idx(harness.TRAIN[0]).reshape(-1, 784)[:limit]
                          .astype(np.float32) / np.float32(255))
     y = torch.from_numpy(read_idx(harness.TRAIN[1])[:limit].astype(np.int64))
@@ -96,9 +95,8 @@ class SyncEqualsSGD(unittest.TestCase):
             self.assertEqual(f["mode"], "sync")
             got = np.fromfile(out, dtype=np.float32)
             ref = reference_sgd(LAYERS, 42, LIMIT, 2, 32, 0.1)
-            init = np.empty(N, dtype=np.float32)
-            import dcps
-            dcps._dcps._mlp_init([784, 64, 10], 42, init)
+            from mlp_worker import mlp_init
+            init = mlp_init([784, 64, 10], 42)
             scale = np.abs(ref).max()
             worst = np.abs(got - ref).max()
             moved = np.abs(ref - init).max()

@@ -12,7 +12,7 @@
  * are in the dictionary (tests/fuzz/dcps.dict) so that mutations add parts. Each
  * part is copied into an allocation of its exact size, so that AddressSanitizer
  * sees a read one byte past it, and malloc's alignment is what ZeroMQ's frames
- * get from common/frame.c. */
+ * get from proto/frame.c. */
 #ifndef DCPS_FUZZ_H
 #define DCPS_FUZZ_H
 

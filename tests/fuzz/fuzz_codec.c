@@ -4,7 +4,7 @@
  * (tests/fuzz/fuzz.h): the header, then up to a few payload frames. The control
  * byte picks the job id to expect (the seeds' or none), the room for the
  * sentence (down to one byte), one of the sparse ranges tried, and whether the
- * message also goes through ZeroMQ (common/frame.h): sent as parts from a DEALER
+ * message also goes through ZeroMQ (proto/frame.h): sent as parts from a DEALER
  * to a ROUTER over inproc://, received with dcps_frames_recv and decoded with
  * dcps_frames_decode as the shard does, then sent back with dcps_frames_send.
  *
@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <zmq.h>
 
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "tests/fuzz/fuzz.h"
 
 static const size_t whylens[4] = {DCPS_ERROR_TEXT_MAX, 40, 2, 1};

@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #include "common/config.h"
-#include "common/frame.h"
+#include "proto/frame.h"
 #include "common/log.h"
 #include "server/router.h"
 #include "tests/fuzz/fuzz.h"

@@ -1,5 +1,5 @@
 /* dcps — systemd notification; see notify.h. */
-#include "common/notify.h"
+#include "server/notify.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* dcps — a ZeroMQ socket on a libuv loop; see bridge.h. */
-#include "common/bridge.h"
+#include "server/bridge.h"
 
 #include <zmq.h>
 

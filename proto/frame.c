@@ -1,5 +1,5 @@
 /* dcps — ZeroMQ framing; see frame.h. */
-#include "common/frame.h"
+#include "proto/frame.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,0 +1,39 @@
+/* dcps — what dcps's own programs use of the client and the step beyond the
+ * installed headers.
+ *
+ * The installed API (worker/dcps.h, worker/step.h) opens a job from its file;
+ * the trainer, the benchmarks and the tests hold a job already loaded
+ * (common/config.h, which is not installed) and open the client or the step
+ * from it. These calls are in libdcps's convenience libraries but not exported
+ * from the installed libdcps, so no installed header names an uninstalled
+ * type. */
+#ifndef DCPS_WORKER_INTERNAL_H
+#define DCPS_WORKER_INTERNAL_H
+
+#include <stddef.h>
+
+#include "common/config.h"
+#include "worker/dcps.h"
+#include "worker/step.h"
+
+/* dcps_client_open from a loaded job; cfg is copied.
+ *
+ * The model's size n is cfg->n_params, sent in every HELLO; it must not be 0
+ * (DCPS_E_CONFIG). With [model] params = auto the loaded job has n_params 0:
+ * the caller sets it to its model's parameter count before this call, on
+ * every rank. The shards learn n from rank 0's HELLO; until then they answer
+ * another rank's HELLO with DCPS_E_NOTREADY, and this call asks again every
+ * 100 ms (heartbeat_ms if shorter) for as long as the retries of an unanswered
+ * request would wait (timeout_ms · (1 + 2 + 4 + 4 + …), [worker] retries + 1
+ * terms), then fails with DCPS_E_NOTREADY; so ranks may start in any order. A
+ * shard whose n differs refuses with DCPS_E_SIZE and a sentence naming both
+ * sizes, before anything is pushed; so does one that cannot take rank 0's n
+ * (more than 2^30 parameters, or too few for the shards: 64 per shard). */
+dcps_client_t *dcps_client_new(const dcps_config_t *cfg, int rank, int *err, char *errbuf,
+                               size_t errlen);
+
+/* dcps_step_open from a loaded job; cfg is copied. */
+dcps_step_t *dcps_step_new(const dcps_config_t *cfg, int rank, size_t n, int *err, char *errbuf,
+                           size_t errlen);
+
+#endif
