@@ -128,7 +128,7 @@ fail() {
     echo "FAIL: $*"
     fails=$((fails + 1))
 }
-deb_names=(dcps-common dcps-server dcps-worker libdcps0 libdcps-dev python3-dcps)
+deb_names=(dcps-common dcps-server dcps-worker libdcps1 libdcps-dev python3-dcps)
 # The lintian warnings justified in docs/packaging.md; any other, or an error, fails.
 lintian_justified=(initial-upload-closes-no-bugs)
 
@@ -253,7 +253,7 @@ deb_checks() {
         fail "python3 -c 'import dcps, dcps.torch': $out"
     fi
 
-    # A program built against libdcps-dev through pkg-config, run against libdcps0.
+    # A program built against libdcps-dev through pkg-config, run against libdcps1.
     cat >"$tmp/prog.c" <<'PROG'
 #include <dcps/dcps.h>
 #include <dcps/error.h>
@@ -274,11 +274,11 @@ PROG
     # shellcheck disable=SC2016  # expanded by the inner shell
     if out=$(cd "$tmp" && env PATH=$ipath sh -c 'cc -std=c11 -Wall -Wextra -Werror -o prog prog.c \
         $(pkg-config --cflags --libs dcps) && ./prog none.ini' 2>&1) &&
-        lib=$(ldd "$tmp/prog" | awk '$1 == "libdcps.so.0" {print $3}') &&
-        [[ $lib =~ ^(/usr)?/lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*/libdcps\.so\.0$ ]]; then
+        lib=$(ldd "$tmp/prog" | awk '$1 == "libdcps.so.1" {print $3}') &&
+        [[ $lib =~ ^(/usr)?/lib/[a-z0-9_]+-linux-gnu[a-z0-9_]*/libdcps\.so\.1$ ]]; then
         pass "cc prog.c \$(pkg-config --cflags --libs dcps), run with $lib: $out"
     else
-        fail "a program built against libdcps-dev: $out${lib:+ (libdcps.so.0 from $lib)}"
+        fail "a program built against libdcps-dev: $out${lib:+ (libdcps.so.1 from $lib)}"
     fi
 
     if out=$(man -w dcps-server dcps-worker dcps.conf 2>&1); then

@@ -83,8 +83,8 @@ cat >"$tmp/prog.c" <<'EOF'
 #include <string.h>
 
 /* The prototypes as a user sees them; a mismatch is a compile error. */
-static dcps_client_t *(*const new_fn)(const struct dcps_config *, int, int *, char *,
-                                      size_t) = dcps_client_new;
+static dcps_step_t *(*const new_fn)(const char *, int, const char *const *, size_t, size_t,
+                                    int *, char *, size_t) = dcps_step_open;
 static void (*const close_fn)(dcps_client_t **) = dcps_client_close;
 
 int main(int argc, char **argv)
@@ -137,6 +137,47 @@ if [ -e "$stage$libdir/libdcps.so" ] && command -v nm >/dev/null; then
         fail "libdcps.so's exports differ from its headers' functions (< exported, > declared):"
         diff "$tmp/exported" "$tmp/declared" | grep '^[<>]' | head -20
     fi
+fi
+# No installed header names a type that is not installed: every struct they
+# mention is an opaque handle typedef'd there (dcps_client_t, dcps_step_t), and
+# every dcps_*_t they use is defined there.
+if hdrs=("$stage$includedir"/dcps/*.h) && [ -e "${hdrs[0]}" ]; then
+    used=$(grep -ho 'struct dcps_[a-z0-9_]*\|\bdcps_[a-z0-9_]*_t\b' "${hdrs[@]}" |
+        sed 's/^struct //' | LC_ALL=C sort -u)
+    defined=$(sed -n 's/^typedef struct \(dcps_[a-z0-9_]*\) \(dcps_[a-z0-9_]*_t\);.*/\1 \2/p; s/^} \(dcps_[a-z0-9_]*_t\);.*/\1/p' \
+        "${hdrs[@]}" | tr ' ' '\n' | LC_ALL=C sort -u)
+    unknown=$(LC_ALL=C comm -23 <(echo "$used") <(echo "$defined") | paste -sd' ' -)
+    if [ -z "$unknown" ] && [ -n "$used" ]; then
+        pass "the installed headers name only types they define ($(echo "$used" | wc -l) names)"
+    else
+        fail "the installed headers name types they do not define: $unknown"
+    fi
+fi
+# libdcps links what its header needs and nothing else: none of the server's
+# libraries (libuv, libsystemd, libmicrohttpd) nor the trainer's (zlib, CBLAS).
+role_libs='libuv|libsystemd|libmicrohttpd|libz\.|libopenblas|libblas|libcblas'
+if [ -e "$stage$libdir/libdcps.so" ] && command -v readelf >/dev/null; then
+    needed=$(readelf -d "$stage$libdir/libdcps.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | paste -sd' ' -)
+    if [ -n "$needed" ] && ! echo "$needed" | grep -qE "$role_libs"; then
+        pass "libdcps.so needs only the client's libraries: $needed"
+    else
+        fail "libdcps.so needs a library of the server or the trainer: $needed"
+    fi
+fi
+# dcps.pc names only the client's dependencies, and a static link adds nothing
+# of the server's or the trainer's but what libzmq itself brings (its own
+# Requires.private may pull -lz in through libxml2).
+pc_static=$($PKG_CONFIG --libs --static dcps 2>/dev/null)
+zmq_static=$($PKG_CONFIG --libs --static libzmq 2>/dev/null)
+pc_req=$(sed -n 's/^Requires.private: *//p' "$stage$libdir/pkgconfig/dcps.pc")
+bad=
+for l in -luv -lsystemd -lmicrohttpd -lopenblas -lblas -lcblas -lz; do
+    case " $pc_static " in *" $l "*) case " $zmq_static " in *" $l "*) ;; *) bad="$bad $l" ;; esac ;; esac
+done
+if [ -z "$bad" ] && [ "$pc_req" = "libzmq libprotobuf-c inih" ]; then
+    pass "dcps.pc requires $pc_req; pkg-config --libs --static dcps names no library of the server or the trainer"
+else
+    fail "dcps.pc: Requires.private '$pc_req'; pkg-config --libs --static dcps adds$bad"
 fi
 version=$($PKG_CONFIG --modversion dcps 2>/dev/null)
 [ "$version" = "$("$DCPS_BUILDDIR/dcps-server" --version | awk '{print $2}')" ] &&

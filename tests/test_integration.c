@@ -528,6 +528,41 @@ START_TEST(worker_of_another_size_is_refused_before_its_first_push)
 }
 END_TEST
 
+/* The installed API has no loaded job to set n_params in: a program opens an
+ * auto-sized job with dcps_client_open and the override model.params=N (the
+ * shards, which read the file without it, learn N from rank 0), as
+ * docs/operating.md says. Without the override it is refused. */
+START_TEST(installed_api_opens_an_auto_sized_job_with_a_params_override)
+{
+    char shards[600], e[1024], j[512] = "";
+    pid_t s[2];
+    int rc = 0;
+    two_shards(j, s, shards);
+    const char *none[] = {shards};
+    ck_assert_ptr_null(dcps_client_open(j, 0, none, 1, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_CONFIG);
+    const char *ov0[] = {shards, "model.params=5000"};
+    dcps_client_t *c0 = dcps_client_open(j, 0, ov0, 2, &rc, e, sizeof e);
+    ck_assert_msg(c0 != NULL, "%s", e);
+    ck_assert_uint_eq(dcps_client_num_params(c0), 5000);
+    float *w = calloc(5000, sizeof *w), *got = calloc(5000, sizeof *got);
+    for (int i = 0; i < 5000; i++)
+        w[i] = (float)i / 8;
+    ck_assert_int_eq(dcps_client_init(c0, w), 0);
+    ck_assert_int_eq(dcps_client_pull(c0, got), 0);
+    ck_assert_int_eq(memcmp(w, got, 5000 * sizeof *w), 0);
+    const char *ov1[] = {shards, "model.params=4000", "worker.timeout_ms=100", "worker.retries=1"};
+    ck_assert_ptr_null(dcps_client_open(j, 1, ov1, 4, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "worker's model has 4000 parameters, this job has 5000"), "%s", e);
+    free(w);
+    free(got);
+    dcps_client_close(&c0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(h_stop(s[i], 5000), 0);
+}
+END_TEST
+
 /* Rank 0's size is untrusted: too few for the shards, or more than auto
  * accepts, is refused with a sentence, the shard stays unsized and serves the
  * next HELLO; a size of 0 is refused by the client itself. */
@@ -643,6 +678,7 @@ int main(void)
     tcase_add_test(tc, emulated_compute_sleeps_and_pushes_model_sized_gradients);
     tcase_add_test(tc, auto_sized_job_trains_to_the_end_whichever_rank_starts_first);
     tcase_add_test(tc, worker_of_another_size_is_refused_before_its_first_push);
+    tcase_add_test(tc, installed_api_opens_an_auto_sized_job_with_a_params_override);
     tcase_add_test(tc, rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on);
     tcase_add_test(tc, hello_before_rank_0_waits_then_succeeds);
     tcase_add_test(tc, worker_refuses_a_params_that_is_not_its_mlps);
