@@ -19,6 +19,7 @@
 #include "model/mlp.h"
 #include "model/mlp_gpu.h"
 #include "worker/internal.h"
+#include "worker/job.h"
 
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
@@ -122,7 +123,7 @@ static int name_tensors(trainer_t *t)
     return dcps_step_set_names(t->step, off, names, k) == 0 ? 0 : step_fail(t, DCPS_E_INVAL);
 }
 
-/* An emulated worker's share of the examples: as many as dcps_step_share()
+/* An emulated worker's share of the examples: as many as dcps_job_share()
  * would deal it (every workers-th from its rank), without the indices, since
  * it has no examples to pick. */
 static uint32_t emulated_share(const trainer_t *t)
@@ -545,7 +546,7 @@ static int refuse_finished(trainer_t *t, long resume)
     long total = 0;
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = t->emulated ? emulated_share(t)
-                                    : dcps_step_share(cfg->seed, epoch, t->rank, cfg->workers,
+                                    : dcps_job_share(cfg->seed, epoch, t->rank, cfg->workers,
                                                       t->examples, t->order);
         total += ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
     }
@@ -584,7 +585,7 @@ static int train(trainer_t *t, FILE *out)
     t->t0 = dcps_now_s();
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = t->emulated ? emulated_share(t)
-                                    : dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
+                                    : dcps_job_share(t->cfg->seed, epoch, t->rank, cfg->workers,
                                                       t->examples, t->order);
         long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
         if (step + in_epoch <= resume) {
@@ -684,14 +685,14 @@ static int train(trainer_t *t, FILE *out)
     double train_loss = epoch_loss / (double)(epoch_steps ? epoch_steps : 1);
     csv_row(t, step, cfg->epochs, train_loss, -1, test_acc);
     char line[1024];
-    dcps_step_result_t r = {.test_acc = test_acc,
+    dcps_job_result_t r = {.test_acc = test_acc,
                             .test_loss = test_loss,
                             .train_loss = train_loss,
                             .epochs = cfg->epochs,
                             .samples = (uint64_t)samples,
                             .device = t->gpu ? "gpu" : "cpu",
                             .compute_ms = cfg->compute_ms};
-    dcps_step_summary(t->step, &r, line, sizeof line);
+    dcps_job_summary(t->step, &r, line, sizeof line);
     fprintf(out, "%s\n", line);
     fflush(out);
     return 0;
