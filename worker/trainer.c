@@ -20,20 +20,27 @@
 #include "model/mlp_gpu.h"
 #include "worker/internal.h"
 #include "worker/job.h"
+#include "worker/step_gpu.h"
 
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
  * and grad in one host allocation and runs dcps_mlp_t. The GPU path (gpu == 1)
  * runs dcps_mlp_gpu_t on the compute stream cs: parameters and gradient live on
- * the device, and their host twins are pinned slices that the step fills and
- * the gradient is downloaded to; batches go through two pinned slots
- * h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy stream xs
- * one step ahead. The events order the slots: up[k] when slot k's upload is
- * done, done[k] when the forward and backward pass has read it, params_up when
- * the last parameter upload has left the pinned params.
+ * the device, with host twins in pinned slices; batches go through two pinned
+ * slots h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy
+ * stream xs one step ahead. The events order the slots: up[k] when slot k's
+ * upload is done, done[k] when the forward and backward pass has read it,
+ * params_up when the last parameter upload has left the pinned params.
  *
- * Both paths hand the host gradient and parameters to the step (worker/step.h),
- * which encodes, pushes and pulls, with the CD-SGD pipeline when the job asks. */
+ * Both paths hand the gradient and parameters to the step (worker/step.h),
+ * which encodes, pushes and pulls, with the CD-SGD pipeline when the job asks.
+ * The CPU path hands it host arrays. The GPU path hands it d_grad and d_params
+ * on cs (device arrays, dcps_step_use_stream; dev_step), as dcps.torch does
+ * for a CUDA model: the residual and the Top-k selection stay on the GPU and
+ * only the k pairs cross PCIe. Where the step's device path does not do what
+ * the job asks, or its buffers do not fit on the GPU, the GPU path hands it
+ * the pinned twins instead: the gradient is downloaded and compressed on the
+ * host, and the pulled parameters uploaded. */
 typedef struct {
     const dcps_config_t *cfg;
     int rank;
@@ -50,6 +57,7 @@ typedef struct {
     uint8_t *yb;
     uint32_t *order;                 /* this rank's sample indices (none when emulated) */
     dcps_mlp_gpu_t *gmlp;            /* GPU path from here on */
+    bool dev_step;                   /* the step takes d_grad and d_params */
     dcps_stream_t cs, xs;
     dcps_event_t up[2], done[2], params_up;
     void *dev, *pinned; /* the two allocations the slices below are carved from */
@@ -151,24 +159,26 @@ static void gather(trainer_t *t, uint32_t at, int b, float *x, uint8_t *y)
     }
 }
 
-/* GPU path: uploads the parameters the step left in t->params to d_params
- * on cs, so that the next pass and evaluation (on cs) see them, and records
- * params_up: the host waits for it before the step overwrites params again. */
+/* GPU path on host arrays: uploads the parameters the step left in t->params
+ * to d_params on cs, so that the next pass and evaluation (on cs) see them,
+ * and records params_up: the host waits for it before the step overwrites
+ * params again. */
 static int upload_params(trainer_t *t)
 {
     int rc;
-    if (t->gpu &&
+    if (t->gpu && !t->dev_step &&
         ((rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0 ||
          (rc = dcps_gpu_event_record(t->params_up, t->cs)) != 0))
         return gpu_fail(t, rc, "uploading the parameters");
     return 0;
 }
 
-/* GPU path: the last upload has left the pinned params (before a pull). */
+/* GPU path on host arrays: the last upload has left the pinned params
+ * (before a pull). */
 static int params_free(trainer_t *t)
 {
     int rc;
-    if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
+    if (t->gpu && !t->dev_step && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
         return gpu_fail(t, rc, "uploading the parameters");
     return 0;
 }
@@ -189,14 +199,23 @@ static int evaluate(trainer_t *t, float *loss, float *acc)
     return t->gpu ? gpu_fail(t, rc, "evaluation") : fail(t, rc, "evaluation");
 }
 
+/* The arrays the step takes: the device ones with device arrays, else host. */
+static float *step_params(const trainer_t *t)
+{
+    return t->dev_step ? t->d_params : t->params;
+}
+
 /* Hands the gradient of the step to the step object: push, and pull into
- * params (on the GPU path then uploaded). */
+ * params (on the GPU path with host arrays then uploaded). With device arrays
+ * the step reads d_grad after the pass queued on cs and writes d_params in
+ * cs's order, so the next pass sees them. */
 static int communicate(trainer_t *t, int epoch)
 {
+    float *grad = t->dev_step ? t->d_grad : t->grad;
     int rc;
     if ((rc = params_free(t)) != 0)
         return rc;
-    if ((rc = dcps_step_run(t->step, t->grad, t->params, epoch)) != 0)
+    if ((rc = dcps_step_run(t->step, grad, step_params(t), epoch)) != 0)
         return step_fail(t, rc);
     return upload_params(t);
 }
@@ -243,11 +262,12 @@ static int stage(trainer_t *t, int k, uint32_t at, int b)
 
 /* One step of the GPU path on the b samples staged in slot k. The next batch
  * of the epoch (next_b samples at position next_at; none when next_b is 0) is
- * staged into the other slot after the gradient's download is launched: the
- * host gathers it while the GPU works, and its upload on xs runs during the
- * push and pull. The forward/backward pass synchronises cs once; the gradient
- * download is the second and last wait of a step. The gradient is compressed
- * on the host (the GPU top-k kernel is not used here yet). */
+ * staged into the other slot before the step runs: the host gathers it while
+ * the GPU works, and its upload on xs runs during the push and pull. The
+ * forward/backward pass synchronises cs once; the step's encoder waits for cs
+ * a second and last time, for the k pairs it sends. On host arrays the
+ * gradient's download, launched before the next batch is gathered, is that
+ * second wait instead. */
 static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t next_at,
                     int next_b, float *loss, int *correct)
 {
@@ -258,11 +278,11 @@ static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t n
                                             t->d_grad, loss, correct)) != 0 ||
         (rc = dcps_gpu_event_record(t->done[k], t->cs)) != 0)
         return gpu_fail(t, rc, "forward/backward");
-    if ((rc = dcps_gpu_to_host(t->grad, t->d_grad, bytes, t->cs)) != 0)
+    if (!t->dev_step && (rc = dcps_gpu_to_host(t->grad, t->d_grad, bytes, t->cs)) != 0)
         return gpu_fail(t, rc, "gradient download");
     if (next_b > 0 && (rc = stage(t, k ^ 1, next_at, next_b)) != 0)
         return rc;
-    if ((rc = dcps_gpu_sync(t->cs)) != 0)
+    if (!t->dev_step && (rc = dcps_gpu_sync(t->cs)) != 0)
         return gpu_fail(t, rc, "gradient download");
     return communicate(t, epoch);
 }
@@ -453,6 +473,34 @@ static int load_data(trainer_t *t)
     return 0;
 }
 
+/* GPU path: hands the step device arrays on cs (dcps_step_use_stream). Where
+ * the step's device path does not do what the job asks (the key that
+ * dcps_step_gpu_refuses names) or its buffers do not fit on the GPU, logs why
+ * and leaves the step on host arrays: the GPU path then downloads the gradient
+ * for the step to compress on the host. */
+static int use_device_arrays(trainer_t *t)
+{
+    char key[128];
+    int rc;
+    if (dcps_step_gpu_refuses(t->cfg, key, sizeof key) != 0) {
+        DCPS_INFO("rank %d compresses its gradients on the host: the GPU's encoder does not "
+                  "do %s in this version",
+                  t->rank, key);
+        return 0;
+    }
+    rc = dcps_step_use_stream(t->step, t->cs);
+    if (rc == DCPS_E_NOMEM) {
+        DCPS_INFO("rank %d compresses its gradients on the host: %s", t->rank,
+                  dcps_step_error(t->step));
+        return 0;
+    }
+    if (rc != 0)
+        return step_fail(t, rc);
+    t->dev_step = true;
+    DCPS_INFO("rank %d compresses its gradients on the GPU", t->rank);
+    return 0;
+}
+
 static int setup(trainer_t *t, const char *metrics_path)
 {
     const dcps_config_t *cfg = t->cfg;
@@ -512,10 +560,16 @@ static int setup(trainer_t *t, const char *metrics_path)
      * from zeros). */
     if (!t->step || (!t->emulated && (rc = name_tensors(t)) != 0))
         return rc;
-    /* Rank 0's parameters initialise the shards unless they hold some already. */
+    if (t->gpu && (rc = use_device_arrays(t)) != 0)
+        return rc;
+    /* Rank 0's parameters initialise the shards unless they hold some already;
+     * with device arrays the step reads them from d_params. */
     if (t->rank == 0 && !t->emulated)
         dcps_mlp_init_params(cfg->layers, cfg->n_layers, cfg->seed, t->params);
-    if ((rc = dcps_step_start(t->step, t->params)) != 0)
+    if (t->dev_step &&
+        (rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0)
+        return gpu_fail(t, rc, "uploading the parameters");
+    if ((rc = dcps_step_start(t->step, step_params(t))) != 0)
         return step_fail(t, rc);
     return upload_params(t);
 }
@@ -677,7 +731,7 @@ static int train(trainer_t *t, FILE *out)
      * the shards' parameters themselves, not a delta pull's mirror. */
     if ((rc = params_free(t)) != 0)
         return rc;
-    if ((rc = dcps_step_finish(t->step, t->params)) != 0)
+    if ((rc = dcps_step_finish(t->step, step_params(t))) != 0)
         return step_fail(t, rc);
     if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
         return rc;
