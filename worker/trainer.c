@@ -621,135 +621,178 @@ static int refuse_finished(trainer_t *t, long resume)
     return DCPS_E_STATE;
 }
 
-static int train(trainer_t *t, FILE *out)
+/* Where train() stands: the step last pushed (counted over the job), the step
+ * the shards expect (a restart's, or the sync round the job went on to), and
+ * the sums over the progress window, the epoch and this process's run. */
+typedef struct {
+    long step, resume;
+    double win_loss, epoch_loss, t_win;
+    long win_correct, win_samples, epoch_steps, samples;
+    float test_loss, test_acc; /* of the last evaluation */
+} progress_t;
+
+/* Counts one step of b samples; every [worker] log_every steps writes the
+ * progress line and its CSV row and starts a new window. */
+static void count_step(trainer_t *t, progress_t *p, int epoch, int b, float loss, int correct,
+                       FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;
-    long step = 0;
-    double win_loss = 0, epoch_loss = 0, t_win = dcps_now_s();
-    long win_correct = 0, win_samples = 0, epoch_steps = 0, samples = 0;
-    float test_loss, test_acc;
+    p->win_loss += loss;
+    p->epoch_loss += loss;
+    p->epoch_steps++;
+    p->win_correct += correct;
+    p->win_samples += b;
+    p->samples += b;
+    if (p->step % cfg->log_every != 0)
+        return;
+    dcps_client_stats_t st;
+    dcps_step_stats(t->step, &st);
+    double tn = dcps_now_s();
+    double wl = p->win_loss / (double)cfg->log_every;
+    double wa = t->emulated ? NAN : (double)p->win_correct / (double)p->win_samples;
+    fprintf(out,
+            "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
+            "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
+            t->rank, p->step, epoch, wl, wa, (double)p->win_samples / (tn - p->t_win),
+            st.bytes_pushed, st.bytes_pulled, staleness_mean(&st));
+    fflush(out);
+    csv_row(t, p->step, epoch, wl, wa, -1);
+    p->win_loss = 0;
+    p->win_correct = p->win_samples = 0;
+    p->t_win = tn;
+}
+
+/* Sync: a worker the job went on without (declared dead, stopped, cut off) is
+ * moved to the open round; the batches of the rounds it missed are skipped,
+ * so it ends with the job's last round. Moves *at, the position in this
+ * epoch's share of mine, past them (staging the batch there on the GPU path).
+ * Returns 1 when the rest of the epoch is skipped, 0 to go on, or an error. */
+static int catch_up(trainer_t *t, progress_t *p, uint32_t mine, uint32_t *at)
+{
+    const uint32_t bs = (uint32_t)t->cfg->batch_size;
+    long clock = (long)dcps_step_clock(t->step);
     int rc;
-
-    /* A restarted worker resumes where its previous process left off: the
-     * shards said which step of this rank they expect (0 for a new one). */
-    long resume = (long)dcps_step_resumed(t->step);
-    if ((rc = refuse_finished(t, resume)) != 0)
-        return rc;
-
-    t->t0 = dcps_now_s();
-    for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = t->emulated ? emulated_share(t)
-                                    : dcps_job_share(t->cfg->seed, epoch, t->rank, cfg->workers,
-                                                      t->examples, t->order);
-        long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
-        if (step + in_epoch <= resume) {
-            step += in_epoch;
-            continue;
-        }
-        uint32_t first = 0; /* where this epoch starts */
-        if (step < resume) {
-            first = (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
-            step = resume;
-        }
-        epoch_loss = 0;
-        epoch_steps = 0;
-        /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
-         * the epoch's first batch is staged here. */
-        if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), first,
-                                  batch_len(mine, first, cfg->batch_size))) != 0)
-            return rc;
-        for (uint32_t at = first; at < mine; at += (uint32_t)cfg->batch_size) {
-            /* Sync: a worker the job went on without (declared dead, stopped,
-             * cut off) is moved to the open round; the batches of the rounds
-             * it missed are skipped, so it ends with the job's last round. */
-            long clock = (long)dcps_step_clock(t->step);
-            if (clock > step) {
-                long left = (long)((mine - at + (uint32_t)cfg->batch_size - 1) /
-                                   (uint32_t)cfg->batch_size);
-                resume = clock;
-                if (step + left <= resume) {
-                    step += left;
-                    break;
-                }
-                at += (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
-                step = resume;
-                if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), at,
-                                          batch_len(mine, at, cfg->batch_size))) != 0)
-                    return rc;
-            }
-            int b = batch_len(mine, at, cfg->batch_size);
-            uint32_t next = at + (uint32_t)cfg->batch_size;
-            float loss;
-            int correct;
-            step++;
-            rc = t->gpu ? gpu_step(t, step, epoch, (int)(step & 1), b, next,
-                                   batch_len(mine, next, cfg->batch_size), &loss, &correct)
-                        : cpu_step(t, step, epoch, at, b, &loss, &correct);
-            if (rc != 0)
-                return rc;
-            if (cfg->delay_ms > 0)
-                nanosleep(&(struct timespec){cfg->delay_ms / 1000,
-                                             (cfg->delay_ms % 1000) * 1000000L},
-                          NULL);
-
-            win_loss += loss;
-            epoch_loss += loss;
-            epoch_steps++;
-            win_correct += correct;
-            win_samples += b;
-            samples += b;
-            if (step % cfg->log_every == 0) {
-                dcps_client_stats_t st;
-                dcps_step_stats(t->step, &st);
-                double tn = dcps_now_s();
-                double wl = win_loss / (double)cfg->log_every;
-                double wa = t->emulated ? NAN : (double)win_correct / (double)win_samples;
-                fprintf(out,
-                        "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
-                        "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
-                        t->rank, step, epoch, wl, wa, (double)win_samples / (tn - t_win),
-                        st.bytes_pushed, st.bytes_pulled,
-                        staleness_mean(&st));
-                fflush(out);
-                csv_row(t, step, epoch, wl, wa, -1);
-                win_loss = 0;
-                win_correct = win_samples = 0;
-                t_win = tn;
-            }
-        }
-        if ((rc = dcps_step_wait(t->step)) != 0)
-            return step_fail(t, rc);
-        if ((rc = evaluate(t, &test_loss, &test_acc)) != 0)
-            return rc;
-        fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
-                epoch, step, test_loss, test_acc);
-        fflush(out);
-        csv_row(t, step, epoch, epoch_loss / (double)epoch_steps, -1, test_acc);
+    if (clock <= p->step)
+        return 0;
+    long left = (long)((mine - *at + bs - 1) / bs);
+    p->resume = clock;
+    if (p->step + left <= p->resume) {
+        p->step += left;
+        return 1;
     }
+    *at += (uint32_t)(p->resume - p->step) * bs;
+    p->step = p->resume;
+    if (t->gpu && (rc = stage(t, (int)((p->step + 1) & 1), *at,
+                              batch_len(mine, *at, t->cfg->batch_size))) != 0)
+        return rc;
+    return 0;
+}
 
-    /* Meet the other workers, so that every rank evaluates the same final model:
-     * the shards' parameters themselves, not a delta pull's mirror. */
+/* Trains epoch `epoch` (from 1) from where p stands, skipping the steps the
+ * shards hold already, then evaluates and writes the epoch's line and CSV
+ * row. An epoch the shards hold whole is skipped without evaluation. */
+static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
+{
+    const dcps_config_t *cfg = t->cfg;
+    const uint32_t bs = (uint32_t)cfg->batch_size;
+    int rc;
+    uint32_t mine = t->emulated ? emulated_share(t)
+                                : dcps_job_share(cfg->seed, epoch, t->rank, cfg->workers,
+                                                 t->examples, t->order);
+    long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
+    if (p->step + in_epoch <= p->resume) {
+        p->step += in_epoch;
+        return 0;
+    }
+    uint32_t first = 0; /* where this epoch starts */
+    if (p->step < p->resume) {
+        first = (uint32_t)(p->resume - p->step) * bs;
+        p->step = p->resume;
+    }
+    p->epoch_loss = 0;
+    p->epoch_steps = 0;
+    /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
+     * the epoch's first batch is staged here. */
+    if (t->gpu && (rc = stage(t, (int)((p->step + 1) & 1), first,
+                              batch_len(mine, first, cfg->batch_size))) != 0)
+        return rc;
+    for (uint32_t at = first; at < mine; at += bs) {
+        if ((rc = catch_up(t, p, mine, &at)) < 0)
+            return rc;
+        if (rc == 1)
+            break;
+        int b = batch_len(mine, at, cfg->batch_size);
+        uint32_t next = at + bs;
+        float loss;
+        int correct;
+        p->step++;
+        rc = t->gpu ? gpu_step(t, p->step, epoch, (int)(p->step & 1), b, next,
+                               batch_len(mine, next, cfg->batch_size), &loss, &correct)
+                    : cpu_step(t, p->step, epoch, at, b, &loss, &correct);
+        if (rc != 0)
+            return rc;
+        if (cfg->delay_ms > 0)
+            nanosleep(&(struct timespec){cfg->delay_ms / 1000, (cfg->delay_ms % 1000) * 1000000L},
+                      NULL);
+        count_step(t, p, epoch, b, loss, correct, out);
+    }
+    if ((rc = dcps_step_wait(t->step)) != 0)
+        return step_fail(t, rc);
+    if ((rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
+        return rc;
+    fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
+            epoch, p->step, p->test_loss, p->test_acc);
+    fflush(out);
+    csv_row(t, p->step, epoch, p->epoch_loss / (double)p->epoch_steps, -1, p->test_acc);
+    return 0;
+}
+
+/* Meets the other workers, so that every rank evaluates the same final model
+ * (the shards' parameters themselves, not a delta pull's mirror), and writes
+ * the last CSV row and the final: line. */
+static int finish(trainer_t *t, progress_t *p, FILE *out)
+{
+    const dcps_config_t *cfg = t->cfg;
+    int rc;
     if ((rc = params_free(t)) != 0)
         return rc;
     if ((rc = dcps_step_finish(t->step, step_params(t))) != 0)
         return step_fail(t, rc);
-    if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
+    if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
         return rc;
 
-    double train_loss = epoch_loss / (double)(epoch_steps ? epoch_steps : 1);
-    csv_row(t, step, cfg->epochs, train_loss, -1, test_acc);
+    double train_loss = p->epoch_loss / (double)(p->epoch_steps ? p->epoch_steps : 1);
+    csv_row(t, p->step, cfg->epochs, train_loss, -1, p->test_acc);
     char line[1024];
-    dcps_job_result_t r = {.test_acc = test_acc,
-                            .test_loss = test_loss,
-                            .train_loss = train_loss,
-                            .epochs = cfg->epochs,
-                            .samples = (uint64_t)samples,
-                            .device = t->gpu ? "gpu" : "cpu",
-                            .compute_ms = cfg->compute_ms};
+    dcps_job_result_t r = {.test_acc = p->test_acc,
+                           .test_loss = p->test_loss,
+                           .train_loss = train_loss,
+                           .epochs = cfg->epochs,
+                           .samples = (uint64_t)p->samples,
+                           .device = t->gpu ? "gpu" : "cpu",
+                           .compute_ms = cfg->compute_ms};
     dcps_job_summary(t->step, &r, line, sizeof line);
     fprintf(out, "%s\n", line);
     fflush(out);
     return 0;
+}
+
+static int train(trainer_t *t, FILE *out)
+{
+    progress_t p = {.t_win = dcps_now_s()};
+    int rc;
+
+    /* A restarted worker resumes where its previous process left off: the
+     * shards said which step of this rank they expect (0 for a new one). */
+    p.resume = (long)dcps_step_resumed(t->step);
+    if ((rc = refuse_finished(t, p.resume)) != 0)
+        return rc;
+
+    t->t0 = dcps_now_s();
+    for (int epoch = 1; epoch <= t->cfg->epochs; epoch++)
+        if ((rc = train_epoch(t, &p, epoch, out)) != 0)
+            return rc;
+    return finish(t, &p, out);
 }
 
 void dcps_trainer_synthetic_pool(uint64_t seed, int rank, float *pool, size_t len)
