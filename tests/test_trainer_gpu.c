@@ -154,6 +154,18 @@ START_TEST(gpu_path_on_device_arrays_is_the_host_compressors_run_bit_for_bit)
 }
 END_TEST
 
+static Suite *suite(void)
+{
+    Suite *s = suite_create("trainer_gpu");
+    TCase *tc = tcase_create("gpu path");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, gpu_path_on_device_arrays_is_the_host_compressors_run_bit_for_bit);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* The trainer's GPU model needs cuBLAS besides the GPU. */
 static int cublas_loads(void)
 {
     return dcps_blas_load(NULL);
@@ -162,24 +174,5 @@ static int cublas_loads(void)
 int main(void)
 {
     DCPS_TEST_EMU_SWEEP();
-    int gpu = dcps_test_gpu_probe(cublas_loads);
-    if (gpu < 0)
-        gpu = dcps_gpu_count() > 0 ? -1 : 0;
-    if (gpu == 0) {
-        printf("no GPU with cuBLAS: skipped\n");
-        return 77;
-    }
-    Suite *s = suite_create("trainer_gpu");
-    TCase *tc = tcase_create("gpu path");
-    tcase_set_timeout(tc, 300);
-    tcase_add_checked_fixture(tc, NULL, teardown);
-    tcase_add_test(tc, gpu_path_on_device_arrays_is_the_host_compressors_run_bit_for_bit);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    if (gpu < 0)
-        srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dcps_test_run_gpu_if(suite(), cublas_loads);
 }
