@@ -48,9 +48,11 @@ static uint32_t be32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Parses the header, reads the data and checks for trailing bytes; the caller
- * zeroes *out and closes f. */
-static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t errlen)
+/* Reads and checks the header: the magic (unsigned bytes, 1 or 3 dimensions)
+ * and the dimensions, none zero, whose product, *total bytes of data, is
+ * within DCPS_IDX_MAX_BYTES. Sets dim[0..ndim) and leaves the rest as it is. */
+static int read_header(gzFile f, const char *path, uint32_t dim[3], uint64_t *total, char *err,
+                       size_t errlen)
 {
     uint8_t hdr[16];
     int64_t n = readall(f, path, hdr, 4, err, errlen);
@@ -77,8 +79,7 @@ static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t e
         return dcps_say(err, errlen, DCPS_E_DATA,
                         "%s: truncated: expected %d bytes of dimensions, got %lld", path, 4 * ndim,
                         (long long)n);
-    uint32_t dim[3] = {0, 0, 0};
-    uint64_t total = 1;
+    *total = 1;
     for (int i = 0; i < ndim; i++) {
         dim[i] = be32(hdr + 4 + 4 * i);
         if (dim[i] == 0)
@@ -86,57 +87,65 @@ static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t e
                             ndim);
         /* Checked at every step: total <= 2^30 times a dimension < 2^32 cannot
          * overflow 64 bits. */
-        total *= dim[i];
-        if (total > DCPS_IDX_MAX_BYTES)
+        *total *= dim[i];
+        if (*total > DCPS_IDX_MAX_BYTES)
             return dcps_say(err, errlen, DCPS_E_DATA,
                             "%s: data size exceeds the %u-byte limit (dimensions too large)", path,
                             DCPS_IDX_MAX_BYTES);
     }
+    return 0;
+}
 
-    uint8_t *data = malloc(total);
-    if (!data)
-        return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %llu bytes", path,
-                        (unsigned long long)total);
-    int rc;
-    n = readall(f, path, data, total, err, errlen);
-    if (n < 0) {
-        rc = (int)n;
-        goto fail_data;
-    }
-    if ((uint64_t)n < total) {
-        rc = dcps_say(err, errlen, DCPS_E_DATA,
-                      "%s: truncated: expected %llu bytes of data, got %lld", path,
-                      (unsigned long long)total, (long long)n);
-        goto fail_data;
-    }
+/* Reads the total bytes of data into data and checks that nothing follows. */
+static int read_data(gzFile f, const char *path, uint8_t *data, uint64_t total, char *err,
+                     size_t errlen)
+{
+    int64_t n = readall(f, path, data, total, err, errlen);
+    if (n < 0)
+        return (int)n;
+    if ((uint64_t)n < total)
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: truncated: expected %llu bytes of data, got %lld", path,
+                        (unsigned long long)total, (long long)n);
     /* Count what follows rather than stop at the first extra byte, so the
      * message says how much is wrong. */
     uint8_t tail[4096];
     uint64_t extra = 0;
     do {
         n = readall(f, path, tail, sizeof tail, err, errlen);
-        if (n < 0) {
-            rc = (int)n;
-            goto fail_data;
-        }
+        if (n < 0)
+            return (int)n;
         extra += (uint64_t)n;
     } while (n == (int64_t)sizeof tail);
-    if (extra) {
-        rc = dcps_say(err, errlen, DCPS_E_DATA,
-                      "%s: %llu trailing bytes after the %llu bytes of data", path,
-                      (unsigned long long)extra, (unsigned long long)total);
-        goto fail_data;
-    }
+    if (extra)
+        return dcps_say(err, errlen, DCPS_E_DATA,
+                        "%s: %llu trailing bytes after the %llu bytes of data", path,
+                        (unsigned long long)extra, (unsigned long long)total);
+    return 0;
+}
 
+/* Parses the header, reads the data and checks for trailing bytes; the caller
+ * zeroes *out and closes f. */
+static int load(gzFile f, const char *path, dcps_idx_t *out, char *err, size_t errlen)
+{
+    uint32_t dim[3] = {0, 0, 0};
+    uint64_t total = 0;
+    int rc = read_header(f, path, dim, &total, err, errlen);
+    if (rc != 0)
+        return rc;
+    uint8_t *data = malloc(total);
+    if (!data)
+        return dcps_say(err, errlen, DCPS_E_NOMEM, "%s: cannot allocate %llu bytes", path,
+                        (unsigned long long)total);
+    if ((rc = read_data(f, path, data, total, err, errlen)) != 0) {
+        free(data);
+        return rc;
+    }
     out->count = dim[0];
     out->rows = dim[1];
     out->cols = dim[2];
     out->data = data;
     return 0;
-
-fail_data:
-    free(data);
-    return rc;
 }
 
 int dcps_idx_load(const char *path, dcps_idx_t *out, char *err, size_t errlen)

@@ -15,6 +15,10 @@
  * elements): the binding cannot see their dtype, size or device, so the
  * caller answers for them; 0 and non-ints are refused with dcps.ArrayError.
  *
+ * The job's values (Step.job), the data shares (share) and the final: line
+ * (Step.summary) come from worker/job.h, which dcps-worker's trainer uses too,
+ * so that both deal the same examples and print the same line.
+ *
  * Failures raise dcps.Error or a subclass by kind, with .code (the negative
  * DCPS_E_… value), .name ("TIMEOUT") and the library's sentence as the message. */
 #define PY_SSIZE_T_CLEAN
@@ -26,6 +30,7 @@
 #include "common/error.h"
 #include "config.h"
 #include "kernels/gpu.h"
+#include "worker/job.h"
 #include "worker/step.h"
 
 #define MAX_OVERRIDES 256
@@ -89,7 +94,7 @@ static PyObject *raise_error(int code, const char *text)
 typedef struct {
     PyObject_HEAD
     dcps_step_t *step;
-    dcps_step_job_t job;
+    dcps_job_t job;
     int busy;   /* a call runs without the GIL: no other thread may enter */
     int device; /* use_stream succeeded: arrays are device pointers (ints) */
 } StepObject;
@@ -246,7 +251,7 @@ static int Step_init(StepObject *self, PyObject *args, PyObject *kw)
         raise_error(err, text);
         goto out;
     }
-    dcps_step_job(self->step, &self->job);
+    dcps_job_get(self->step, &self->job);
     rc = 0;
 out:
     Py_XDECREF(seq);
@@ -434,7 +439,7 @@ static PyObject *Step_summary(StepObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"test_acc",   "test_loss", "train_loss", "epochs",
                              "samples",    "device",    NULL};
-    dcps_step_result_t r = {.test_acc = NAN, .test_loss = NAN, .train_loss = NAN};
+    dcps_job_result_t r = {.test_acc = NAN, .test_loss = NAN, .train_loss = NAN};
     unsigned long long samples = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|dddiKz:summary", kwlist, &r.test_acc,
                                      &r.test_loss, &r.train_loss, &r.epochs, &samples, &r.device))
@@ -443,7 +448,7 @@ static PyObject *Step_summary(StepObject *self, PyObject *args, PyObject *kw)
         return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
     r.samples = samples;
     char line[1024];
-    dcps_step_summary(self->step, &r, line, sizeof line);
+    dcps_job_summary(self->step, &r, line, sizeof line);
     return PyUnicode_FromString(line);
 }
 
@@ -480,7 +485,7 @@ static PyObject *Step_get_job(StepObject *self, void *closure)
 {
     (void)closure;
     static const char *const modes[] = {"async", "sync", "ssp"};
-    const dcps_step_job_t *j = &self->job;
+    const dcps_job_t *j = &self->job;
     return Py_BuildValue("{sisisssisisisKsn}", "rank", j->rank, "workers", j->workers, "mode",
                          modes[j->mode], "batch_size", j->batch_size, "epochs", j->epochs,
                          "log_every", j->log_every, "seed", (unsigned long long)j->seed, "n",
@@ -556,7 +561,7 @@ static PyObject *mod_share(PyObject *mod, PyObject *args)
         PyBuffer_Release(&v);
         return PyErr_Format(ArrayError, "share: order must be a writable uint32 array");
     }
-    uint32_t k = dcps_step_share(seed, epoch, rank, workers, (uint32_t)(v.len / 4), v.buf);
+    uint32_t k = dcps_job_share(seed, epoch, rank, workers, (uint32_t)(v.len / 4), v.buf);
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(k);
 }

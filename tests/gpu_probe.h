@@ -113,11 +113,12 @@ static inline int dcps_test_gpu_probe(int (*extra)(void))
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-/* The main() of a suite that needs a GPU: exit status 77 (SKIP) without one,
- * else runs s (in this process if the probe could not fork) and returns 0 or 1. */
-static inline int dcps_test_run_gpu(Suite *s)
+/* The main() of a suite that needs a GPU (on which extra(), if not NULL,
+ * returns 0): exit status 77 (SKIP) without one, else runs s (in this process
+ * if the probe could not fork) and returns 0 or 1. */
+static inline int dcps_test_run_gpu_if(Suite *s, int (*extra)(void))
 {
-    int gpu = dcps_test_gpu_probe(NULL);
+    int gpu = dcps_test_gpu_probe(extra);
     if (gpu < 0)
         gpu = dcps_gpu_count() > 0 ? -1 : 0;
     if (gpu == 0) {
@@ -131,6 +132,12 @@ static inline int dcps_test_run_gpu(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
+}
+
+/* dcps_test_run_gpu_if for a suite that needs only a GPU. */
+static inline int dcps_test_run_gpu(Suite *s)
+{
+    return dcps_test_run_gpu_if(s, NULL);
 }
 
 #endif

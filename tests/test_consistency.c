@@ -21,6 +21,7 @@
 #include "tests/check_run.h"
 #include "tests/harness.h"
 #include "worker/internal.h"
+#include "worker/job.h"
 #include "model/idx.h"
 #include "model/mlp.h"
 #include "worker/trainer.h"
@@ -331,7 +332,7 @@ START_TEST(sync_mode_equals_single_process_sgd_on_the_global_batches)
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = 0;
         for (int r = 0; r < 2; r++)
-            mine = dcps_step_share(cfg->seed, epoch, r, 2, ds.n, order[r]);
+            mine = dcps_job_share(cfg->seed, epoch, r, 2, ds.n, order[r]);
         for (uint32_t at = 0; at < mine; at += (uint32_t)cfg->batch_size) {
             for (int r = 0; r < 2; r++) {
                 for (int b = 0; b < cfg->batch_size; b++) {

@@ -12,7 +12,7 @@
 #   from this build's `dcps-server --dump-config` (docs/keys2md.awk); a diff
 #   says where it is not.
 # - The keys of the final: lines and the header of the metrics CSV shown in
-#   docs/operating.md are those worker/step.c and worker/trainer.c print.
+#   docs/operating.md are those worker/job.c and worker/trainer.c print.
 set -uo pipefail
 : "${DCPS_BUILDDIR:?run through make check}" "${DCPS_SRCDIR:?run through make check}" "${AWK:=awk}"
 src=$DCPS_SRCDIR
@@ -79,17 +79,17 @@ else
 fi
 
 # --- docs/operating.md: the final: line and the metrics CSV --------------------------
-# The keys of the final: line, in the order of worker/step.c's format string.
-code_keys=$(sed -n '/"final: rank=/,/compute_ms=%d"/p' "$src/worker/step.c" |
+# The keys of the final: line, in the order of worker/job.c's format string.
+code_keys=$(sed -n '/"final: rank=/,/compute_ms=%d"/p' "$src/worker/job.c" |
             grep -o '[a-z_]*=%' | sed 's/=%//' | tr '\n' ' ')
-[ -n "$code_keys" ] || fail "no final: format in worker/step.c"
+[ -n "$code_keys" ] || fail "no final: format in worker/job.c"
 nfinal=0
 while IFS= read -r line; do
     nfinal=$((nfinal + 1))
     doc_keys=$(printf '%s\n' "$line" | grep -o '[a-z_]*=' | sed 's/=//' | tr '\n' ' ')
     [ "$doc_keys" = "$code_keys" ] || fail "docs/operating.md shows a final: line with the keys
   $doc_keys
-which is not what worker/step.c prints:
+which is not what worker/job.c prints:
   $code_keys"
 done < <(grep '^final: rank=' "$src/docs/operating.md")
 [ "$nfinal" -gt 0 ] || fail "docs/operating.md shows no final: line"
@@ -97,7 +97,7 @@ table_keys=$(sed -n '/^- \*\*`final:`\*\*/,/^$/p; /^| key | meaning |/,/^$/p' "$
              grep '^| `' | cut -d'|' -f2 | grep -o '`[a-z_]*`' | tr -d '`' | tr '\n' ' ')
 [ "$table_keys" = "$code_keys" ] || fail "the final: table of docs/operating.md names
   $table_keys
-which is not what worker/step.c prints:
+which is not what worker/job.c prints:
   $code_keys"
 code_csv=$(sed -n '/"elapsed_s,step/,/\\n");/p' "$src/worker/trainer.c" | grep -o '"[^"]*"' |
            tr -d '"\n' | sed 's/\\n$//')

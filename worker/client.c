@@ -471,17 +471,10 @@ static int attempt_wait(int attempt_ms, int attempt)
     return attempt_ms << (attempt < 2 ? attempt : 2);
 }
 
-/* Sends every active slot, collects the replies (calling fn for each good one)
- * and resends what is unanswered, up to `attempts` times with backoff
- * (attempt_wait). Returns the first slot's error, or 0. */
-static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
-                    int attempts)
+/* Gives every active slot a fresh request header: this job, rank and session,
+ * its shard, and the next sequence number. */
+static void stamp(dcps_client_t *c, slot_t *slots)
 {
-    zmq_pollitem_t items[2 * DCPS_MAX_SHARDS]; /* the sockets, then their monitors */
-    int who[2 * DCPS_MAX_SHARDS];
-    int rc = 0, attempt = 0;
-    double waited = 0;
-
     for (int s = 0; s < c->cfg.n_shards; s++) {
         if (!slots[s].active)
             continue;
@@ -494,81 +487,127 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
         slots[s].req.seq = ++c->seq;
         slots[s].req.session = c->session;
     }
+}
+
+/* Attempt `attempt` (from 0) of `attempts`: sends every slot not yet answered,
+ * counting them in *pending; a retry says first which shard is silent, and
+ * since when (waited ms), so that it is said at once, not only when the
+ * retries run out. Returns the first send's error, or 0. */
+static int send_round(dcps_client_t *c, slot_t *slots, int attempt, int attempts, double waited,
+                      int wait, int *pending)
+{
+    int rc = 0;
+    for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
+        if (slots[s].active && !slots[s].done) {
+            if (attempt > 0)
+                DCPS_WARN("shard %d (%s) has not answered %s for %.1f s; asking again "
+                          "(attempt %d of %d), waiting up to %d ms",
+                          s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type),
+                          waited / 1000.0, attempt + 1, attempts, wait);
+            rc = send_slot(c, s, &slots[s]);
+            (*pending)++;
+        }
+    return rc;
+}
+
+/* Waits up to wait ms for the replies of the *pending slots not yet answered,
+ * watching their sockets and (for the handshake's failures) their monitors;
+ * takes each reply (take_reply, which calls fn for a good one) and counts the
+ * slots it ends off *pending. A shard that says it is still working on a
+ * request (a HEARTBEAT with WAITING) starts the wait again. Returns the first
+ * error of a slot, a monitor or the poll, or 0 when the wait is over. */
+static int collect(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int wait,
+                   int *pending)
+{
+    zmq_pollitem_t items[2 * DCPS_MAX_SHARDS]; /* the sockets, then their monitors */
+    int who[2 * DCPS_MAX_SHARDS];
+    int rc = 0;
+    double deadline = dcps_now_ms() + wait;
+    while (rc == 0 && *pending > 0) {
+        int n = 0, socks;
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            if (slots[s].active && !slots[s].done) {
+                items[n] = (zmq_pollitem_t){c->conn[s].sock, 0, ZMQ_POLLIN, 0};
+                who[n++] = s;
+            }
+        socks = n;
+        for (int i = 0; i < socks; i++)
+            if (c->conn[who[i]].monitor) {
+                items[n] = (zmq_pollitem_t){c->conn[who[i]].monitor, 0, ZMQ_POLLIN, 0};
+                who[n++] = who[i];
+            }
+        double left = deadline - dcps_now_ms();
+        if (left <= 0)
+            break;
+        if (zmq_poll(items, n, (long)left + 1) < 0 && errno != EINTR)
+            return fail(c, DCPS_E_ZMQ, "poll: %s", zmq_strerror(errno));
+        for (int i = socks; i < n && rc == 0; i++)
+            if (items[i].revents & ZMQ_POLLIN)
+                rc = check_handshakes(c, who[i]);
+        for (int i = 0; i < socks; i++) {
+            int s = who[i];
+            if (!(items[i].revents & ZMQ_POLLIN))
+                continue;
+            while (!slots[s].done && take_reply(c, s, &slots[s], fn, arg))
+                ;
+            if (slots[s].done) {
+                (*pending)--;
+                if (slots[s].rc && !rc)
+                    rc = slots[s].rc;
+            }
+            if (slots[s].alive) {
+                slots[s].alive = false;
+                deadline = dcps_now_ms() + wait;
+            }
+        }
+    }
+    return rc;
+}
+
+/* The first slot still unanswered after `attempts` attempts over waited ms
+ * fails with DCPS_E_TIMEOUT and a sentence; 0 if every slot was answered. */
+static int unanswered(dcps_client_t *c, const slot_t *slots, int attempts, double waited,
+                      int attempt_ms)
+{
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (slots[s].active && !slots[s].done) {
+            bool first = slots[s].req.type == DCPS_MSG_HELLO;
+            return fail(c, DCPS_E_TIMEOUT,
+                        "shard %d (%s) did not answer %s: %d attempts over %.1f s (the first "
+                        "waited %d ms)%s",
+                        s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempts,
+                        waited / 1000.0, attempt_ms,
+                        first ? "; is dcps-server running there, and is [servers] shards "
+                                "right?"
+                              : "");
+        }
+    return 0;
+}
+
+/* Sends every active slot, collects the replies (calling fn for each good one)
+ * and resends what is unanswered, up to `attempts` times with backoff
+ * (attempt_wait). Returns the first slot's error, or 0. */
+static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
+                    int attempts)
+{
+    int rc = 0, attempt = 0;
+    double waited = 0;
+
+    stamp(c, slots);
     for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
         int wait = attempt_wait(attempt_ms, attempt);
-        for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
-            if (slots[s].active && !slots[s].done) {
-                /* A silent shard is said at once, not only when the retries run out. */
-                if (attempt > 0)
-                    DCPS_WARN("shard %d (%s) has not answered %s for %.1f s; asking again "
-                              "(attempt %d of %d), waiting up to %d ms",
-                              s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type),
-                              waited / 1000.0, attempt + 1, attempts, wait);
-                rc = send_slot(c, s, &slots[s]);
-                pending++;
-            }
+        rc = send_round(c, slots, attempt, attempts, waited, wait, &pending);
         if (attempt > 0)
             c->stats.retries += (uint64_t)pending;
         waited += wait;
-        double deadline = dcps_now_ms() + wait;
-        while (rc == 0 && pending > 0) {
-            int n = 0, socks;
-            for (int s = 0; s < c->cfg.n_shards; s++)
-                if (slots[s].active && !slots[s].done) {
-                    items[n] = (zmq_pollitem_t){c->conn[s].sock, 0, ZMQ_POLLIN, 0};
-                    who[n++] = s;
-                }
-            socks = n;
-            for (int i = 0; i < socks; i++)
-                if (c->conn[who[i]].monitor) {
-                    items[n] = (zmq_pollitem_t){c->conn[who[i]].monitor, 0, ZMQ_POLLIN, 0};
-                    who[n++] = who[i];
-                }
-            double left = deadline - dcps_now_ms();
-            if (left <= 0)
-                break;
-            if (zmq_poll(items, n, (long)left + 1) < 0 && errno != EINTR) {
-                rc = fail(c, DCPS_E_ZMQ, "poll: %s", zmq_strerror(errno));
-                break;
-            }
-            for (int i = socks; i < n && rc == 0; i++)
-                if (items[i].revents & ZMQ_POLLIN)
-                    rc = check_handshakes(c, who[i]);
-            for (int i = 0; i < socks; i++) {
-                int s = who[i];
-                if (!(items[i].revents & ZMQ_POLLIN))
-                    continue;
-                while (!slots[s].done && take_reply(c, s, &slots[s], fn, arg))
-                    ;
-                if (slots[s].done) {
-                    pending--;
-                    if (slots[s].rc && !rc)
-                        rc = slots[s].rc;
-                }
-                if (slots[s].alive) {
-                    slots[s].alive = false;
-                    deadline = dcps_now_ms() + wait;
-                }
-            }
-        }
+        if (rc == 0)
+            rc = collect(c, slots, fn, arg, wait, &pending);
         if (rc == 0 && pending == 0)
             break;
     }
     if (rc == 0)
-        for (int s = 0; s < c->cfg.n_shards; s++)
-            if (slots[s].active && !slots[s].done) {
-                bool first = slots[s].req.type == DCPS_MSG_HELLO;
-                rc = fail(c, DCPS_E_TIMEOUT,
-                          "shard %d (%s) did not answer %s: %d attempts over %.1f s (the first "
-                          "waited %d ms)%s",
-                          s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempt,
-                          waited / 1000.0, attempt_ms,
-                          first ? "; is dcps-server running there, and is [servers] shards "
-                                  "right?"
-                                : "");
-                break;
-            }
+        rc = unanswered(c, slots, attempt, waited, attempt_ms);
     settle(c);
     return rc;
 }

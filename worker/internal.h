@@ -36,4 +36,16 @@ dcps_client_t *dcps_client_new(const dcps_config_t *cfg, int rank, int *err, cha
 dcps_step_t *dcps_step_new(const dcps_config_t *cfg, int rank, size_t n, int *err, char *errbuf,
                            size_t errlen);
 
+/* What the job module (worker/job.h) reads of a step beyond its public calls:
+ * the step's copy of its job (with n_params set to n; valid until
+ * dcps_step_close), its rank, its model's size, and when dcps_step_start
+ * returned (dcps_now_s(), common/clock.h; 0 before). */
+typedef struct {
+    const dcps_config_t *cfg;
+    int rank;
+    size_t n;
+    double started_s;
+} dcps_step_info_t;
+void dcps_step_info(const dcps_step_t *s, dcps_step_info_t *out);
+
 #endif

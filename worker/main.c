@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,46 @@ static int run_command(char **command, const char *config, long rank, int worker
     return e == ENOENT ? 127 : 126;
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct {
+    const char *config, *metrics;
+    const char *overrides[MAX_OVERRIDES];
+    char compute_ms[64]; /* --compute-ms as an override, checked with the others */
+    size_t n_overrides;
+    long rank;
+    char **command; /* after "--": the program to run as the worker; NULL: the MLP */
+} options_t;
+
+/* --set V, or with compute_ms --compute-ms MS as the override
+ * worker.compute_ms=MS. Returns 0, or 2 after saying what is wrong. */
+static int add_override(options_t *o, bool compute_ms, const char *arg)
+{
+    char *end;
+    if (o->n_overrides == MAX_OVERRIDES) {
+        fprintf(stderr, "dcps-worker: more than %d --set options\n", MAX_OVERRIDES);
+        return 2;
+    }
+    if (!compute_ms) {
+        o->overrides[o->n_overrides++] = arg;
+        return 0;
+    }
+    errno = 0;
+    long ms = strtol(arg, &end, 10);
+    if (errno || *end || end == arg || ms < 0 || ms > 600000) {
+        fprintf(stderr,
+                "dcps-worker: --compute-ms: \"%s\" is not a number of "
+                "milliseconds from 0 to 600000\n",
+                arg);
+        return 2;
+    }
+    snprintf(o->compute_ms, sizeof o->compute_ms, "worker.compute_ms=%ld", ms);
+    o->overrides[o->n_overrides++] = o->compute_ms;
+    return 0;
+}
+
+/* Reads the command line into o. Returns -1 to go on, or the exit status:
+ * 0 after --help, --version or --dump-config, 2 for a bad option (said). */
+static int parse_options(int argc, char **argv, options_t *o)
 {
     enum { OPT_SET = 256, OPT_METRICS, OPT_DUMP, OPT_COMPUTE_MS };
     static const struct option longopts[] = {
@@ -100,52 +140,30 @@ int main(int argc, char **argv)
         {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *config = NULL, *metrics = NULL;
-    const char *overrides[MAX_OVERRIDES];
-    char compute_ms[64]; /* --compute-ms as an override, checked with the others */
-    size_t n_overrides = 0;
-    long rank = -1;
-    char *end, err[1024], ident[32];
+    char *end;
     int c;
 
-    dcps_log_init("dcps-worker");
+    *o = (options_t){.rank = -1};
     while ((c = getopt_long(argc, argv, "c:r:Vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            config = optarg;
+            o->config = optarg;
             break;
         case 'r':
             errno = 0;
-            rank = strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || rank < 0 || rank > 1000000) {
+            o->rank = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || o->rank < 0 || o->rank > 1000000) {
                 fprintf(stderr, "dcps-worker: --rank: \"%s\" is not a rank\n", optarg);
                 return 2;
             }
             break;
         case OPT_SET:
         case OPT_COMPUTE_MS:
-            if (n_overrides == MAX_OVERRIDES) {
-                fprintf(stderr, "dcps-worker: more than %d --set options\n", MAX_OVERRIDES);
+            if (add_override(o, c == OPT_COMPUTE_MS, optarg) != 0)
                 return 2;
-            }
-            if (c == OPT_COMPUTE_MS) {
-                errno = 0;
-                long ms = strtol(optarg, &end, 10);
-                if (errno || *end || end == optarg || ms < 0 || ms > 600000) {
-                    fprintf(stderr,
-                            "dcps-worker: --compute-ms: \"%s\" is not a number of "
-                            "milliseconds from 0 to 600000\n",
-                            optarg);
-                    return 2;
-                }
-                snprintf(compute_ms, sizeof compute_ms, "worker.compute_ms=%ld", ms);
-                overrides[n_overrides++] = compute_ms;
-            } else {
-                overrides[n_overrides++] = optarg;
-            }
             break;
         case OPT_METRICS:
-            metrics = optarg;
+            o->metrics = optarg;
             break;
         case OPT_DUMP:
             dcps_config_dump(stdout);
@@ -162,42 +180,40 @@ int main(int argc, char **argv)
         }
     }
     /* "-- COMMAND [ARG]...": the rest is the worker's program. */
-    char **command = NULL;
     if (optind < argc && optind > 1 && strcmp(argv[optind - 1], "--") == 0)
-        command = argv + optind;
+        o->command = argv + optind;
     else if (optind < argc) {
         fprintf(stderr, "dcps-worker: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (!config || rank < 0) {
+    if (!o->config || o->rank < 0) {
         fprintf(stderr, "dcps-worker: --config and --rank are required\n");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
-    dcps_config_t *cfg = malloc(sizeof *cfg);
-    if (!cfg) {
-        fprintf(stderr, "dcps-worker: out of memory\n");
-        return 1;
-    }
-    if (dcps_config_load(cfg, config, overrides, n_overrides, err, sizeof err) != 0 ||
-        dcps_config_supported(cfg, config, err, sizeof err) != 0 ||
-        dcps_config_check_role(cfg, config, DCPS_ROLE_WORKER, err, sizeof err) != 0) {
+/* Loads and checks the job of o into cfg, for the built-in MLP unless o has a
+ * command: the file and its overrides, the role, the rank against [job]
+ * workers, and the MLP's size against [model] params. Returns -1 to go on, or
+ * 2 after saying what is wrong. */
+static int load_job(const options_t *o, dcps_config_t *cfg)
+{
+    char err[1024];
+    if (dcps_config_load(cfg, o->config, o->overrides, o->n_overrides, err, sizeof err) != 0 ||
+        dcps_config_supported(cfg, o->config, err, sizeof err) != 0 ||
+        dcps_config_check_role(cfg, o->config, DCPS_ROLE_WORKER, err, sizeof err) != 0) {
         fprintf(stderr, "dcps-worker: %s\n", err);
-        free(cfg);
         return 2;
     }
-    if (rank >= cfg->workers) {
+    if (o->rank >= cfg->workers) {
         fprintf(stderr, "dcps-worker: --rank %ld: %s has [job] workers = %d (ranks 0 to %d)\n",
-                rank, config, cfg->workers, cfg->workers - 1);
-        free(cfg);
+                o->rank, o->config, cfg->workers, cfg->workers - 1);
         return 2;
     }
-    if (command) {
-        int workers = cfg->workers;
-        free(cfg);
-        return run_command(command, config, rank, workers, overrides, n_overrides);
-    }
+    if (o->command)
+        return -1;
     /* This program's model is the MLP of [model] layers; with params = auto the
      * shards learn its size from rank 0. Only emulated compute (no model) takes
      * another size. */
@@ -209,15 +225,40 @@ int main(int argc, char **argv)
                 "dcps-worker: %s: [model] params = %" PRIu64 ", but the MLP of [model] layers "
                 "has %" PRIu64 " parameters: use params = layers or auto, or --compute-ms to "
                 "emulate a model of that size\n",
-                config, cfg->n_params, mlp);
-        free(cfg);
+                o->config, cfg->n_params, mlp);
         return 2;
     }
-    snprintf(ident, sizeof ident, "dcps-worker[%ld]", rank);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    char err[1024], ident[32];
+
+    dcps_log_init("dcps-worker");
+    int status = parse_options(argc, argv, &o);
+    if (status >= 0)
+        return status;
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    if (!cfg) {
+        fprintf(stderr, "dcps-worker: out of memory\n");
+        return 1;
+    }
+    if ((status = load_job(&o, cfg)) >= 0) {
+        free(cfg);
+        return status;
+    }
+    if (o.command) {
+        int workers = cfg->workers;
+        free(cfg);
+        return run_command(o.command, o.config, o.rank, workers, o.overrides, o.n_overrides);
+    }
+    snprintf(ident, sizeof ident, "dcps-worker[%ld]", o.rank);
     dcps_log_init(ident);
     dcps_log_set_level(dcps_log_level_parse(cfg->log_level));
 
-    int rc = dcps_trainer_run(cfg, (int)rank, metrics ? metrics : cfg->metrics, stdout, err,
+    int rc = dcps_trainer_run(cfg, (int)o.rank, o.metrics ? o.metrics : cfg->metrics, stdout, err,
                               sizeof err);
     if (rc != 0)
         DCPS_ERR("%s", err);

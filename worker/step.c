@@ -22,7 +22,6 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/rng.h"
 #include "kernels/gpu.h"
 #include "worker/compress.h"
 #include "worker/step_gpu.h"
@@ -548,60 +547,12 @@ uint64_t dcps_step_resumed(const dcps_step_t *s)
     return s->resumed;
 }
 
-int dcps_step_summary(const dcps_step_t *s, const dcps_step_result_t *r, char *buf, size_t len)
-{
-    const dcps_config_t *cfg = &s->cfg;
-    dcps_client_stats_t st;
-    dcps_step_stats(s, &st);
-    double elapsed = s->t0 > 0 ? dcps_now_s() - s->t0 : 0;
-    uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
-    uint64_t ran = st.clock - s->resumed; /* steps this process computed */
-    return snprintf(
-        buf, len,
-        "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%" PRIu64
-        " epochs=%d elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64
-        " bytes_pulled=%" PRIu64 " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s "
-        "compression=%s pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
-        " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d compute_ms=%d",
-        s->rank, r->test_acc, r->test_loss, r->train_loss, st.clock, r->epochs, elapsed,
-        elapsed > 0 ? (double)r->samples / elapsed : 0.0, st.bytes_pushed, st.bytes_pulled,
-        (double)(st.bytes_pushed + st.bytes_pulled) / (double)(ran ? ran : 1),
-        dense ? (double)(st.bytes_pushed + st.bytes_pulled) / (double)dense : 1.0,
-        dcps_config_mode_name(cfg->mode), dcps_config_optimizer_name(cfg->opt_kind),
-        dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
-        cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density, s->pipe ? "true" : "false",
-        st.staleness_count ? (double)st.staleness_sum / (double)st.staleness_count : 0.0,
-        st.staleness_max, st.dropped, st.retries, r->device ? r->device : "cpu", cfg->workers,
-        r->compute_ms);
-}
-
 const char *dcps_step_error(const dcps_step_t *s)
 {
     return s->err;
 }
 
-void dcps_step_job(const dcps_step_t *s, dcps_step_job_t *out)
+void dcps_step_info(const dcps_step_t *s, dcps_step_info_t *out)
 {
-    *out = (dcps_step_job_t){.rank = s->rank,
-                             .workers = s->cfg.workers,
-                             .mode = s->cfg.mode,
-                             .batch_size = s->cfg.batch_size,
-                             .epochs = s->cfg.epochs,
-                             .log_every = s->cfg.log_every,
-                             .seed = s->cfg.seed,
-                             .n = s->n};
-}
-
-uint32_t dcps_step_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
-                         uint32_t *order)
-{
-    uint32_t k = 0;
-    dcps_rng_t rng;
-    dcps_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1)));
-    for (uint32_t i = 0; i < n; i++)
-        order[i] = i;
-    dcps_rng_shuffle_u32(&rng, order, n);
-    for (uint32_t i = (uint32_t)rank; i < n; i += (uint32_t)workers)
-        order[k++] = order[i];
-    return k;
+    *out = (dcps_step_info_t){.cfg = &s->cfg, .rank = s->rank, .n = s->n, .started_s = s->t0};
 }

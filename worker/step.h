@@ -1,15 +1,15 @@
 /* libdcps — the worker's step: everything a worker does around a gradient.
  *
  * A step object is one worker rank of a job, for a model of n float32
- * parameters that the caller owns and computes. It knows nothing of the model:
- * the caller hands it each step's gradient (a flat array of n) and gets the
- * parameters back (a flat array of n, in the same order). In between it does
- * what the job's [compression] and [job] keys say: clipping, the uncompressed
- * warm-up and periodic dense correction, the density schedule, error feedback
- * and DGC momentum correction (worker/compress.h), the push split by shard, the
- * pull (dense or delta), and with pipeline = true the CD-SGD overlap. Both the
- * built-in trainer (dcps-worker) and the Python package (dcps.torch) are users
- * of this one implementation.
+ * parameters that the caller owns and computes. It knows nothing of the model
+ * or its data: the caller hands it each step's gradient (a flat array of n)
+ * and gets the parameters back (a flat array of n, in the same order). In
+ * between it does what the job's [compression] and [job] keys say: clipping,
+ * the uncompressed warm-up and periodic dense correction, the density
+ * schedule, error feedback and DGC momentum correction (worker/compress.h), the
+ * push split by shard, the pull (dense or delta), and with pipeline = true the
+ * CD-SGD overlap. Both the built-in trainer (dcps-worker) and the Python
+ * package (dcps.torch) are users of this one implementation.
  *
  * A life cycle:
  *
@@ -20,7 +20,6 @@
  *         compute grad at params
  *         dcps_step_run(s, grad, params, epoch);  push grad, params = pulled
  *     dcps_step_finish(s, params);         DONE, barrier, exact pull into params
- *     dcps_step_summary(s, &result, line, sizeof line);   the final: line
  *     dcps_step_close(&s);
  *
  * Arrays are borrowed for the duration of a call, except with the pipeline
@@ -154,42 +153,8 @@ uint64_t dcps_step_resumed(const dcps_step_t *s);
 /* The client's counters (dcps.h) as of the last completed exchange. */
 void dcps_step_stats(const dcps_step_t *s, dcps_client_stats_t *out);
 
-/* What the caller knows of the run, for the final: line. NAN: unknown. */
-typedef struct {
-    double test_acc, test_loss, train_loss;
-    int epochs;         /* epochs trained */
-    uint64_t samples;   /* training examples this process computed */
-    const char *device; /* where the model ran ("cpu", "gpu"); NULL: "cpu" */
-    int compute_ms;     /* emulated compute per step; 0: none */
-} dcps_step_result_t;
-
-/* Writes the `final:` line (docs/operating.md, Output; no newline) of this worker into buf:
- * rank, the caller's results, steps, elapsed time since dcps_step_start,
- * traffic, and the job's mode, optimizer and compression. Returns the length
- * it needed (as snprintf). */
-int dcps_step_summary(const dcps_step_t *s, const dcps_step_result_t *r, char *buf, size_t len);
-
 /* The sentence for the last failure; "" if none. Valid until the next call. */
 const char *dcps_step_error(const dcps_step_t *s);
-
-/* The job's values a caller needs to feed the step: its rank and worker
- * count, the seed, batch size and epochs of [data], and log_every. */
-typedef struct {
-    int rank, workers, mode, batch_size, epochs, log_every;
-    uint64_t seed;
-    size_t n;
-} dcps_step_job_t;
-void dcps_step_job(const dcps_step_t *s, dcps_step_job_t *out);
-
-/* Rank `rank`'s share of epoch `epoch` (from 1) of a training set of n
- * examples: a permutation of 0..n−1 seeded by seed and epoch, of which rank r
- * of P takes positions r, r + P, r + 2P, ... in that order; every rank computes
- * the same permutation, so the shares are disjoint. Writes the share to the
- * start of order (n entries of room) and returns its length. dcps-worker's
- * batches are consecutive runs of batch_size entries of it, the last one
- * possibly shorter; dcps.torch.shard uses the same order. */
-uint32_t dcps_step_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,
-                         uint32_t *order);
 
 #ifdef __cplusplus
 }

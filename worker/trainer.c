@@ -19,20 +19,28 @@
 #include "model/mlp.h"
 #include "model/mlp_gpu.h"
 #include "worker/internal.h"
+#include "worker/job.h"
+#include "worker/step_gpu.h"
 
 
 /* Two paths share the loop in train(). The CPU path (gpu == 0) keeps params
  * and grad in one host allocation and runs dcps_mlp_t. The GPU path (gpu == 1)
  * runs dcps_mlp_gpu_t on the compute stream cs: parameters and gradient live on
- * the device, and their host twins are pinned slices that the step fills and
- * the gradient is downloaded to; batches go through two pinned slots
- * h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy stream xs
- * one step ahead. The events order the slots: up[k] when slot k's upload is
- * done, done[k] when the forward and backward pass has read it, params_up when
- * the last parameter upload has left the pinned params.
+ * the device, with host twins in pinned slices; batches go through two pinned
+ * slots h_x/h_y[k] and their device twins d_x/d_y[k], uploaded on the copy
+ * stream xs one step ahead. The events order the slots: up[k] when slot k's
+ * upload is done, done[k] when the forward and backward pass has read it,
+ * params_up when the last parameter upload has left the pinned params.
  *
- * Both paths hand the host gradient and parameters to the step (worker/step.h),
- * which encodes, pushes and pulls, with the CD-SGD pipeline when the job asks. */
+ * Both paths hand the gradient and parameters to the step (worker/step.h),
+ * which encodes, pushes and pulls, with the CD-SGD pipeline when the job asks.
+ * The CPU path hands it host arrays. The GPU path hands it d_grad and d_params
+ * on cs (device arrays, dcps_step_use_stream; dev_step), as dcps.torch does
+ * for a CUDA model: the residual and the Top-k selection stay on the GPU and
+ * only the k pairs cross PCIe. Where the step's device path does not do what
+ * the job asks, or its buffers do not fit on the GPU, the GPU path hands it
+ * the pinned twins instead: the gradient is downloaded and compressed on the
+ * host, and the pulled parameters uploaded. */
 typedef struct {
     const dcps_config_t *cfg;
     int rank;
@@ -49,6 +57,7 @@ typedef struct {
     uint8_t *yb;
     uint32_t *order;                 /* this rank's sample indices (none when emulated) */
     dcps_mlp_gpu_t *gmlp;            /* GPU path from here on */
+    bool dev_step;                   /* the step takes d_grad and d_params */
     dcps_stream_t cs, xs;
     dcps_event_t up[2], done[2], params_up;
     void *dev, *pinned; /* the two allocations the slices below are carved from */
@@ -122,7 +131,7 @@ static int name_tensors(trainer_t *t)
     return dcps_step_set_names(t->step, off, names, k) == 0 ? 0 : step_fail(t, DCPS_E_INVAL);
 }
 
-/* An emulated worker's share of the examples: as many as dcps_step_share()
+/* An emulated worker's share of the examples: as many as dcps_job_share()
  * would deal it (every workers-th from its rank), without the indices, since
  * it has no examples to pick. */
 static uint32_t emulated_share(const trainer_t *t)
@@ -150,24 +159,26 @@ static void gather(trainer_t *t, uint32_t at, int b, float *x, uint8_t *y)
     }
 }
 
-/* GPU path: uploads the parameters the step left in t->params to d_params
- * on cs, so that the next pass and evaluation (on cs) see them, and records
- * params_up: the host waits for it before the step overwrites params again. */
+/* GPU path on host arrays: uploads the parameters the step left in t->params
+ * to d_params on cs, so that the next pass and evaluation (on cs) see them,
+ * and records params_up: the host waits for it before the step overwrites
+ * params again. */
 static int upload_params(trainer_t *t)
 {
     int rc;
-    if (t->gpu &&
+    if (t->gpu && !t->dev_step &&
         ((rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0 ||
          (rc = dcps_gpu_event_record(t->params_up, t->cs)) != 0))
         return gpu_fail(t, rc, "uploading the parameters");
     return 0;
 }
 
-/* GPU path: the last upload has left the pinned params (before a pull). */
+/* GPU path on host arrays: the last upload has left the pinned params
+ * (before a pull). */
 static int params_free(trainer_t *t)
 {
     int rc;
-    if (t->gpu && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
+    if (t->gpu && !t->dev_step && (rc = dcps_gpu_event_sync(t->params_up)) != 0)
         return gpu_fail(t, rc, "uploading the parameters");
     return 0;
 }
@@ -188,14 +199,23 @@ static int evaluate(trainer_t *t, float *loss, float *acc)
     return t->gpu ? gpu_fail(t, rc, "evaluation") : fail(t, rc, "evaluation");
 }
 
+/* The arrays the step takes: the device ones with device arrays, else host. */
+static float *step_params(const trainer_t *t)
+{
+    return t->dev_step ? t->d_params : t->params;
+}
+
 /* Hands the gradient of the step to the step object: push, and pull into
- * params (on the GPU path then uploaded). */
+ * params (on the GPU path with host arrays then uploaded). With device arrays
+ * the step reads d_grad after the pass queued on cs and writes d_params in
+ * cs's order, so the next pass sees them. */
 static int communicate(trainer_t *t, int epoch)
 {
+    float *grad = t->dev_step ? t->d_grad : t->grad;
     int rc;
     if ((rc = params_free(t)) != 0)
         return rc;
-    if ((rc = dcps_step_run(t->step, t->grad, t->params, epoch)) != 0)
+    if ((rc = dcps_step_run(t->step, grad, step_params(t), epoch)) != 0)
         return step_fail(t, rc);
     return upload_params(t);
 }
@@ -242,11 +262,12 @@ static int stage(trainer_t *t, int k, uint32_t at, int b)
 
 /* One step of the GPU path on the b samples staged in slot k. The next batch
  * of the epoch (next_b samples at position next_at; none when next_b is 0) is
- * staged into the other slot after the gradient's download is launched: the
- * host gathers it while the GPU works, and its upload on xs runs during the
- * push and pull. The forward/backward pass synchronises cs once; the gradient
- * download is the second and last wait of a step. The gradient is compressed
- * on the host (the GPU top-k kernel is not used here yet). */
+ * staged into the other slot before the step runs: the host gathers it while
+ * the GPU works, and its upload on xs runs during the push and pull. The
+ * forward/backward pass synchronises cs once; the step's encoder waits for cs
+ * a second and last time, for the k pairs it sends. On host arrays the
+ * gradient's download, launched before the next batch is gathered, is that
+ * second wait instead. */
 static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t next_at,
                     int next_b, float *loss, int *correct)
 {
@@ -257,11 +278,11 @@ static int gpu_step(trainer_t *t, long step, int epoch, int k, int b, uint32_t n
                                             t->d_grad, loss, correct)) != 0 ||
         (rc = dcps_gpu_event_record(t->done[k], t->cs)) != 0)
         return gpu_fail(t, rc, "forward/backward");
-    if ((rc = dcps_gpu_to_host(t->grad, t->d_grad, bytes, t->cs)) != 0)
+    if (!t->dev_step && (rc = dcps_gpu_to_host(t->grad, t->d_grad, bytes, t->cs)) != 0)
         return gpu_fail(t, rc, "gradient download");
     if (next_b > 0 && (rc = stage(t, k ^ 1, next_at, next_b)) != 0)
         return rc;
-    if ((rc = dcps_gpu_sync(t->cs)) != 0)
+    if (!t->dev_step && (rc = dcps_gpu_sync(t->cs)) != 0)
         return gpu_fail(t, rc, "gradient download");
     return communicate(t, epoch);
 }
@@ -452,6 +473,34 @@ static int load_data(trainer_t *t)
     return 0;
 }
 
+/* GPU path: hands the step device arrays on cs (dcps_step_use_stream). Where
+ * the step's device path does not do what the job asks (the key that
+ * dcps_step_gpu_refuses names) or its buffers do not fit on the GPU, logs why
+ * and leaves the step on host arrays: the GPU path then downloads the gradient
+ * for the step to compress on the host. */
+static int use_device_arrays(trainer_t *t)
+{
+    char key[128];
+    int rc;
+    if (dcps_step_gpu_refuses(t->cfg, key, sizeof key) != 0) {
+        DCPS_INFO("rank %d compresses its gradients on the host: the GPU's encoder does not "
+                  "do %s in this version",
+                  t->rank, key);
+        return 0;
+    }
+    rc = dcps_step_use_stream(t->step, t->cs);
+    if (rc == DCPS_E_NOMEM) {
+        DCPS_INFO("rank %d compresses its gradients on the host: %s", t->rank,
+                  dcps_step_error(t->step));
+        return 0;
+    }
+    if (rc != 0)
+        return step_fail(t, rc);
+    t->dev_step = true;
+    DCPS_INFO("rank %d compresses its gradients on the GPU", t->rank);
+    return 0;
+}
+
 static int setup(trainer_t *t, const char *metrics_path)
 {
     const dcps_config_t *cfg = t->cfg;
@@ -511,10 +560,16 @@ static int setup(trainer_t *t, const char *metrics_path)
      * from zeros). */
     if (!t->step || (!t->emulated && (rc = name_tensors(t)) != 0))
         return rc;
-    /* Rank 0's parameters initialise the shards unless they hold some already. */
+    if (t->gpu && (rc = use_device_arrays(t)) != 0)
+        return rc;
+    /* Rank 0's parameters initialise the shards unless they hold some already;
+     * with device arrays the step reads them from d_params. */
     if (t->rank == 0 && !t->emulated)
         dcps_mlp_init_params(cfg->layers, cfg->n_layers, cfg->seed, t->params);
-    if ((rc = dcps_step_start(t->step, t->params)) != 0)
+    if (t->dev_step &&
+        (rc = dcps_gpu_to_device(t->d_params, t->params, t->n * sizeof(float), t->cs)) != 0)
+        return gpu_fail(t, rc, "uploading the parameters");
+    if ((rc = dcps_step_start(t->step, step_params(t))) != 0)
         return step_fail(t, rc);
     return upload_params(t);
 }
@@ -545,7 +600,7 @@ static int refuse_finished(trainer_t *t, long resume)
     long total = 0;
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         uint32_t mine = t->emulated ? emulated_share(t)
-                                    : dcps_step_share(cfg->seed, epoch, t->rank, cfg->workers,
+                                    : dcps_job_share(cfg->seed, epoch, t->rank, cfg->workers,
                                                       t->examples, t->order);
         total += ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
     }
@@ -566,135 +621,178 @@ static int refuse_finished(trainer_t *t, long resume)
     return DCPS_E_STATE;
 }
 
-static int train(trainer_t *t, FILE *out)
+/* Where train() stands: the step last pushed (counted over the job), the step
+ * the shards expect (a restart's, or the sync round the job went on to), and
+ * the sums over the progress window, the epoch and this process's run. */
+typedef struct {
+    long step, resume;
+    double win_loss, epoch_loss, t_win;
+    long win_correct, win_samples, epoch_steps, samples;
+    float test_loss, test_acc; /* of the last evaluation */
+} progress_t;
+
+/* Counts one step of b samples; every [worker] log_every steps writes the
+ * progress line and its CSV row and starts a new window. */
+static void count_step(trainer_t *t, progress_t *p, int epoch, int b, float loss, int correct,
+                       FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;
-    long step = 0;
-    double win_loss = 0, epoch_loss = 0, t_win = dcps_now_s();
-    long win_correct = 0, win_samples = 0, epoch_steps = 0, samples = 0;
-    float test_loss, test_acc;
+    p->win_loss += loss;
+    p->epoch_loss += loss;
+    p->epoch_steps++;
+    p->win_correct += correct;
+    p->win_samples += b;
+    p->samples += b;
+    if (p->step % cfg->log_every != 0)
+        return;
+    dcps_client_stats_t st;
+    dcps_step_stats(t->step, &st);
+    double tn = dcps_now_s();
+    double wl = p->win_loss / (double)cfg->log_every;
+    double wa = t->emulated ? NAN : (double)p->win_correct / (double)p->win_samples;
+    fprintf(out,
+            "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
+            "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
+            t->rank, p->step, epoch, wl, wa, (double)p->win_samples / (tn - p->t_win),
+            st.bytes_pushed, st.bytes_pulled, staleness_mean(&st));
+    fflush(out);
+    csv_row(t, p->step, epoch, wl, wa, -1);
+    p->win_loss = 0;
+    p->win_correct = p->win_samples = 0;
+    p->t_win = tn;
+}
+
+/* Sync: a worker the job went on without (declared dead, stopped, cut off) is
+ * moved to the open round; the batches of the rounds it missed are skipped,
+ * so it ends with the job's last round. Moves *at, the position in this
+ * epoch's share of mine, past them (staging the batch there on the GPU path).
+ * Returns 1 when the rest of the epoch is skipped, 0 to go on, or an error. */
+static int catch_up(trainer_t *t, progress_t *p, uint32_t mine, uint32_t *at)
+{
+    const uint32_t bs = (uint32_t)t->cfg->batch_size;
+    long clock = (long)dcps_step_clock(t->step);
+    int rc;
+    if (clock <= p->step)
+        return 0;
+    long left = (long)((mine - *at + bs - 1) / bs);
+    p->resume = clock;
+    if (p->step + left <= p->resume) {
+        p->step += left;
+        return 1;
+    }
+    *at += (uint32_t)(p->resume - p->step) * bs;
+    p->step = p->resume;
+    if (t->gpu && (rc = stage(t, (int)((p->step + 1) & 1), *at,
+                              batch_len(mine, *at, t->cfg->batch_size))) != 0)
+        return rc;
+    return 0;
+}
+
+/* Trains epoch `epoch` (from 1) from where p stands, skipping the steps the
+ * shards hold already, then evaluates and writes the epoch's line and CSV
+ * row. An epoch the shards hold whole is skipped without evaluation. */
+static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
+{
+    const dcps_config_t *cfg = t->cfg;
+    const uint32_t bs = (uint32_t)cfg->batch_size;
+    int rc;
+    uint32_t mine = t->emulated ? emulated_share(t)
+                                : dcps_job_share(cfg->seed, epoch, t->rank, cfg->workers,
+                                                 t->examples, t->order);
+    long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
+    if (p->step + in_epoch <= p->resume) {
+        p->step += in_epoch;
+        return 0;
+    }
+    uint32_t first = 0; /* where this epoch starts */
+    if (p->step < p->resume) {
+        first = (uint32_t)(p->resume - p->step) * bs;
+        p->step = p->resume;
+    }
+    p->epoch_loss = 0;
+    p->epoch_steps = 0;
+    /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
+     * the epoch's first batch is staged here. */
+    if (t->gpu && (rc = stage(t, (int)((p->step + 1) & 1), first,
+                              batch_len(mine, first, cfg->batch_size))) != 0)
+        return rc;
+    for (uint32_t at = first; at < mine; at += bs) {
+        if ((rc = catch_up(t, p, mine, &at)) < 0)
+            return rc;
+        if (rc == 1)
+            break;
+        int b = batch_len(mine, at, cfg->batch_size);
+        uint32_t next = at + bs;
+        float loss;
+        int correct;
+        p->step++;
+        rc = t->gpu ? gpu_step(t, p->step, epoch, (int)(p->step & 1), b, next,
+                               batch_len(mine, next, cfg->batch_size), &loss, &correct)
+                    : cpu_step(t, p->step, epoch, at, b, &loss, &correct);
+        if (rc != 0)
+            return rc;
+        if (cfg->delay_ms > 0)
+            nanosleep(&(struct timespec){cfg->delay_ms / 1000, (cfg->delay_ms % 1000) * 1000000L},
+                      NULL);
+        count_step(t, p, epoch, b, loss, correct, out);
+    }
+    if ((rc = dcps_step_wait(t->step)) != 0)
+        return step_fail(t, rc);
+    if ((rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
+        return rc;
+    fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
+            epoch, p->step, p->test_loss, p->test_acc);
+    fflush(out);
+    csv_row(t, p->step, epoch, p->epoch_loss / (double)p->epoch_steps, -1, p->test_acc);
+    return 0;
+}
+
+/* Meets the other workers, so that every rank evaluates the same final model
+ * (the shards' parameters themselves, not a delta pull's mirror), and writes
+ * the last CSV row and the final: line. */
+static int finish(trainer_t *t, progress_t *p, FILE *out)
+{
+    const dcps_config_t *cfg = t->cfg;
+    int rc;
+    if ((rc = params_free(t)) != 0)
+        return rc;
+    if ((rc = dcps_step_finish(t->step, step_params(t))) != 0)
+        return step_fail(t, rc);
+    if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
+        return rc;
+
+    double train_loss = p->epoch_loss / (double)(p->epoch_steps ? p->epoch_steps : 1);
+    csv_row(t, p->step, cfg->epochs, train_loss, -1, p->test_acc);
+    char line[1024];
+    dcps_job_result_t r = {.test_acc = p->test_acc,
+                           .test_loss = p->test_loss,
+                           .train_loss = train_loss,
+                           .epochs = cfg->epochs,
+                           .samples = (uint64_t)p->samples,
+                           .device = t->gpu ? "gpu" : "cpu",
+                           .compute_ms = cfg->compute_ms};
+    dcps_job_summary(t->step, &r, line, sizeof line);
+    fprintf(out, "%s\n", line);
+    fflush(out);
+    return 0;
+}
+
+static int train(trainer_t *t, FILE *out)
+{
+    progress_t p = {.t_win = dcps_now_s()};
     int rc;
 
     /* A restarted worker resumes where its previous process left off: the
      * shards said which step of this rank they expect (0 for a new one). */
-    long resume = (long)dcps_step_resumed(t->step);
-    if ((rc = refuse_finished(t, resume)) != 0)
+    p.resume = (long)dcps_step_resumed(t->step);
+    if ((rc = refuse_finished(t, p.resume)) != 0)
         return rc;
 
     t->t0 = dcps_now_s();
-    for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
-        uint32_t mine = t->emulated ? emulated_share(t)
-                                    : dcps_step_share(t->cfg->seed, epoch, t->rank, cfg->workers,
-                                                      t->examples, t->order);
-        long in_epoch = ((long)mine + cfg->batch_size - 1) / cfg->batch_size;
-        if (step + in_epoch <= resume) {
-            step += in_epoch;
-            continue;
-        }
-        uint32_t first = 0; /* where this epoch starts */
-        if (step < resume) {
-            first = (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
-            step = resume;
-        }
-        epoch_loss = 0;
-        epoch_steps = 0;
-        /* The GPU path stages each batch a step ahead (step s uses slot s & 1);
-         * the epoch's first batch is staged here. */
-        if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), first,
-                                  batch_len(mine, first, cfg->batch_size))) != 0)
+    for (int epoch = 1; epoch <= t->cfg->epochs; epoch++)
+        if ((rc = train_epoch(t, &p, epoch, out)) != 0)
             return rc;
-        for (uint32_t at = first; at < mine; at += (uint32_t)cfg->batch_size) {
-            /* Sync: a worker the job went on without (declared dead, stopped,
-             * cut off) is moved to the open round; the batches of the rounds
-             * it missed are skipped, so it ends with the job's last round. */
-            long clock = (long)dcps_step_clock(t->step);
-            if (clock > step) {
-                long left = (long)((mine - at + (uint32_t)cfg->batch_size - 1) /
-                                   (uint32_t)cfg->batch_size);
-                resume = clock;
-                if (step + left <= resume) {
-                    step += left;
-                    break;
-                }
-                at += (uint32_t)(resume - step) * (uint32_t)cfg->batch_size;
-                step = resume;
-                if (t->gpu && (rc = stage(t, (int)((step + 1) & 1), at,
-                                          batch_len(mine, at, cfg->batch_size))) != 0)
-                    return rc;
-            }
-            int b = batch_len(mine, at, cfg->batch_size);
-            uint32_t next = at + (uint32_t)cfg->batch_size;
-            float loss;
-            int correct;
-            step++;
-            rc = t->gpu ? gpu_step(t, step, epoch, (int)(step & 1), b, next,
-                                   batch_len(mine, next, cfg->batch_size), &loss, &correct)
-                        : cpu_step(t, step, epoch, at, b, &loss, &correct);
-            if (rc != 0)
-                return rc;
-            if (cfg->delay_ms > 0)
-                nanosleep(&(struct timespec){cfg->delay_ms / 1000,
-                                             (cfg->delay_ms % 1000) * 1000000L},
-                          NULL);
-
-            win_loss += loss;
-            epoch_loss += loss;
-            epoch_steps++;
-            win_correct += correct;
-            win_samples += b;
-            samples += b;
-            if (step % cfg->log_every == 0) {
-                dcps_client_stats_t st;
-                dcps_step_stats(t->step, &st);
-                double tn = dcps_now_s();
-                double wl = win_loss / (double)cfg->log_every;
-                double wa = t->emulated ? NAN : (double)win_correct / (double)win_samples;
-                fprintf(out,
-                        "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
-                        "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
-                        t->rank, step, epoch, wl, wa, (double)win_samples / (tn - t_win),
-                        st.bytes_pushed, st.bytes_pulled,
-                        staleness_mean(&st));
-                fflush(out);
-                csv_row(t, step, epoch, wl, wa, -1);
-                win_loss = 0;
-                win_correct = win_samples = 0;
-                t_win = tn;
-            }
-        }
-        if ((rc = dcps_step_wait(t->step)) != 0)
-            return step_fail(t, rc);
-        if ((rc = evaluate(t, &test_loss, &test_acc)) != 0)
-            return rc;
-        fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
-                epoch, step, test_loss, test_acc);
-        fflush(out);
-        csv_row(t, step, epoch, epoch_loss / (double)epoch_steps, -1, test_acc);
-    }
-
-    /* Meet the other workers, so that every rank evaluates the same final model:
-     * the shards' parameters themselves, not a delta pull's mirror. */
-    if ((rc = params_free(t)) != 0)
-        return rc;
-    if ((rc = dcps_step_finish(t->step, t->params)) != 0)
-        return step_fail(t, rc);
-    if ((rc = upload_params(t)) != 0 || (rc = evaluate(t, &test_loss, &test_acc)) != 0)
-        return rc;
-
-    double train_loss = epoch_loss / (double)(epoch_steps ? epoch_steps : 1);
-    csv_row(t, step, cfg->epochs, train_loss, -1, test_acc);
-    char line[1024];
-    dcps_step_result_t r = {.test_acc = test_acc,
-                            .test_loss = test_loss,
-                            .train_loss = train_loss,
-                            .epochs = cfg->epochs,
-                            .samples = (uint64_t)samples,
-                            .device = t->gpu ? "gpu" : "cpu",
-                            .compute_ms = cfg->compute_ms};
-    dcps_step_summary(t->step, &r, line, sizeof line);
-    fprintf(out, "%s\n", line);
-    fflush(out);
-    return 0;
+    return finish(t, &p, out);
 }
 
 void dcps_trainer_synthetic_pool(uint64_t seed, int rank, float *pool, size_t len)

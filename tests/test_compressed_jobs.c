@@ -3,7 +3,8 @@
  * combination of push (dense, topk), pull (dense, delta), mode (async, sync,
  * ssp) and pipeline (off, on). Each job is short (2 workers, 2 shards, 4000
  * examples, one epoch); what is checked is that it finishes, learns, evaluates
- * the same final model on both ranks, and sends what its settings say. */
+ * the same final model on both ranks, and sends what its settings say.
+ * worker/compress.c's own suite, without daemons, is tests/test_compress.c. */
 #include <check.h>
 
 #include "tests/check_run.h"
@@ -138,7 +139,7 @@ END_TEST
 
 static Suite *suite(void)
 {
-    Suite *s = suite_create("compression");
+    Suite *s = suite_create("compressed_jobs");
     TCase *tc = tcase_create("end to end");
     tcase_set_timeout(tc, 300);
     tcase_add_checked_fixture(tc, NULL, teardown);
