@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/gpu.h"
+#include "tests/check_run.h"
 
 /* Built with DCPS_EMU, a GPU suite runs under the SIMT emulator of
  * tests/cuda-emu instead (the tests/test_*_gpu_emu programs): DCPS_TEST_SIZE
@@ -125,13 +126,7 @@ static inline int dcps_test_run_gpu_if(Suite *s, int (*extra)(void))
         printf("no GPU: skipped\n");
         return 77;
     }
-    SRunner *sr = srunner_create(s);
-    if (gpu < 0)
-        srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return dcps_test_run_all(s, gpu > 0) ? 1 : 0;
 }
 
 /* dcps_test_run_gpu_if for a suite that needs only a GPU. */

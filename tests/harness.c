@@ -1,5 +1,6 @@
 /* dcps tests — running the real programs; see harness.h. */
 #include "tests/harness.h"
+#include "tests/scratch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,21 +18,19 @@
 #include <time.h>
 #include <unistd.h>
 
-static char dir[256];
+static dcps_scratch_t dir;
 static pid_t procs[H_MAX_PROCS];
 static int n_procs;
 
+/* Made on first use in each process: Check forks a process per test, and a
+ * test's directory is that process's to remove when it passes. */
 const char *h_dir(void)
 {
-    if (!dir[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/dcps-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            perror("mkdtemp");
-            abort();
-        }
+    if (dir.owner != getpid() && dcps_scratch_new(&dir) != 0) {
+        perror("h_dir: mkdtemp");
+        abort();
     }
-    return dir;
+    return dir.path;
 }
 
 /* A path buffer that stays valid for the next 15 calls. */

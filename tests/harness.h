@@ -13,7 +13,9 @@
 
 #define H_MAX_PROCS 32
 
-/* A fresh directory under TMPDIR for this test; static storage. */
+/* A fresh directory under TMPDIR for this test, made on the first call in the
+ * test's process; static storage. It is removed when the test passes and kept
+ * when it fails (tests/scratch.h). */
 const char *h_dir(void);
 
 /* Writes `text` to h_dir()/name and returns the path (static, per name slot). */

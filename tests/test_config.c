@@ -5,6 +5,8 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/keys.h"
+#include "tests/check_run.h"
+#include "tests/scratch.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -12,8 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dcps-test-config-XXXXXX";
-static char path[128]; /* dir/job.ini, the file every test writes */
+static dcps_scratch_t scratch; /* this test's directory (tests/scratch.h) */
+static const char *dir;        /* its path */
+static char path[512];         /* dir/job.ini, the file every test writes */
 static char err[1024];
 static dcps_config_t cfg;
 
@@ -1025,15 +1028,20 @@ START_TEST(enum_names_match_the_job_file_spelling)
 }
 END_TEST
 
+/* Each test writes its files in a directory of its own, made in its process. */
+static void setup(void)
+{
+    ck_assert_msg(dcps_scratch_new(&scratch) == 0, "mkdtemp: %s", strerror(errno));
+    dir = scratch.path;
+    ck_assert_msg(snprintf(path, sizeof path, "%s/job.ini", dir) < (int)sizeof path,
+                  "TMPDIR is too long: %s", dir);
+}
+
 int main(void)
 {
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(path, sizeof path, "%s/job.ini", dir);
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, defaults_are_the_documented_values);
     tcase_add_test(tc, job_id_is_fnv1a_of_the_name_unless_given);
     tcase_add_test(tc, comments_blank_lines_and_inline_comments_are_ignored);
@@ -1104,15 +1112,5 @@ int main(void)
     tcase_add_test(tc, reload_takes_reloadable_keys_and_names_them);
     tcase_add_test(tc, reload_with_a_fixed_key_changed_keeps_everything);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    static const char *const files[] = {"job.ini", "written.ini", "dump.ini"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-    return failures ? 1 : 0;
+    return dcps_test_run(s);
 }

@@ -10,13 +10,12 @@ set -uo pipefail
 command -v python3 >/dev/null || { echo "SKIP: no python3 to read the JSON"; exit 77; }
 dashboard=$DCPS_SRCDIR/deploy/grafana/dcps.json
 
-tmp=$(mktemp -d)
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 srv=
 cleanup() {
     [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$tmp/job.ini" <<EOF

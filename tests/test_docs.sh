@@ -16,8 +16,8 @@
 set -uo pipefail
 : "${DCPS_BUILDDIR:?run through make check}" "${DCPS_SRCDIR:?run through make check}" "${AWK:=awk}"
 src=$DCPS_SRCDIR
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 pass() { echo "ok: $*"; }

@@ -13,14 +13,13 @@ set -uo pipefail
 : "${DCPS_BUILDDIR:?run through make check}" "${DCPS_SRCDIR:?run through make check}"
 : "${CC:=cc}" "${PKG_CONFIG:=pkg-config}"
 
-tmp=$(mktemp -d)
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 pass() { echo "ok: $*"; }

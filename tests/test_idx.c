@@ -4,9 +4,10 @@
 #include "model/idx.h"
 
 #include "common/error.h"
+#include "tests/check_run.h"
+#include "tests/scratch.h"
 
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,13 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
-static char dir[] = "/tmp/dcps_test_idx_XXXXXX";
+static dcps_scratch_t scratch; /* this test's directory (tests/scratch.h) */
+static const char *dir;        /* its path */
 
 /* The path of a file in the test directory; static storage, one per slot. */
 static const char *tmp_path(int slot, const char *name)
 {
-    static char buf[4][sizeof dir + 1 + 256]; /* d_name holds at most 255 */
+    static char buf[4][sizeof scratch.path + 1 + 256]; /* d_name holds at most 255 */
     snprintf(buf[slot], sizeof buf[slot], "%s/%s", dir, name);
     return buf[slot];
 }
@@ -337,29 +339,18 @@ START_TEST(fashion_mnist_test_set_has_1000_of_each_label)
 }
 END_TEST
 
-/* Removes the files the tests left in dir, then dir itself. */
-static void remove_dir(void)
+/* Each test writes its files in a directory of its own, made in its process. */
+static void setup(void)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlink(tmp_path(0, e->d_name));
-    }
-    closedir(d);
-    rmdir(dir);
+    ck_assert_msg(dcps_scratch_new(&scratch) == 0, "mkdtemp: %s", strerror(errno));
+    dir = scratch.path;
 }
 
 int main(void)
 {
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     Suite *s = suite_create("idx");
     TCase *tc = tcase_create("idx");
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, images_and_labels_round_trip_exactly);
     tcase_add_test(tc, gzip_file_loads_same_as_plain);
@@ -378,10 +369,5 @@ int main(void)
     tcase_add_test(tc, dataset_missing_labels_file_is_io_error);
     tcase_add_test(tc, fashion_mnist_test_set_has_1000_of_each_label);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    remove_dir();
-    return failures ? 1 : 0;
+    return dcps_test_run(s);
 }

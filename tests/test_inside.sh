@@ -17,8 +17,8 @@ perf probe -q -x "$DCPS_BUILDDIR/dcps-server" -a "dcpsintest$$:main=main" 2>/dev
     { echo "SKIP: uprobes cannot be placed here"; exit 77; }
 perf probe -q -d "dcpsintest$$:*"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 if ! BUILD=$DCPS_BUILDDIR bash "$DCPS_SRCDIR/bench/inside.sh" -s 64K -o "$tmp" >"$tmp/log" 2>&1; then
     cat "$tmp/log"
     echo "FAIL: bench/inside.sh -s 64K"

@@ -6,8 +6,8 @@
 set -uo pipefail
 
 : "${DCPS_BUILDDIR:?run through make check}" "${MAKE:=make}" "${CC:=cc}" "${PKG_CONFIG:=pkg-config}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 stage=$tmp/stage
 status=0
 pass() { echo "PASS: $*"; }

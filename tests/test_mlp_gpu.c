@@ -603,13 +603,7 @@ int main(void)
         suite_add_tcase(s, tc);
     }
 
-    SRunner *sr = srunner_create(s);
-    if (!forking)
-        srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed)
+    if (dcps_test_run_all(s, forking) != 0)
         return 1;
     if (!gpu) {
         printf("no usable GPU or cuBLAS: GPU tests skipped\n");

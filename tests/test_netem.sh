@@ -28,8 +28,8 @@ probe_rc=$?
 ip netns del "$probe"
 [ $probe_rc = 0 ] || { echo "SKIP: veth, bridge or tc tbf does not work here: $why"; exit 77; }
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 out=$tmp/out
 if ! BUILD=$DCPS_BUILDDIR bash "$DCPS_SRCDIR/bench/netem.sh" --smoke --prefix "$pfx" -o "$out" \
     >"$tmp/log" 2>&1; then

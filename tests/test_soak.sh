@@ -16,16 +16,15 @@ pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; status=1; }
 command -v curl >/dev/null || { echo "SKIP: no curl (the shards' metrics)"; exit 77; }
 
-tmp=$(mktemp -d)
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 # Processes whose command line names $tmp (the shards' and workers' job file is
 # there): ours. Should the script leave any, they are ended by pid.
 leftovers() { pgrep -af -- "$tmp/" || true; }
 cleanup() {
     local p
     for p in $(pgrep -f -- "$tmp/"); do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
 soak=$DCPS_SRCDIR/bench/soak.sh
 out=$tmp/out
 

@@ -24,8 +24,8 @@ set -uo pipefail
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
 : "${DCPS_BUILDDIR:?run through make check}" "${MAKE:=make}"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh" # $tmp, removed when the test passes
 mkdir -p "$tmp/units" "$tmp/bad"
 
 # A make of its own: without the MAKEFLAGS (and jobserver) of `make check`.

@@ -25,6 +25,15 @@ TRAIN = (f"{DATA}/train-images-idx3-ubyte.gz", f"{DATA}/train-labels-idx1-ubyte.
 TEST = (f"{DATA}/t10k-images-idx3-ubyte.gz", f"{DATA}/t10k-labels-idx1-ubyte.gz")
 MLP_WORKER = os.path.join(SRC, "python", "tests", "mlp_worker.py")
 
+# Scratch directories, owned as tests/scratch.h says for C: main() makes one
+# directory for the run and points TMPDIR at it; a Job's directory is made
+# there, and goes when the test that made it passes. Whatever is left at the
+# end (a failed test's jobs, a class's) goes with the run's directory when
+# every test passed; otherwise it stays and each path is printed once. Outside
+# main() (bench/torch_step.py), Job.close() removes its directory itself.
+_run = None   # the run's directory, while main() runs the tests
+_made = None  # the directories of the Jobs made by the test running now
+
 
 def job_text(shards=2, workers=2, **sections):
     """A job file: the given sections ({"job": {"mode": "sync"}, ...}) over a
@@ -50,6 +59,8 @@ class Job:
 
     def __init__(self, text, shards=2):
         self.dir = tempfile.mkdtemp(prefix="dcps-py-")
+        if _made is not None:
+            _made.append(self.dir)
         self.path = os.path.join(self.dir, "job.ini")
         with open(self.path, "w") as f:
             f.write(text)
@@ -147,7 +158,8 @@ class Job:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if _run is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def final(text):
@@ -156,6 +168,28 @@ def final(text):
     if not lines:
         return {}
     return dict(item.split("=", 1) for item in lines[-1].split()[1:])
+
+
+class _Result(unittest.TextTestResult):
+    """A test's result that also removes the test's Job directories when it
+    passed (or was skipped) and leaves them to main() when it did not."""
+
+    def _not_passed(self):
+        return len(self.failures) + len(self.errors) + len(self.unexpectedSuccesses)
+
+    def startTest(self, test):
+        global _made
+        _made = []
+        self._before = self._not_passed()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        global _made
+        super().stopTest(test)
+        if self._not_passed() == self._before:
+            for d in _made:
+                shutil.rmtree(d, ignore_errors=True)
+        _made = None
 
 
 def main(need_torch=True, need_data=True):
@@ -171,8 +205,17 @@ def main(need_torch=True, need_data=True):
         print(f"SKIP: PyTorch is not importable by {sys.executable} ({e}); install "
               "python3-torch and configure with PYTHON=/usr/bin/python3")
         sys.exit(77)
+    global _run
+    _run = tempfile.mkdtemp(prefix="dcps-test-")
+    os.environ["TMPDIR"] = tempfile.tempdir = _run  # the programs' and this process's
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
-    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2,
+                                     resultclass=_Result).run(suite)
     failed = len(result.failures) + len(result.errors)
     print(f"python: {result.testsRun - failed} passed, {failed} failed")
+    left = [] if result.wasSuccessful() else sorted(os.listdir(_run))
+    for name in left:
+        print(f"kept: {os.path.join(_run, name)}")
+    if not left:
+        shutil.rmtree(_run, ignore_errors=True)
     sys.exit(0 if result.wasSuccessful() else 1)
