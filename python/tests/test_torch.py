@@ -6,6 +6,7 @@ SIGKILL does not stop the others; a model of the wrong size or dtype is refused
 with a sentence before anything is pushed; with a GPU, a CUDA model (the step's
 device path) ends bit-identical to the same model on the CPU."""
 import os
+import random
 import signal
 import sys
 import time
@@ -139,12 +140,16 @@ class OneStepImplementation(unittest.TestCase):
 
 class Faults(unittest.TestCase):
     def test_sigkill_of_a_torch_worker_in_sync_mode_does_not_stop_the_others(self):
+        # 6,400 steps a worker (about 10 s here), killed at a random moment of
+        # its first seconds: 20 epochs (1 s here) ended before a fixed 4 s sleep.
         text = harness.job_text(workers=3, job={"mode": "sync"},
-                                data={"train_limit": 3072, "epochs": 20})
+                                data={"train_limit": 3072, "epochs": 200})
         job = harness.Job(text, shards=2)
         try:
             w = [job.spawn_mlp_worker(r, LAYERS, 3072) for r in range(3)]
-            time.sleep(4)
+            delay = random.uniform(1.5, 4.0)
+            print(f"rank 1 is killed after {delay:.2f} s", file=sys.stderr)
+            time.sleep(delay)
             self.assertIsNone(w[1].poll(), "rank 1 ended before it was killed")
             w[1].send_signal(signal.SIGKILL)
             for r in (0, 2):
