@@ -353,23 +353,6 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     return 0;
 }
 
-/* Every request but HELLO names the session its rank's HELLO bound: checked
- * before anything else of it is read. Returns 0, or DCPS_E_SESSION with why. */
-static int check_session(const dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
-{
-    const dcps_session_t *ss = &r->shard->session[m->rank];
-    char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
-    if (ss->id != 0 && m->session == ss->id)
-        return 0;
-    if (ss->id == 0)
-        snprintf(why, whylen, "rank %u has not said HELLO to this shard", m->rank);
-    else
-        snprintf(why, whylen, "rank %u's session is %s\u2026, this request names %s%s", m->rank,
-                 dcps_session_short(ss->id, bound), dcps_session_short(m->session, named),
-                 m->session ? "\u2026" : "");
-    return DCPS_E_SESSION;
-}
-
 static int not_ready(char *why, size_t whylen)
 {
     snprintf(why, whylen, "rank 0 has not initialised the parameters yet");
@@ -448,94 +431,144 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
     send_reply(r, id, &reply, NULL, NULL);
 }
 
+/* --- a push: one ordered list of checks (docs/protocol.md, section 7.4) ---------- */
+
+/* A push on its way through push_checks below. */
+typedef struct {
+    const dcps_buf_t *id; /* where the answer goes */
+    const dcps_msg_t *m;
+    const uint32_t *idx; /* the payload: NULL (dense) or k global indices */
+    const float *v;      /* n dense values or k sparse ones, borrowed from m */
+    size_t k;
+    bool unread;       /* dense values not checked on their own yet (values_first) */
+    uint64_t based_on; /* the version it counts as computed on */
+} push_t;
+
+/* What a check of a push returns: GO_ON (0) lets the push on to the next row;
+ * a negative code refuses it, with a sentence in why; a positive outcome (ACT,
+ * or the check's own) asks the row's act to carry it out. An act returns
+ * GO_ON, ANSWERED (the push was answered without an error) or a negative code. */
+enum { GO_ON = 0, ACT = 1, ANSWERED = 2 };
+
+/* One row: check decides without changing anything the push should not (a
+ * restored shard's catch-up aside: round below), act carries out what it
+ * decided; NULL check: act always runs. values_first: a dense gradient's values
+ * are read once, by the update, which refuses a non-finite result as every
+ * non-finite value makes it; so they are checked on their own only before any
+ * other outcome than going on (and after a refused update: update_act), and a
+ * push gets the code the order of checks gives all the same. */
+typedef struct {
+    int (*check)(dcps_router_t *r, push_t *p, char *why, size_t whylen);
+    int (*act)(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen);
+    bool values_first;
+} push_check_t;
+
 /* The values of a dense push that dcps_codec_push_unchecked left unread, checked
  * on their own (once): 0 if they are finite or were checked already. */
-static int values_first(const dcps_msg_t *m, size_t k, bool *unread, char *why, size_t whylen)
+static int values_first(push_t *p, char *why, size_t whylen)
 {
     const float *v;
-    if (!*unread)
+    if (!p->unread)
         return 0;
-    *unread = false;
-    return dcps_codec_dense(m, k, &v, why, whylen);
+    p->unread = false;
+    return dcps_codec_dense(p->m, p->k, &v, why, whylen);
 }
 
-static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
-                   size_t whylen)
+/* An unsized shard (params = auto) has no range to check a payload against. */
+static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    dcps_shard_t *s = r->shard;
-    const float *v;
-    const uint32_t *idx = NULL;
-    size_t k = 0;
-    int rc;
+    return r->shard->n_params ? GO_ON : not_ready(why, whylen);
+}
 
-    /* The payload is checked first, so a malformed push is refused whatever the
-     * shard's state, and never acknowledged; an unsized shard has no range to
-     * check it against. A dense gradient's values are read once, by the update,
-     * which refuses a non-finite result (as every non-finite value makes): they
-     * are checked on their own only after a refused update and before any other
-     * outcome, so each push gets the code of the order of checks all the same. */
-    if (!s->n_params)
-        return not_ready(why, whylen);
-    if ((rc = dcps_codec_push_unchecked(m, s->range.lo, s->range.hi, &idx, &v, &k, why,
-                                        whylen)) != 0)
-        return rc;
-    bool unread = idx == NULL;
-    /* A shard restored from a checkpoint is behind what its workers pulled
-     * before it went down: until a worker has pulled from it, a gradient on a
-     * later version is taken as computed on the current one. */
-    uint64_t based_on = m->param_version;
-    if ((based_on > s->version || !s->initialized || dcps_shard_behind(s, m->rank) ||
-         (r->restored_version && based_on > r->restored_version)) &&
-        (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
-    note_lost(r, m->rank, based_on);
-    if (based_on > s->version) {
-        if (!dcps_shard_behind(s, m->rank)) {
-            snprintf(why, whylen,
-                     "gradient computed on version %llu, this shard is at version %llu",
-                     (unsigned long long)m->param_version, (unsigned long long)s->version);
-            return DCPS_E_VERSION;
-        }
-        based_on = s->version;
+/* The payload's frames, indices and sparse values, whatever the shard's state:
+ * a malformed push is never acknowledged. Dense values stay unread. */
+static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_shard_t *s = r->shard;
+    int rc = dcps_codec_push_unchecked(p->m, s->range.lo, s->range.hi, &p->idx, &p->v, &p->k, why,
+                                       whylen);
+    p->unread = rc == 0 && p->idx == NULL;
+    return rc;
+}
+
+/* A version this shard has not reached, one the previous process had reached
+ * after the restored checkpoint (lost updates), or a rank behind a restored
+ * shard, whose push may move the round or its clock (push_round): each is an
+ * outcome, decided in push_version_act once the values are checked. */
+static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_shard_t *s = r->shard;
+    uint64_t v = p->based_on;
+    return v > s->version || dcps_shard_behind(s, p->m->rank) ||
+                   (r->restored_version && v > r->restored_version)
+               ? ACT
+               : GO_ON;
+}
+
+/* A shard restored from a checkpoint is behind what its workers pulled before
+ * it went down: until a worker has pulled from it, a gradient on a later
+ * version is taken as computed on the current one. */
+static int push_version_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    const dcps_shard_t *s = r->shard;
+    note_lost(r, p->m->rank, p->based_on);
+    if (p->based_on <= s->version)
+        return GO_ON;
+    if (!dcps_shard_behind(s, p->m->rank)) {
+        snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
+                 (unsigned long long)p->m->param_version, (unsigned long long)s->version);
+        return DCPS_E_VERSION;
     }
-    if (!s->initialized)
-        return not_ready(why, whylen);
-    int seq = dcps_session_seq(&s->session[m->rank], m->seq);
-    if (seq != DCPS_SEQ_NEW && (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
+    p->based_on = s->version;
+    return GO_ON;
+}
+
+static int push_initialised(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    return r->shard->initialized ? GO_ON : not_ready(why, whylen);
+}
+
+/* The push's seq against its session's last push (server/session.h). */
+static int push_sequence(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_session_t *ss = &r->shard->session[p->m->rank];
+    enum dcps_seq_verdict seq = dcps_session_seq(ss, p->m->seq);
     switch (seq) {
-    case DCPS_SEQ_APPLIED:
-        /* A retry of the push applied last: acknowledged, not applied twice. */
-        s->duplicates++;
-        send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
-        return 0;
-    case DCPS_SEQ_DROPPED: /* a retry of the push dropped last: dropped again */
-        send_stale(r, id, m);
-        return 0;
+    case DCPS_SEQ_NEW:
+        return GO_ON;
     case DCPS_SEQ_BELOW:
         snprintf(why, whylen,
                  "seq %llu is below this session's last push, %llu: the pushes of a session "
                  "carry increasing seqs; nothing applied",
-                 (unsigned long long)m->seq,
-                 (unsigned long long)s->session[m->rank].seq);
+                 (unsigned long long)p->m->seq, (unsigned long long)ss->seq);
         return DCPS_E_STATE;
     default:
-        break;
+        return (int)seq; /* DCPS_SEQ_APPLIED or DCPS_SEQ_DROPPED, both above GO_ON */
     }
+}
+
+/* A retry of the session's last push is answered as that push was: applied,
+ * acknowledged DUPLICATE and not applied twice; dropped, dropped again. */
+static int push_retry_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    if (outcome == DCPS_SEQ_APPLIED) {
+        r->shard->duplicates++;
+        send_ack(r, p->id, p->m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
+    } else {
+        send_stale(r, p->id, p->m);
+    }
+    return ANSWERED;
+}
+
+/* The push's step against the consistency model, once a restored shard has
+ * learnt from it where the job went on (catch_up). */
+static int push_round(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = p->m;
     catch_up(r, m->rank, m->step, false);
-    int verdict = dcps_consistency_check_push(&r->cons, m->rank, m->step);
-    if (verdict != DCPS_PUSH_ACCEPT && (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
-    switch (verdict) {
-    case DCPS_PUSH_STALE: {
-        /* Its round closed without it (it was declared dead, or left): dropped,
-         * and the worker learns the open round. */
-        DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", m->rank,
-                  (unsigned long long)m->step, (unsigned long long)r->cons.round);
-        dcps_shard_drop(s, m->rank, m->seq);
-        send_stale(r, id, m);
-        return 0;
-    }
+    switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
+    case DCPS_PUSH_ACCEPT:
+        return GO_ON;
     case DCPS_PUSH_FUTURE:
         snprintf(why, whylen, "push for step %llu, the open round is %llu",
                  (unsigned long long)m->step, (unsigned long long)r->cons.round);
@@ -545,22 +578,72 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
                  (unsigned long long)m->step);
         return DCPS_E_STATE;
     default:
-        break;
+        return ACT; /* DCPS_PUSH_STALE */
     }
-    /* Refused (NONFINITE) if a parameter or the sync sum would not be finite:
-     * nothing changes, and neither does the rank's clock below. */
+}
+
+/* Its round closed without it (it was declared dead, or left): dropped, and the
+ * worker learns the open round. */
+static int push_stale_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", p->m->rank,
+              (unsigned long long)p->m->step, (unsigned long long)r->cons.round);
+    dcps_shard_drop(r->shard, p->m->rank, p->m->seq);
+    send_stale(r, p->id, p->m);
+    return ANSWERED;
+}
+
+/* Applies the push (async, ssp) or adds it to the round (sync), refused
+ * (NONFINITE) if a parameter or the sync sum would not be finite: then nothing
+ * changes, and neither does the rank's clock. */
+static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    dcps_shard_t *s = r->shard;
+    const dcps_msg_t *m = p->m;
     uint64_t t0 = dcps_now_ns(), pushes = s->pushes;
-    rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
-                         why, whylen);
+    int rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, p->based_on,
+                             p->idx, p->v, p->k, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
-        values_first(m, k, &unread, why, whylen);
+        values_first(p, why, whylen);
     if (rc != 0)
         return rc;
     if (s->pushes != pushes) /* not an empty async push, which applies nothing (shard.h) */
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
-    send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
+    send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
     progress(r);
+    return ANSWERED;
+}
+
+/* The order docs/protocol.md (7.4) promises, after what every request goes
+ * through (request_checks). */
+static const push_check_t push_checks[] = {
+    /* check          act               values first */
+    {push_sized,       NULL,             false}, /* NOTREADY: no range yet (params = auto) */
+    {push_payload,     NULL,             false}, /* 1: FRAMECOUNT, FRAMELEN, SIZE, RANGE, ORDER */
+    {push_version,     push_version_act, true},  /* 2: VERSION; a restored shard adopts */
+    {push_initialised, NULL,             true},  /* 3: NOTREADY */
+    {push_sequence,    push_retry_act,   true},  /* 4: DUPLICATE, STALE again, STATE */
+    {push_round,       push_stale_act,   true},  /* 5: STALE, STATE (sync) */
+    {NULL,             push_update_act,  false}, /* 6: applied, or NONFINITE */
+};
+
+static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                   size_t whylen)
+{
+    push_t p = {.id = id, .m = m, .based_on = m->param_version};
+    for (size_t i = 0; i < sizeof push_checks / sizeof push_checks[0]; i++) {
+        const push_check_t *c = &push_checks[i];
+        int rc = c->check ? c->check(r, &p, why, whylen) : ACT, bad;
+        if (rc == GO_ON)
+            continue;
+        if (c->values_first && (bad = values_first(&p, why, whylen)) != 0)
+            return bad;
+        if (rc < 0)
+            return rc;
+        if ((rc = c->act(r, &p, rc, why, whylen)) != GO_ON)
+            return rc > 0 ? 0 : rc; /* ANSWERED, or refused */
+    }
     return 0;
 }
 
@@ -697,76 +780,136 @@ static void on_message(dcps_bridge_t *b)
     dcps_frames_close(&f);
 }
 
+/* --- every request: one ordered list of checks (docs/protocol.md, section 7.1) ---- */
+
+/* A request on its way through request_checks below. */
+typedef struct {
+    const dcps_buf_t *parts; /* [0] the routing id, [1] the header, then payload frames */
+    size_t n;                /* every part received, also those beyond DCPS_MAX_PARTS */
+    const char *user_id;     /* the CURVE key it came with, or NULL */
+    dcps_msg_t m;            /* decoded by the first check */
+} request_t;
+
 /* Decodes parts[1] as the header and parts[2 ..] as the payload frames, like
  * dcps_frames_decode: n counts parts beyond DCPS_MAX_PARTS, which are not read. */
-static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcps_msg_t *m,
-                  char *why, size_t whylen)
+static int req_decode(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 {
-    if (n < 2) {
-        memset(m, 0, sizeof *m);
+    if (q->n < 2) {
+        memset(&q->m, 0, sizeof q->m);
         snprintf(why, whylen, "message has no header frame");
         return DCPS_E_HEADER;
     }
     /* n - 2 may exceed DCPS_MAX_FRAMES (parts beyond the array were not kept):
      * the codec refuses that count before it reads any frame, and names it. */
-    return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2, n - 2, r->cfg->job_id, m,
-                             why, whylen);
+    return dcps_codec_unpack(q->parts[1].data, q->parts[1].len, q->parts + 2, q->n - 2,
+                             r->cfg->job_id, &q->m, why, whylen);
 }
+
+static int req_rank(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (q->m.rank < (uint32_t)r->cfg->workers)
+        return 0;
+    snprintf(why, whylen, "rank %u, the job has ranks 0 to %d", q->m.rank, r->cfg->workers - 1);
+    return DCPS_E_RANK;
+}
+
+static int req_type(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (handlers[q->m.type])
+        return 0;
+    snprintf(why, whylen, "a shard does not accept %s", dcps_msg_type_name(q->m.type));
+    return DCPS_E_MSGTYPE;
+}
+
+/* Every header field: checked or ignored, by proto/codec.c's table. */
+static int req_fields(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_shard_t *s = r->shard;
+    dcps_field_ctx_t ctx = {(uint32_t)s->index, s->n_params, s->range.lo, s->range.hi};
+    return dcps_codec_check_fields(&q->m, &ctx, why, whylen);
+}
+
+/* Who may speak for the rank, before anything of the request is used: the
+ * CURVE key's ranks (server/auth.h), then the rank's session. */
+static int req_curve(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    return r->auth ? dcps_auth_check(r->auth, q->user_id, q->m.rank, why, whylen) : 0;
+}
+
+/* Every request but HELLO names the session its rank's HELLO bound. */
+static int req_session(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = &q->m;
+    const dcps_session_t *ss = &r->shard->session[m->rank];
+    char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
+    if (m->type == DCPS_MSG_HELLO || (ss->id != 0 && m->session == ss->id))
+        return 0;
+    if (ss->id == 0)
+        snprintf(why, whylen, "rank %u has not said HELLO to this shard", m->rank);
+    else
+        snprintf(why, whylen, "rank %u's session is %s\u2026, this request names %s%s", m->rank,
+                 dcps_session_short(ss->id, bound), dcps_session_short(m->session, named),
+                 m->session ? "\u2026" : "");
+    return DCPS_E_SESSION;
+}
+
+/* A request of the rank's session is a sign of life, even if refused below;
+ * HELLO decides for itself. */
+static int req_alive(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (q->m.type != DCPS_MSG_HELLO)
+        heard(r, q->m.rank);
+    return 0;
+}
+
+/* A shard restored from a checkpoint does not know who joined: a worker that
+ * goes on talking in a session of the checkpoint said HELLO to its previous
+ * process. */
+static int req_rejoin(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = &q->m;
+    char sid[DCPS_SESSION_SHORT];
+    if (!r->shard->restored || m->type == DCPS_MSG_HELLO || m->type == DCPS_MSG_BYE ||
+        r->cons.m[m->rank].joined)
+        return 0;
+    DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this shard "
+                "restarted",
+                m->rank, dcps_session_short(m->session, sid));
+    dcps_consistency_join(&r->cons, m->rank);
+    return 0;
+}
+
+/* What every request goes through, in the order docs/protocol.md (7.1)
+ * promises; then its type's handler (a push: push_checks). Each returns 0 or a
+ * negative code with a sentence in why, which the ERROR reply carries. */
+static int (*const request_checks[])(dcps_router_t *r, request_t *q, char *why,
+                                     size_t whylen) = {
+    req_decode,  /* 2-8: HEADER, PROTOVER, JOBID, MSGTYPE, FRAMECOUNT, FRAMELEN */
+    req_rank,    /* 9: RANK */
+    req_type,    /* 10: MSGTYPE, a reply's type */
+    req_fields,  /* 11: FIELD, FRAMECOUNT */
+    req_curve,   /* 12: AUTH */
+    req_session, /* 13: SESSION */
+    req_alive,   /* 14: a sign of life */
+    req_rejoin,  /* a restored shard's worker joins again */
+};
 
 void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, const char *peer,
                         const char *user_id)
 {
-    dcps_msg_t m;
+    request_t q = {.parts = parts, .n = n, .user_id = user_id};
     char why[DCPS_ERROR_TEXT_MAX - 64] = "";
-    int rc;
+    int rc = 0;
 
     r->messages++;
     for (size_t i = 0; i < n && i < DCPS_MAX_PARTS; i++)
         r->bytes_in += parts[i].len;
-    const dcps_buf_t id = parts[0];
-
-    rc = decode(r, parts, n, &m, why, sizeof why);
-    if (rc == 0 && m.rank >= (uint32_t)r->cfg->workers) {
-        snprintf(why, sizeof why, "rank %u, the job has ranks 0 to %d", m.rank,
-                 r->cfg->workers - 1);
-        rc = DCPS_E_RANK;
-    }
-    if (rc == 0 && !handlers[m.type]) {
-        snprintf(why, sizeof why, "a shard does not accept %s", dcps_msg_type_name(m.type));
-        rc = DCPS_E_MSGTYPE;
-    }
-    if (rc == 0) /* every header field: checked or ignored, by proto/codec.c's table */
-        rc = dcps_codec_check_fields(&m, &(dcps_field_ctx_t){(uint32_t)r->shard->index,
-                                                              r->shard->n_params,
-                                                              r->shard->range.lo,
-                                                              r->shard->range.hi},
-                                     why, sizeof why);
-    /* Who may speak for the rank, before anything of the request is used: the
-     * CURVE key's ranks, then the rank's session. */
-    if (rc == 0 && r->auth)
-        rc = dcps_auth_check(r->auth, user_id, m.rank, why, sizeof why);
-    if (rc == 0 && m.type != DCPS_MSG_HELLO)
-        rc = check_session(r, &m, why, sizeof why);
-    if (rc == 0) {
-        /* A request of the rank's session is a sign of life; HELLO decides for
-         * itself. */
-        if (m.type != DCPS_MSG_HELLO)
-            heard(r, m.rank);
-        /* A shard restored from a checkpoint does not know who joined: a
-         * worker that goes on talking in a session of the checkpoint said HELLO
-         * to its previous process. */
-        if (r->shard->restored && m.type != DCPS_MSG_HELLO && m.type != DCPS_MSG_BYE &&
-            !r->cons.m[m.rank].joined) {
-            char sid[DCPS_SESSION_SHORT];
-            DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this "
-                        "shard restarted",
-                        m.rank, dcps_session_short(m.session, sid));
-            dcps_consistency_join(&r->cons, m.rank);
-        }
-        rc = handlers[m.type](r, &id, &m, why, sizeof why);
-    }
+    for (size_t i = 0; rc == 0 && i < sizeof request_checks / sizeof request_checks[0]; i++)
+        rc = request_checks[i](r, &q, why, sizeof why);
+    if (rc == 0)
+        rc = handlers[q.m.type](r, &parts[0], &q.m, why, sizeof why);
     if (rc != 0)
-        reply_error(r, &id, peer, &m, rc, why);
+        reply_error(r, &parts[0], peer, &q.m, rc, why);
 }
 
 int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,

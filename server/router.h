@@ -3,10 +3,14 @@
  * The router owns the shard's ROUTER socket's traffic: it receives each message
  * through the bridge (server/bridge.h), validates it completely (every header
  * field: dcps_codec_check_fields), hands it to the handler of its type and
- * answers. A bad message gets an ERROR reply with a code and a sentence, a count,
- * and a log line naming the peer's address (at most DCPS_LOGLIMIT_LINES per peer
- * in 10 s, then one line saying how many were not logged: server/loglimit.h);
- * nothing of it is applied and every other client is served as before.
+ * answers. Whether a request may apply is decided in one place, router.c, by
+ * two ordered lists of small named checks in the order docs/protocol.md
+ * promises: request_checks for every message (7.1), then push_checks for a
+ * push (7.4). A bad message gets an ERROR reply with a code and a sentence, a
+ * count, and a log line naming the peer's address (at most DCPS_LOGLIMIT_LINES
+ * per peer in 10 s, then one line saying how many were not logged:
+ * server/loglimit.h); nothing of it is applied and every other client is
+ * served as before.
  *
  * It runs the job's consistency model (server/consistency.h): pulls that may not
  * start yet (sync, ssp) and barriers wait here, with the routing id to answer
