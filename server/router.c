@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -12,6 +13,7 @@
 #include "common/error.h"
 #include "proto/frame.h"
 #include "common/log.h"
+#include "server/checkpoint.h"
 #include "server/session.h"
 #include "server/snapshot.h"
 
@@ -968,4 +970,63 @@ uint64_t dcps_router_error_count(const dcps_router_t *r)
     for (int i = 0; i < DCPS_ERROR_SLOTS; i++)
         n += r->errors[i];
     return n;
+}
+
+void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth)
+{
+    r->auth = auth;
+}
+
+int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    const dcps_config_t *cfg = r->cfg;
+    int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
+                                  cfg->checkpoint_keep, path, pathlen, err, errlen);
+    if (rc != 0)
+        r->checkpoint_failures++;
+    else
+        r->checkpoint_time = (int64_t)time(NULL);
+    return rc;
+}
+
+int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    struct stat st;
+    int rc = dcps_checkpoint_restore(r->cfg->checkpoint_dir, r->cfg, r->shard, &r->cons, path,
+                                     pathlen, err, errlen);
+    if (rc != 1)
+        return rc;
+    /* How old it is says how much the job may have lost: every update applied
+     * after it was written. The workers tell exactly how many (note_lost). */
+    r->checkpoint_time = stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
+    r->restored_version = r->shard->version;
+    if (r->loop)
+        uv_update_time(r->loop); /* the restore may have taken a while */
+    if (r->shard->initialized)
+        dcps_consistency_start(&r->cons, now_ms(r));
+    return rc;
+}
+
+dcps_router_stats_t dcps_router_stats(const dcps_router_t *r)
+{
+    dcps_router_stats_t st = {
+        .messages = r->messages,
+        .heartbeats = r->heartbeats,
+        .bytes_in = r->bytes_in,
+        .bytes_out = r->bytes_out,
+        .auth_refused = r->auth ? r->auth->refused : 0,
+        .checkpoint_failures = r->checkpoint_failures,
+        .checkpoint_time = r->checkpoint_time,
+        .started = r->started,
+        .restored_version = r->restored_version,
+        .apply_push = r->apply_push,
+        .apply_round = r->apply_round,
+        .live_workers = r->cons.m ? dcps_consistency_joined(&r->cons) : 0,
+        .max_ahead = r->cons.max_ahead,
+        .barrier_waiting = r->barrier_waiting,
+    };
+    memcpy(st.errors, r->errors, sizeof st.errors);
+    for (int i = 0; r->peers && i < r->cfg->workers; i++)
+        st.in_barrier += r->peers[i].in_barrier;
+    return st;
 }

@@ -101,8 +101,7 @@ typedef struct dcps_router {
     uint64_t messages, heartbeats, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
     dcps_loglimit_t badlog; /* the lines about them: at most a few per peer and 10 s */
-    uint64_t auth_refused; /* connections the ZAP handler refused (server/auth.h counts here) */
-    /* Checkpoints (the daemon, server/main.c, writes them and counts here). */
+    /* Checkpoints of the shard and cons (dcps_router_save, dcps_router_restore). */
     uint64_t checkpoint_failures;
     int64_t checkpoint_time;   /* Unix seconds of the newest good one; 0: none */
     int64_t started;           /* Unix seconds the router started */
@@ -148,5 +147,45 @@ void dcps_router_tick(dcps_router_t *r);
 
 /* Total bad messages answered with ERROR so far. */
 uint64_t dcps_router_error_count(const dcps_router_t *r);
+
+/* [security] curve: the ZAP handler whose key set says which ranks each worker
+ * key may speak for (checked for every request) and whose refusals the stats
+ * report. Borrowed until dcps_router_close's callback has run. */
+void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth);
+
+/* Writes a checkpoint of the shard and the consistency model into the job's
+ * [server] checkpoint_dir, keeping checkpoint_keep (dcps_checkpoint_save), and
+ * records it: the time of the newest good one, or one more failure. Returns 0
+ * with the file's path in path, or dcps_checkpoint_save's code with a sentence
+ * in err. Blocks the loop while it writes. */
+int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen);
+
+/* Restores the newest usable checkpoint of [server] checkpoint_dir into the
+ * shard and the consistency model (dcps_checkpoint_restore), before anything
+ * was served. With one restored (returns 1, its path in path) the router
+ * records its version (updates a worker shows beyond it are lost) and its
+ * file's time as the newest good checkpoint's, and a job that had started
+ * starts again as at INIT: workers not heard yet are expected from now.
+ * Returns what dcps_checkpoint_restore returns, with err. */
+int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen);
+
+/* What the router counts and knows of the job, for /metrics, the daemon's log
+ * and tests: a copy, taken on the loop thread. */
+typedef struct {
+    uint64_t messages, heartbeats, bytes_in, bytes_out;
+    uint64_t errors[DCPS_ERROR_SLOTS]; /* bad messages by −code (0: beyond the slots) */
+    uint64_t auth_refused;             /* connections the ZAP handler refused */
+    uint64_t checkpoint_failures;
+    int64_t checkpoint_time;   /* Unix seconds of the newest good checkpoint; 0: none */
+    int64_t started;           /* Unix seconds the router started */
+    uint64_t restored_version; /* the version restored from a checkpoint, or 0 */
+    dcps_latency_t apply_push, apply_round;
+    int live_workers;   /* said HELLO, no BYE, not dead (dcps_consistency_joined) */
+    uint64_t max_ahead; /* ssp: most steps a started step was ahead of the slowest */
+    int barrier_waiting; /* workers the open barrier counts */
+    int in_barrier;      /* workers whose BARRIER waits for an answer */
+} dcps_router_stats_t;
+
+dcps_router_stats_t dcps_router_stats(const dcps_router_t *r);
 
 #endif

@@ -585,3 +585,32 @@ size_t dcps_shard_memory(const dcps_shard_t *s)
     return k.parameters + k.optimizer_state + k.worker_backups + k.sync_sum + k.delta_pull +
            k.update_buffer + k.reply_buffers + k.sequence_numbers;
 }
+
+dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s)
+{
+    return (dcps_shard_stats_t){
+        .index = s->index,
+        .n_params = s->n_params,
+        .range = s->range,
+        .n = s->n,
+        .workers = s->workers,
+        .kind = s->kind,
+        .adaptive = s->dc.adaptive,
+        .lr = s->lr,
+        .initialized = s->initialized,
+        .restored = s->restored,
+        .delta = s->delta,
+        .version = s->version,
+        .floats = s->floats,
+        .k_pull = s->k_pull,
+        .k_max = s->k_max,
+        .pushes = s->pushes,
+        .duplicates = s->duplicates,
+        .pulls = s->pulls,
+        .dropped = s->dropped,
+        .pulls_copied = s->pulls_copied,
+        .rounds_refused = s->rounds_refused,
+        .deltas = s->deltas,
+        .staleness = s->staleness,
+    };
+}

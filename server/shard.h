@@ -290,6 +290,33 @@ size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);
 
+/* What the shard is and counts, for /metrics, the daemon's log, checkpoints
+ * and tests: a copy. */
+typedef struct {
+    int index;
+    uint64_t n_params; /* the model's size; 0: unsized (params = auto, not learnt yet) */
+    dcps_range_t range;
+    size_t n;          /* hi − lo */
+    int workers;
+    int kind;          /* enum dcps_optimizer */
+    bool adaptive;     /* DC-ASGD-a */
+    float lr;
+    bool initialized;  /* by the first INIT, or a checkpoint */
+    bool restored;     /* from a checkpoint (dcps_shard_restored) */
+    bool delta;        /* pull = delta */
+    uint64_t version;  /* incremented by every applied update */
+    size_t floats;     /* what a checkpoint holds, in floats (dcps_shard_spans) */
+    size_t k_pull;     /* entries of a delta: ⌈pull density · n⌉ */
+    size_t k_max;      /* the most a pull may ask for */
+    uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t pulls_copied;   /* dense pulls whose reply copied w (dcps_shard_share) */
+    uint64_t rounds_refused; /* sync rounds not applied: w would not be finite */
+    uint64_t deltas;         /* pulls answered with a delta */
+    dcps_staleness_t staleness;
+} dcps_shard_stats_t;
+
+dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s);
+
 /* Bytes the shard holds, by what they are for (server log, /metrics). They add
  * up to dcps_shard_memory; a kind the job does not use is 0. */
 typedef struct {
