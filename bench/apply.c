@@ -11,9 +11,10 @@
  * sparse momentum out of place into its update buffer with the check fused,
  * then a pointer swap and the state recomputed; sparse SGD and DC-ASGD checked
  * entry by entry, then applied in place. Those rows say kind "dense_checked" or
- * "sparse_checked"; their baseline is the in-place rule on the same shard's
- * arrays (what the shard did before the check), timed alternately with it, so
- * ratio_to_baseline is what keeping the parameters finite costs.
+ * "sparse_checked"; their baseline is the in-place rule (what the shard did
+ * before the check) on arrays of the same size and rule parameters, the
+ * bench's own (the shard's are its own to write), timed alternately with it,
+ * so ratio_to_baseline is what keeping the parameters finite costs.
  *
  * usage: bench/apply [N] [repeats]      (defaults 4194304 and 21) */
 #include <stdio.h>
@@ -94,42 +95,26 @@ static dcps_shard_t *rule_shard(size_t n, int rule, const float *w)
     return s;
 }
 
-/* The old shard's apply: the in-place rule on the shard's own arrays. */
-static void inplace_on_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse)
-{
-    switch (rule * 2 + sparse) {
-    case SGD * 2: dcps_sgd_dense(s->w, d->g, s->n, s->lr); break;
-    case SGD * 2 + 1: dcps_sgd_sparse(s->w, 0, d->idx, d->v, d->k, s->lr); break;
-    case MOMENTUM * 2: dcps_momentum_dense(s->w, s->state, d->g, s->n, s->lr, s->momentum); break;
-    case MOMENTUM * 2 + 1:
-        dcps_momentum_sparse(s->w, s->state, s->n, 0, d->idx, d->v, d->k, s->lr, s->momentum);
-        break;
-    case DC_CONST * 2:
-    case DC_ADAPTIVE * 2: dcps_dcasgd_dense(s->w, s->bak, s->state, d->g, s->n, &s->dc); break;
-    default: dcps_dcasgd_sparse(s->w, s->bak, s->state, 0, d->idx, d->v, d->k, &s->dc); break;
-    }
-}
-
 /* Median times of one push through shard s (dense, or the k sparse entries),
- * checked (*checked) and as the shard applied it before the check (*before),
- * measured alternately on the same arrays. */
-static void median_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse, int reps,
+ * checked (*checked), and of the in-place rule the shard applied before the
+ * check, on the bench's arrays (*before), measured alternately. */
+static void median_shard(dcps_shard_t *s, data_t *d, int rule, int sparse, int reps,
                          double *checked, double *before)
 {
     double t[101], u[101];
     char why[256];
     for (int r = 0; r < reps; r++) {
         double t0 = bench_now();
-        int rc = dcps_shard_push(s, false, 0, s->version + 1, s->version,
-                                 sparse ? d->idx : NULL, sparse ? d->v : d->g,
-                                 sparse ? d->k : d->n, why, sizeof why);
+        uint64_t version = dcps_shard_stats(s).version;
+        int rc = dcps_shard_push(s, false, 0, version + 1, version, sparse ? d->idx : NULL,
+                                 sparse ? d->v : d->g, sparse ? d->k : d->n, why, sizeof why);
         t[r] = bench_now() - t0;
         if (rc != 0) {
             fprintf(stderr, "bench/apply: push refused: %s\n", why);
             exit(1);
         }
         t0 = bench_now();
-        inplace_on_shard(s, d, rule, sparse);
+        apply(d, rule, sparse);
         u[r] = bench_now() - t0;
     }
     *checked = bench_median(t, reps);

@@ -50,7 +50,7 @@ struct dcps_daemon {
     dcps_auth_t auth;        /* [security] curve: the ZAP handler; else never opened */
     uv_loop_t loop;
     bool loop_open;
-    dcps_router_t router;
+    dcps_router_t *router;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t alive;        /* systemd: WATCHDOG=1 and STATUS= (started only under it) */
     uv_timer_t checkpoint;   /* every [server] checkpoint_every seconds */
@@ -109,7 +109,7 @@ static void log_staleness(const dcps_daemon_t *d)
                 *hist ? hist : " empty");
     if (d->cfg->mode == DCPS_MODE_SSP)
         DCPS_NOTICE("ssp: most steps ahead of the slowest worker %" PRIu64 " (bound %d)",
-                    dcps_router_stats(&d->router).max_ahead, d->cfg->staleness);
+                    dcps_router_stats(d->router).max_ahead, d->cfg->staleness);
 }
 
 /* The job, what this shard serves and where; then READY=1. */
@@ -137,9 +137,8 @@ static void announce(const dcps_daemon_t *d)
 
 static void metrics_publish(dcps_daemon_t *d)
 {
-    dcps_metrics_numbers_t n = {.cfg = d->cfg,
-                                .router = dcps_router_stats(&d->router),
-                                .shard = dcps_shard_stats(d->shard)};
+    dcps_metrics_numbers_t n = {
+        .cfg = d->cfg, .router = dcps_router_stats(d->router), .shard = dcps_shard_stats(d->shard)};
     dcps_shard_memory_kinds(d->shard, &n.memory);
     int rc = dcps_metrics_update(d->metrics, &n);
     if (rc != 0)
@@ -176,7 +175,7 @@ static void on_alive(uv_timer_t *h)
 {
     dcps_daemon_t *d = h->data;
     const dcps_shard_stats_t s = dcps_shard_stats(d->shard);
-    int live = dcps_router_stats(&d->router).live_workers;
+    int live = dcps_router_stats(d->router).live_workers;
     if (!s.n_params) {
         dcps_notify("%sSTATUS=waiting for rank 0 to size the model; %d of %d workers live",
                     dcps_notify_watchdog_usec() ? "WATCHDOG=1\n" : "", live, d->cfg->workers);
@@ -222,7 +221,7 @@ static const char *megabytes(double bytes, char *buf, size_t len)
 /* What the newest good checkpoint is, for a failure's log line. */
 static void describe_newest(const dcps_daemon_t *d, char *buf, size_t len)
 {
-    int64_t when = dcps_router_stats(&d->router).checkpoint_time;
+    int64_t when = dcps_router_stats(d->router).checkpoint_time;
     if (!d->saved)
         snprintf(buf, len, "there is no good checkpoint yet");
     else
@@ -256,7 +255,7 @@ static int checkpoint_now(dcps_daemon_t *d, int level, const char *what)
     uint64_t version = dcps_shard_stats(d->shard).version;
     char path[DCPS_PATH_MAX + 128], err[2 * DCPS_PATH_MAX + 256];
     uint64_t t0 = dcps_now_ns();
-    int rc = dcps_router_save(&d->router, path, sizeof path, err, sizeof err);
+    int rc = dcps_router_save(d->router, path, sizeof path, err, sizeof err);
     if (rc != 0) {
         char room[32], need[32], newest[96];
         double have = free_bytes(cfg->checkpoint_dir);
@@ -320,7 +319,7 @@ static void stop_serving(dcps_daemon_t *d)
         uv_close((uv_handle_t *)&d->metrics_tick, NULL);
     if (d->auth.started)
         dcps_auth_close(&d->auth, on_closed);
-    dcps_router_close(&d->router, on_closed);
+    dcps_router_close(d->router, on_closed);
 }
 
 /* SIGHUP: reads the job file again. Reloadable keys take effect and are
@@ -368,8 +367,7 @@ static void reload(dcps_daemon_t *d)
     free(next);
 }
 
-/* SIGTERM and SIGINT: stop serving, write the last checkpoint (while the
- * consistency model still exists: closing the router frees it), close.
+/* SIGTERM and SIGINT: write the last checkpoint, then close every handle.
  * SIGHUP: reload. */
 static void on_signal(uv_signal_t *h, int signum)
 {
@@ -576,17 +574,17 @@ static int setup_router(dcps_daemon_t *d)
     int rc;
     uv_loop_init(&d->loop);
     d->loop_open = true;
-    if ((rc = dcps_router_init(&d->router, &d->loop, d->sock, d->cfg, d->shard)) != 0) {
+    if (!(d->router = dcps_router_new(&d->loop, d->sock, d->cfg, d->shard, &rc))) {
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
         return -1;
     }
     if (!d->cfg->curve)
         return 0;
-    dcps_router_set_auth(&d->router, &d->auth); /* which ranks each worker key may speak for */
+    dcps_router_set_auth(d->router, &d->auth); /* which ranks each worker key may speak for */
     if ((rc = dcps_auth_start(&d->auth, &d->loop)) != 0) {
         DCPS_ERR("cannot start the ZAP handler: %s",
                  rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
-        dcps_router_close(&d->router, on_closed);
+        dcps_router_close(d->router, on_closed);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         return -1;
     }
@@ -619,7 +617,7 @@ static int setup_restore(dcps_daemon_t *d)
     if (!*cfg->checkpoint_dir)
         return 0;
     uint64_t t0 = dcps_now_ns();
-    int rc = dcps_router_restore(&d->router, path, sizeof path, err, sizeof err);
+    int rc = dcps_router_restore(d->router, path, sizeof path, err, sizeof err);
     if (rc == DCPS_E_DATA) {
         DCPS_ERR("%s; not starting: move them out of %s to start fresh", err, cfg->checkpoint_dir);
         return -1;
@@ -636,7 +634,7 @@ static int setup_restore(dcps_daemon_t *d)
      * after it was written. The workers tell exactly how many once they come
      * back (server/router.c). */
     const dcps_shard_stats_t s = dcps_shard_stats(d->shard);
-    int64_t written = dcps_router_stats(&d->router).checkpoint_time;
+    int64_t written = dcps_router_stats(d->router).checkpoint_time;
     DCPS_NOTICE("restored %s (version %" PRIu64 ", %s) in %.1f ms; it was written %.0f s ago: "
                 "updates applied after it by the previous process are lost",
                 path, s.version, s.initialized ? "initialised" : "not initialised yet",
@@ -725,14 +723,14 @@ int dcps_daemon_run(dcps_daemon_t *d)
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
     const dcps_shard_stats_t s = dcps_shard_stats(d->shard);
-    const dcps_router_stats_t r = dcps_router_stats(&d->router);
+    const dcps_router_stats_t r = dcps_router_stats(d->router);
     log_staleness(d);
     log_memory(d->shard, "end");
-    DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64
-                " duplicates, %" PRIu64 " dropped), %" PRIu64 " pulls (%" PRIu64 " deltas), %" PRIu64
+    DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64 " duplicates, %" PRIu64
+                " dropped), %" PRIu64 " pulls (%" PRIu64 " deltas), %" PRIu64
                 " bad messages, %" PRIu64 " bytes in, %" PRIu64 " bytes out",
                 s.version, s.pushes, s.duplicates, s.dropped, s.pulls, s.deltas,
-                dcps_router_error_count(&d->router), r.bytes_in, r.bytes_out);
+                dcps_router_error_count(d->router), r.bytes_in, r.bytes_out);
     return d->final_rc != 0; /* 1: the last checkpoint is missing */
 }
 
@@ -741,6 +739,7 @@ void dcps_daemon_destroy(dcps_daemon_t **dp)
     dcps_daemon_t *d = *dp;
     if (!d)
         return;
+    dcps_router_destroy(&d->router);
     if (d->loop_open)
         uv_loop_close(&d->loop);
     if (d->sock)

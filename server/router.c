@@ -11,25 +11,90 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "proto/frame.h"
 #include "common/log.h"
+#include "proto/frame.h"
+#include "server/bridge.h"
 #include "server/checkpoint.h"
+#include "server/loglimit.h"
 #include "server/session.h"
 #include "server/snapshot.h"
+
+#define ROUTING_ID_MAX 256
+
+/* A routing id of the ROUTER socket. */
+typedef struct {
+    uint8_t b[ROUTING_ID_MAX];
+    size_t len;
+} route_t;
+
+/* A pull as received: what the worker holds and what it asks for. */
+typedef struct {
+    uint64_t seq;
+    uint64_t step; /* the step it will compute */
+    bool holds;    /* flag DELTA: it holds the parameters tagged `held` */
+    uint64_t held;
+    uint64_t want; /* the most entries of a delta; 0: the job's pull density */
+    bool exact;    /* flag EXACT: it wants w itself */
+} pull_req_t;
+
+/* Where to answer a rank's request that waits (a pull for its step, a
+ * barrier): routing, not session state (server/session.h), dropped when its
+ * session is retired and never saved. */
+typedef struct {
+    route_t to;        /* the socket of its waiting request */
+    bool in_barrier;   /* waiting in the current barrier */
+    bool pulling;      /* a PULL waits for its step to start */
+    uint64_t wait_seq; /* seq of the waiting request */
+    pull_req_t pull;   /* the last pull */
+} wait_t;
+
+struct dcps_router {
+    const dcps_config_t *cfg;
+    dcps_shard_t *shard;
+    void *sock;
+    uv_loop_t *loop;
+    dcps_bridge_t bridge;
+    uv_timer_t tick;  /* every heartbeat_ms: dead workers, keepalives */
+    double last_tick; /* ms, when it last ran */
+    dcps_consistency_t cons;
+    wait_t *waits;         /* one per rank */
+    uint64_t barrier_step; /* valid while barrier_waiting > 0 */
+    int barrier_waiting;
+    uint64_t messages, heartbeats, bytes_in, bytes_out;
+    uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
+    dcps_loglimit_t badlog;            /* the lines about them: at most a few per peer and 10 s */
+    /* Checkpoints of the shard and cons (dcps_router_save, dcps_router_restore). */
+    uint64_t checkpoint_failures;
+    int64_t checkpoint_time;    /* Unix seconds of the newest good one; 0: none */
+    int64_t started;            /* Unix seconds the router started */
+    uint64_t restored_version;  /* the version restored from a checkpoint, or 0 */
+    uint64_t lost_logged;       /* the most lost updates logged so far */
+    const dcps_auth_t *auth;    /* [security] curve: the worker keys' ranks; else NULL */
+    dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
+    dcps_latency_t apply_round; /* sync: each round's mean applied */
+    dcps_router_send_fn *send;  /* where every reply goes (router.h) */
+    double clock_ms;            /* the time in ms when there is no loop; the caller moves it */
+};
+
+/* The shard as it is now (a copy: dcps_shard_stats). */
+static dcps_shard_stats_t shard_now(const dcps_router_t *r)
+{
+    return dcps_shard_stats(r->shard);
+}
 
 /* A handler answers the request itself and returns 0, or returns a negative code
  * with a sentence in why, and the router answers ERROR. */
 typedef int (*handler_fn)(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                           char *why, size_t whylen);
 
-/* The default r->send: the ROUTER socket, never blocking. */
+/* The default send function: the ROUTER socket, never blocking. */
 static int send_zmq(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
                     zmq_free_fn *ffn, void *hint)
 {
     return dcps_frames_send(r->sock, id, reply, ffn, hint, ZMQ_DONTWAIT);
 }
 
-/* Sends reply; with ffn, its payload without a copy (see r->send). */
+/* Sends reply; with ffn, its payload without a copy (dcps_router_send_fn). */
 static void send_reply(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
                        zmq_free_fn *ffn, void *hint)
 {
@@ -47,8 +112,9 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
 {
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, type);
-    reply.shard = (uint32_t)r->shard->index;
-    reply.param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply.shard = (uint32_t)s.index;
+    reply.param_version = s.version;
     reply.flags = flags;
     send_reply(r, id, &reply, NULL, NULL);
 }
@@ -70,7 +136,7 @@ static void timed(dcps_latency_t *l, uint64_t since)
     l->sum_ns += ns;
 }
 
-static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
+static int route_set(route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
 {
     if (id->len > sizeof a->b) {
         snprintf(why, whylen, "routing id of %zu bytes", id->len);
@@ -86,39 +152,40 @@ static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t wh
  * session's waits are dropped), which the reply names as every reply does.
  * hold: a hold on the buffer of the reply's payload (dcps_shard_share), which
  * is then sent without a copy, or NULL. */
-static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq,
-                    uint32_t type, dcps_msg_t *reply, void *hold)
+static void send_to(dcps_router_t *r, const route_t *to, uint32_t rank, uint64_t seq, uint32_t type,
+                    dcps_msg_t *reply, void *hold)
 {
     reply->type = type;
     reply->job_id = r->cfg->job_id;
     reply->rank = rank;
     reply->seq = seq;
-    reply->session = r->shard->session[rank].id;
-    reply->shard = (uint32_t)r->shard->index;
-    reply->param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply->session = dcps_shard_session(r->shard, rank)->id;
+    reply->shard = (uint32_t)s.index;
+    reply->param_version = s.version;
     send_reply(r, &(dcps_buf_t){to->b, to->len}, reply, hold ? dcps_snapshot_release : NULL,
                hold);
 }
 
 /* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
  * what it holds. */
-static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
-                        const dcps_pull_req_t *q)
+static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q)
 {
     dcps_shard_t *s = r->shard;
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
     dcps_pull_t p;
     dcps_msg_t reply = {0};
     dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
-    reply.range_lo = s->range.lo;
-    reply.range_hi = s->range.hi;
+    reply.range_lo = st.range.lo;
+    reply.range_hi = st.range.hi;
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */
     void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
     if (p.dense) {
         reply.nframes = 1;
-        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
-        reply.payload[0] = (dcps_buf_t){p.values, s->n * sizeof *p.values};
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, st.n};
+        reply.payload[0] = (dcps_buf_t){p.values, st.n * sizeof *p.values};
     } else {
         reply.nframes = 2;
         reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p.k};
@@ -133,10 +200,10 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
 static void serve_pulls(dcps_router_t *r)
 {
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        dcps_peer_t *p = &r->peers[i];
+        wait_t *p = &r->waits[i];
         if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull.step)) {
             p->pulling = false;
-            send_params(r, &p->wait, i, &p->pull);
+            send_params(r, &p->to, i, &p->pull);
         }
     }
 }
@@ -147,14 +214,14 @@ static void barrier_check(dcps_router_t *r)
     if (r->barrier_waiting == 0)
         return;
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
-        if (dcps_consistency_live(&r->cons, i) && !r->peers[i].in_barrier)
+        if (dcps_consistency_live(&r->cons, i) && !r->waits[i].in_barrier)
             return;
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        dcps_peer_t *p = &r->peers[i];
+        wait_t *p = &r->waits[i];
         if (!p->in_barrier)
             continue;
         dcps_msg_t reply = {.step = r->barrier_step};
-        send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
+        send_to(r, &p->to, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
         p->in_barrier = false;
     }
     DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
@@ -175,7 +242,7 @@ static void progress(dcps_router_t *r)
             else
                 DCPS_ERR("round %llu (%d pushes) not applied, the version stays %llu: %s",
                          (unsigned long long)r->cons.round, r->cons.contributions,
-                         (unsigned long long)r->shard->version, r->shard->why);
+                         (unsigned long long)shard_now(r).version, dcps_shard_why(r->shard));
         }
         dcps_consistency_close_round(&r->cons);
     }
@@ -186,7 +253,7 @@ static void progress(dcps_router_t *r)
 /* Forgets what rank was waiting for (it left or is dead). */
 static void drop_waits(dcps_router_t *r, uint32_t rank)
 {
-    dcps_peer_t *p = &r->peers[rank];
+    wait_t *p = &r->waits[rank];
     p->pulling = false;
     if (p->in_barrier) {
         p->in_barrier = false;
@@ -232,10 +299,10 @@ void dcps_router_tick(dcps_router_t *r)
     progress(r);
     dcps_loglimit_flush(&r->badlog, now_ms(r), false);
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        const dcps_peer_t *p = &r->peers[i];
+        const wait_t *p = &r->waits[i];
         if (p->pulling || p->in_barrier) {
             dcps_msg_t ka = {.flags = DCPS_FLAG_WAITING};
-            send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka, NULL);
+            send_to(r, &p->to, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka, NULL);
         }
     }
 }
@@ -252,48 +319,38 @@ static void on_tick(uv_timer_t *t)
  * client asks again after (worker/client.c). Returns 0 or a code with why. */
 static int learn_size(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
 {
-    dcps_shard_t *s = r->shard;
-    char fit[160];
+    char size[192];
     if (m->rank != 0) {
         snprintf(why, whylen,
                  "the model's size is not known yet: [model] params = auto, and rank 0 has not "
                  "said HELLO to this shard");
         return DCPS_E_NOTREADY;
     }
-    if (m->n_params > DCPS_PARAMS_AUTO_MAX) {
-        snprintf(why, whylen,
-                 "rank 0's model has %llu parameters, more than the %llu that [model] params = "
-                 "auto accepts: give the count as [model] params",
-                 (unsigned long long)m->n_params, (unsigned long long)DCPS_PARAMS_AUTO_MAX);
-        return DCPS_E_SIZE;
+    int rc = dcps_shard_size_auto(r->shard, r->cfg, m->n_params,
+                                  ": give the count as [model] params", size, sizeof size);
+    if (rc == DCPS_E_SIZE) {
+        snprintf(why, whylen, "rank 0's model has %s", size);
+        return rc;
     }
-    if (dcps_config_check_size(r->cfg, m->n_params, fit, sizeof fit) != 0) {
-        snprintf(why, whylen, "rank 0's model has %s", fit);
-        return DCPS_E_SIZE;
-    }
-    if (dcps_shard_size(s, r->cfg, m->n_params) != 0) {
+    if (rc != 0) {
         snprintf(why, whylen, "cannot allocate this shard for rank 0's model of %llu parameters",
                  (unsigned long long)m->n_params);
         return DCPS_E_NOMEM;
     }
+    const dcps_shard_stats_t s = shard_now(r);
     DCPS_NOTICE("rank 0's model has %llu parameters: this shard serves [%llu, %llu) and holds "
                 "%zu bytes",
-                (unsigned long long)s->n_params, (unsigned long long)s->range.lo,
-                (unsigned long long)s->range.hi, dcps_shard_memory(s));
+                (unsigned long long)s.n_params, (unsigned long long)s.range.lo,
+                (unsigned long long)s.range.hi, dcps_shard_memory(r->shard));
     return 0;
 }
 
-/* HELLO binds the rank to the session it names (server/session.h): the first
- * session, the same one again (a retry whose WELCOME was lost, or a worker
- * coming back), or a new one, which retires the old session once that one has
- * been silent for dead_after_ms or said BYE (a restarted worker). */
-static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
-                    size_t whylen)
+/* What a HELLO must fit before it binds anything (docs/protocol.md 7.2, checks
+ * 1 to 4): a session, this shard, and the model's size, which an unsized shard
+ * learns from rank 0 here. */
+static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
-    const dcps_member_t *mb = &r->cons.m[m->rank];
-    dcps_session_t *ss = &s->session[m->rank];
-    char old[DCPS_SESSION_SHORT], new[DCPS_SESSION_SHORT];
+    const dcps_shard_stats_t s = shard_now(r);
     int rc;
     if (m->session == 0) {
         snprintf(why, whylen,
@@ -301,37 +358,50 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                  "names it in its HELLO and every later request");
         return DCPS_E_SESSION;
     }
-    if (m->shard != (uint32_t)s->index) {
+    if (m->shard != (uint32_t)s.index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
-                 m->shard, s->index);
+                 m->shard, s.index);
         return DCPS_E_SIZE;
     }
-    if (!s->n_params && (rc = learn_size(r, m, why, whylen)) != 0)
+    if (!s.n_params && (rc = learn_size(r, m, why, whylen)) != 0)
         return rc;
-    if (m->n_params != s->n_params) {
+    uint64_t n = shard_now(r).n_params;
+    if (m->n_params != n) {
         snprintf(why, whylen, "worker's model has %llu parameters, this job has %llu",
-                 (unsigned long long)m->n_params, (unsigned long long)s->n_params);
+                 (unsigned long long)m->n_params, (unsigned long long)n);
         return DCPS_E_SIZE;
     }
+    return 0;
+}
+
+/* HELLO binds the rank to the session it names (server/session.h): the first
+ * session, the same one again (a retry whose WELCOME was lost, or a worker
+ * coming back), or a new one, which retires the old session once that one has
+ * been silent for dead_after_ms or said BYE (a restarted worker). */
+static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    const dcps_member_t *mb = &r->cons.m[m->rank];
+    const uint64_t bound = dcps_shard_session(r->shard, m->rank)->id;
+    char old[DCPS_SESSION_SHORT], new[DCPS_SESSION_SHORT];
     double silent = now_ms(r) - mb->last_seen;
-    dcps_session_short(ss->id, old);
+    dcps_session_short(bound, old);
     dcps_session_short(m->session, new);
-    if (ss->id != m->session && mb->joined && dcps_consistency_live(&r->cons, m->rank)) {
+    if (bound != m->session && mb->joined && dcps_consistency_live(&r->cons, m->rank)) {
         snprintf(why, whylen,
                  "rank %u is already connected in session %s\u2026 (heard %.0f ms ago); another "
                  "session is admitted once that one has been silent for %d ms or said BYE",
                  m->rank, old, silent, r->cfg->dead_after_ms);
         return DCPS_E_LIVE;
     }
-    if (ss->id != m->session) {
-        if (ss->id)
+    if (bound != m->session) {
+        if (bound)
             DCPS_NOTICE("worker %u joined in session %s\u2026, which retires session %s\u2026 "
                         "(%s %.0f ms ago)",
                         m->rank, new, old, mb->left ? "it said BYE" : "last heard", silent);
         else
             DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
         drop_waits(r, m->rank); /* what the old session waited for is not answered */
-        dcps_session_open(ss, m->session);
+        dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {
         DCPS_INFO("worker %u joined again (session %s\u2026)", m->rank, new);
     } else if (mb->dead) {
@@ -340,16 +410,26 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     }
     dcps_consistency_heard(&r->cons, m->rank, now_ms(r));
     dcps_consistency_join(&r->cons, m->rank);
+    return 0;
+}
 
+/* Answered WELCOME: the shard's range and state, and the step to compute. */
+static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                    size_t whylen)
+{
+    int rc = hello_fits(r, m, why, whylen);
+    if (rc != 0 || (rc = hello_bind(r, m, why, whylen)) != 0)
+        return rc;
+    const dcps_shard_stats_t s = shard_now(r);
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_WELCOME);
-    reply.shard = (uint32_t)s->index;
-    reply.n_params = s->n_params;
-    reply.range_lo = s->range.lo;
-    reply.range_hi = s->range.hi;
+    reply.shard = (uint32_t)s.index;
+    reply.n_params = s.n_params;
+    reply.range_lo = s.range.lo;
+    reply.range_hi = s.range.hi;
     reply.workers = (uint32_t)r->cfg->workers;
-    reply.initialized = s->initialized;
-    reply.param_version = s->version;
+    reply.initialized = s.initialized;
+    reply.param_version = s.version;
     reply.step = dcps_consistency_next_step(&r->cons, m->rank);
     send_reply(r, id, &reply, NULL, NULL);
     return 0;
@@ -370,13 +450,14 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         snprintf(why, whylen, "only rank 0 initialises parameters, not rank %u", m->rank);
         return DCPS_E_STATE;
     }
-    if (!r->shard->n_params) /* unsized: nothing to initialise, and no HELLO came first */
+    const dcps_shard_stats_t s = shard_now(r);
+    if (!s.n_params) /* unsized: nothing to initialise, and no HELLO came first */
         return not_ready(why, whylen);
-    if ((rc = dcps_codec_dense(m, r->shard->n, &w, why, whylen)) != 0)
+    if ((rc = dcps_codec_dense(m, s.n, &w, why, whylen)) != 0)
         return rc;
     int set = dcps_shard_init(r->shard, w);
     if (set) {
-        DCPS_INFO("parameters initialised by rank 0 (%zu values)", r->shard->n);
+        DCPS_INFO("parameters initialised by rank 0 (%zu values)", s.n);
         dcps_consistency_start(&r->cons, now_ms(r));
     }
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, set ? 0 : DCPS_FLAG_DUPLICATE);
@@ -426,8 +507,9 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
 {
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
-    reply.shard = (uint32_t)r->shard->index;
-    reply.param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply.shard = (uint32_t)s.index;
+    reply.param_version = s.version;
     reply.flags = DCPS_FLAG_STALE;
     reply.step = r->cons.round;
     send_reply(r, id, &reply, NULL, NULL);
@@ -479,16 +561,16 @@ static int values_first(push_t *p, char *why, size_t whylen)
 /* An unsized shard (params = auto) has no range to check a payload against. */
 static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    return r->shard->n_params ? GO_ON : not_ready(why, whylen);
+    return shard_now(r).n_params ? GO_ON : not_ready(why, whylen);
 }
 
 /* The payload's frames, indices and sparse values, whatever the shard's state:
  * a malformed push is never acknowledged. Dense values stay unread. */
 static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
-    int rc = dcps_codec_push_unchecked(p->m, s->range.lo, s->range.hi, &p->idx, &p->v, &p->k, why,
-                                       whylen);
+    const dcps_range_t range = shard_now(r).range;
+    int rc =
+        dcps_codec_push_unchecked(p->m, range.lo, range.hi, &p->idx, &p->v, &p->k, why, whylen);
     p->unread = rc == 0 && p->idx == NULL;
     return rc;
 }
@@ -499,9 +581,8 @@ static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
  * outcome, decided in push_version_act once the values are checked. */
 static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
     uint64_t v = p->based_on;
-    return v > s->version || dcps_shard_behind(s, p->m->rank) ||
+    return v > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank) ||
                    (r->restored_version && v > r->restored_version)
                ? ACT
                : GO_ON;
@@ -512,28 +593,28 @@ static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
  * version is taken as computed on the current one. */
 static int push_version_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
+    const uint64_t version = shard_now(r).version;
     note_lost(r, p->m->rank, p->based_on);
-    if (p->based_on <= s->version)
+    if (p->based_on <= version)
         return GO_ON;
-    if (!dcps_shard_behind(s, p->m->rank)) {
+    if (!dcps_shard_behind(r->shard, p->m->rank)) {
         snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
-                 (unsigned long long)p->m->param_version, (unsigned long long)s->version);
+                 (unsigned long long)p->m->param_version, (unsigned long long)version);
         return DCPS_E_VERSION;
     }
-    p->based_on = s->version;
+    p->based_on = version;
     return GO_ON;
 }
 
 static int push_initialised(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    return r->shard->initialized ? GO_ON : not_ready(why, whylen);
+    return shard_now(r).initialized ? GO_ON : not_ready(why, whylen);
 }
 
 /* The push's seq against its session's last push (server/session.h). */
 static int push_sequence(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    const dcps_session_t *ss = &r->shard->session[p->m->rank];
+    const dcps_session_t *ss = dcps_shard_session(r->shard, p->m->rank);
     enum dcps_seq_verdict seq = dcps_session_seq(ss, p->m->seq);
     switch (seq) {
     case DCPS_SEQ_NEW:
@@ -554,7 +635,7 @@ static int push_sequence(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 static int push_retry_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
 {
     if (outcome == DCPS_SEQ_APPLIED) {
-        r->shard->duplicates++;
+        dcps_shard_duplicate(r->shard);
         send_ack(r, p->id, p->m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
     } else {
         send_stale(r, p->id, p->m);
@@ -602,14 +683,14 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
 {
     dcps_shard_t *s = r->shard;
     const dcps_msg_t *m = p->m;
-    uint64_t t0 = dcps_now_ns(), pushes = s->pushes;
+    uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
     int rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, p->based_on,
                              p->idx, p->v, p->k, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
         values_first(p, why, whylen);
     if (rc != 0)
         return rc;
-    if (s->pushes != pushes) /* not an empty async push, which applies nothing (shard.h) */
+    if (dcps_shard_stats(s).pushes != pushes) /* not an empty async push (shard.h) */
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
@@ -652,18 +733,18 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
-    dcps_peer_t *p = &r->peers[m->rank];
-    if (!r->shard->initialized)
+    wait_t *p = &r->waits[m->rank];
+    if (!shard_now(r).initialized)
         return not_ready(why, whylen);
-    int rc = route_set(&p->wait, id, why, whylen);
+    int rc = route_set(&p->to, id, why, whylen);
     if (rc != 0)
         return rc;
-    p->pull = (dcps_pull_req_t){m->seq, m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
-                                m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
+    p->pull = (pull_req_t){m->seq,           m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
+                           m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
     bool moved = catch_up(r, m->rank, m->step, true);
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
-        send_params(r, &p->wait, m->rank, &p->pull);
+        send_params(r, &p->to, m->rank, &p->pull);
     } else {
         /* Answered when the step may start; a retry (same seq) replaces this entry. */
         p->pulling = true;
@@ -677,7 +758,7 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                       size_t whylen)
 {
-    dcps_peer_t *p = &r->peers[m->rank];
+    wait_t *p = &r->waits[m->rank];
     if (!r->cons.m[m->rank].joined) {
         snprintf(why, whylen, "rank %u entered a barrier without HELLO", m->rank);
         return DCPS_E_STATE;
@@ -687,7 +768,7 @@ static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *
                  (unsigned long long)m->step, (unsigned long long)r->barrier_step);
         return DCPS_E_STATE;
     }
-    int rc = route_set(&p->wait, id, why, whylen);
+    int rc = route_set(&p->to, id, why, whylen);
     if (rc != 0)
         return rc;
     r->barrier_step = m->step;
@@ -755,7 +836,7 @@ static void reply_error(dcps_router_t *r, const dcps_buf_t *id, const char *peer
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_ERROR);
     reply.job_id = r->cfg->job_id;
-    reply.shard = (uint32_t)r->shard->index;
+    reply.shard = (uint32_t)shard_now(r).index;
     reply.error_code = (uint32_t)-code;
     snprintf(reply.error_text, sizeof reply.error_text, "%s: %s", dcps_strerror(code), why);
     send_reply(r, id, &reply, NULL, NULL);
@@ -826,8 +907,8 @@ static int req_type(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 /* Every header field: checked or ignored, by proto/codec.c's table. */
 static int req_fields(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
-    dcps_field_ctx_t ctx = {(uint32_t)s->index, s->n_params, s->range.lo, s->range.hi};
+    const dcps_shard_stats_t s = shard_now(r);
+    dcps_field_ctx_t ctx = {(uint32_t)s.index, s.n_params, s.range.lo, s.range.hi};
     return dcps_codec_check_fields(&q->m, &ctx, why, whylen);
 }
 
@@ -842,7 +923,7 @@ static int req_curve(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 static int req_session(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 {
     const dcps_msg_t *m = &q->m;
-    const dcps_session_t *ss = &r->shard->session[m->rank];
+    const dcps_session_t *ss = dcps_shard_session(r->shard, m->rank);
     char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
     if (m->type == DCPS_MSG_HELLO || (ss->id != 0 && m->session == ss->id))
         return 0;
@@ -871,7 +952,7 @@ static int req_rejoin(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 {
     const dcps_msg_t *m = &q->m;
     char sid[DCPS_SESSION_SHORT];
-    if (!r->shard->restored || m->type == DCPS_MSG_HELLO || m->type == DCPS_MSG_BYE ||
+    if (!shard_now(r).restored || m->type == DCPS_MSG_HELLO || m->type == DCPS_MSG_BYE ||
         r->cons.m[m->rank].joined)
         return 0;
     DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this shard "
@@ -914,10 +995,13 @@ void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, con
         reply_error(r, &parts[0], peer, &q.m, rc, why);
 }
 
-int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
-                     dcps_shard_t *shard)
+dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
+                               dcps_shard_t *shard, int *err)
 {
-    memset(r, 0, sizeof *r);
+    dcps_router_t *r = calloc(1, sizeof *r);
+    *err = DCPS_E_NOMEM;
+    if (!r)
+        return NULL;
     r->cfg = cfg;
     r->shard = shard;
     r->sock = sock;
@@ -925,43 +1009,60 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
     r->started = (int64_t)time(NULL);
     dcps_loglimit_init(&r->badlog);
     r->send = send_zmq;
-    int rc = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
-                                   cfg->dead_after_ms, now_ms(r));
-    if (rc != 0)
-        return rc;
-    r->peers = calloc((size_t)cfg->workers, sizeof *r->peers);
-    if (!r->peers) {
-        rc = DCPS_E_NOMEM;
-        goto fail_peers;
+    if ((*err = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
+                                      cfg->dead_after_ms, now_ms(r))) != 0)
+        goto fail_cons;
+    if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits))) {
+        *err = DCPS_E_NOMEM;
+        goto fail_waits;
     }
     if (!sock)
-        return 0; /* in process: no bridge, no timer (see dcps_router_handle) */
-    if ((rc = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
+        return r; /* in process: no bridge, no timer (see dcps_router_handle) */
+    if ((*err = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
         goto fail_bridge;
     uv_timer_init(loop, &r->tick);
     r->tick.data = r;
     r->last_tick = now_ms(r);
     uv_timer_start(&r->tick, on_tick, (uint64_t)cfg->heartbeat_ms, (uint64_t)cfg->heartbeat_ms);
-    return 0;
+    return r;
 
 fail_bridge:
-    free(r->peers);
-    r->peers = NULL;
-fail_peers:
+    free(r->waits);
+fail_waits:
     dcps_consistency_free(&r->cons);
-    return rc;
+fail_cons:
+    free(r);
+    return NULL;
 }
 
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
 {
     dcps_loglimit_flush(&r->badlog, now_ms(r), true);
-    if (r->sock)
-        uv_close((uv_handle_t *)&r->tick, NULL);
-    free(r->peers);
-    r->peers = NULL;
+    if (!r->sock)
+        return;
+    uv_close((uv_handle_t *)&r->tick, NULL);
+    dcps_bridge_close(&r->bridge, close_cb);
+}
+
+void dcps_router_destroy(dcps_router_t **rp)
+{
+    dcps_router_t *r = *rp;
+    if (!r)
+        return;
+    free(r->waits);
     dcps_consistency_free(&r->cons);
-    if (r->sock)
-        dcps_bridge_close(&r->bridge, close_cb);
+    free(r);
+    *rp = NULL;
+}
+
+void dcps_router_set_send(dcps_router_t *r, dcps_router_send_fn *send)
+{
+    r->send = send;
+}
+
+void dcps_router_set_clock(dcps_router_t *r, double ms)
+{
+    r->clock_ms = ms;
 }
 
 uint64_t dcps_router_error_count(const dcps_router_t *r)
@@ -989,6 +1090,16 @@ int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, si
     return rc;
 }
 
+/* After a restore: a job that had started starts again as at INIT, workers
+ * not heard yet expected from now. */
+static void restarted(dcps_router_t *r)
+{
+    if (r->loop)
+        uv_update_time(r->loop); /* the restore may have taken a while */
+    if (shard_now(r).initialized)
+        dcps_consistency_start(&r->cons, now_ms(r));
+}
+
 int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
 {
     struct stat st;
@@ -999,12 +1110,20 @@ int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err,
     /* How old it is says how much the job may have lost: every update applied
      * after it was written. The workers tell exactly how many (note_lost). */
     r->checkpoint_time = stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
-    r->restored_version = r->shard->version;
-    if (r->loop)
-        uv_update_time(r->loop); /* the restore may have taken a while */
-    if (r->shard->initialized)
-        dcps_consistency_start(&r->cons, now_ms(r));
+    r->restored_version = shard_now(r).version;
+    restarted(r);
     return rc;
+}
+
+void dcps_router_load(dcps_router_t *r, const uint64_t *words)
+{
+    dcps_consistency_load(&r->cons, words);
+    restarted(r);
+}
+
+const dcps_consistency_t *dcps_router_consistency(const dcps_router_t *r)
+{
+    return &r->cons;
 }
 
 dcps_router_stats_t dcps_router_stats(const dcps_router_t *r)
@@ -1021,12 +1140,12 @@ dcps_router_stats_t dcps_router_stats(const dcps_router_t *r)
         .restored_version = r->restored_version,
         .apply_push = r->apply_push,
         .apply_round = r->apply_round,
-        .live_workers = r->cons.m ? dcps_consistency_joined(&r->cons) : 0,
+        .live_workers = dcps_consistency_joined(&r->cons),
         .max_ahead = r->cons.max_ahead,
         .barrier_waiting = r->barrier_waiting,
     };
     memcpy(st.errors, r->errors, sizeof st.errors);
-    for (int i = 0; r->peers && i < r->cfg->workers; i++)
-        st.in_barrier += r->peers[i].in_barrier;
+    for (int i = 0; i < r->cfg->workers; i++)
+        st.in_barrier += r->waits[i].in_barrier;
     return st;
 }

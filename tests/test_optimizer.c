@@ -176,20 +176,20 @@ static dcps_shard_t *shard(int index)
 START_TEST(new_shard_takes_range_workers_and_lr_from_the_job)
 {
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
-    ck_assert_int_eq(s0->index, 0);
-    ck_assert_uint_eq(s0->range.lo, 0);
-    ck_assert_uint_eq(s0->range.hi, 64);
-    ck_assert_uint_eq(s0->n, 64);
-    ck_assert_int_eq(s1->index, 1);
-    ck_assert_uint_eq(s1->range.lo, 64);
-    ck_assert_uint_eq(s1->range.hi, 72);
-    ck_assert_uint_eq(s1->n, 8);
-    ck_assert_int_eq(s1->workers, 3);
-    ck_assert(s1->lr == 0.5f);
-    ck_assert(!s1->initialized);
-    ck_assert_uint_eq(s1->version, 0);
-    ck_assert_ptr_nonnull(s1->w);
-    ck_assert_ptr_nonnull(s1->session);
+    ck_assert_int_eq(dcps_shard_stats(s0).index, 0);
+    ck_assert_uint_eq(dcps_shard_stats(s0).range.lo, 0);
+    ck_assert_uint_eq(dcps_shard_stats(s0).range.hi, 64);
+    ck_assert_uint_eq(dcps_shard_stats(s0).n, 64);
+    ck_assert_int_eq(dcps_shard_stats(s1).index, 1);
+    ck_assert_uint_eq(dcps_shard_stats(s1).range.lo, 64);
+    ck_assert_uint_eq(dcps_shard_stats(s1).range.hi, 72);
+    ck_assert_uint_eq(dcps_shard_stats(s1).n, 8);
+    ck_assert_int_eq(dcps_shard_stats(s1).workers, 3);
+    ck_assert(dcps_shard_stats(s1).lr == 0.5f);
+    ck_assert(!dcps_shard_stats(s1).initialized);
+    ck_assert_uint_eq(dcps_shard_stats(s1).version, 0);
+    ck_assert_ptr_nonnull(dcps_shard_view(s1).w);
+    ck_assert_ptr_nonnull(dcps_shard_session(s1, 0)); /* a session record per rank */
     dcps_shard_destroy(&s0);
     dcps_shard_destroy(&s1);
 }
@@ -211,22 +211,22 @@ START_TEST(init_sets_parameters_once)
     const float w0[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     const float other[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     ck_assert_int_eq(dcps_shard_init(s, w0), 1);
-    ck_assert(s->initialized);
-    assert_floats(s->w, w0, 8);
-    ck_assert_ptr_ne(s->w, w0); /* copied, not borrowed */
-    uint64_t v = s->version;
+    ck_assert(dcps_shard_stats(s).initialized);
+    assert_floats(dcps_shard_view(s).w, w0, 8);
+    ck_assert_ptr_ne(dcps_shard_view(s).w, w0); /* copied, not borrowed */
+    uint64_t v = dcps_shard_stats(s).version;
 
     ck_assert_int_eq(dcps_shard_init(s, other), 0);
-    ck_assert(s->initialized);
-    assert_floats(s->w, w0, 8);
-    ck_assert_uint_eq(s->version, v);
+    ck_assert(dcps_shard_stats(s).initialized);
+    assert_floats(dcps_shard_view(s).w, w0, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v);
 
     /* Also after updates: a late INIT does not reset the parameters. */
     const float g[8] = {2, 2, 2, 2, 2, 2, 2, 2};
     dcps_shard_apply_dense(s, 0, 1, g);
     ck_assert_int_eq(dcps_shard_init(s, other), 0);
     const float want[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    assert_floats(s->w, want, 8);
+    assert_floats(dcps_shard_view(s).w, want, 8);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -236,25 +236,25 @@ START_TEST(apply_dense_gives_hand_computed_values_and_bumps_version)
     dcps_shard_t *s = shard(1);
     const float w0[8] = {1, 2, -3, 0.25f, 0, 100, -0.5f, 8};
     ck_assert_int_eq(dcps_shard_init(s, w0), 1);
-    uint64_t v0 = s->version;
+    uint64_t v0 = dcps_shard_stats(s).version;
 
     const float g1[8] = {2, -4, 1, 0.5f, 1, 8, -1, 16};
     dcps_shard_apply_dense(s, 0, 1, g1);
     const float w1[8] = {0, 4, -3.5f, 0, -0.5f, 96, 0, 0};
-    assert_floats(s->w, w1, 8);
-    ck_assert_uint_eq(s->version, v0 + 1);
+    assert_floats(dcps_shard_view(s).w, w1, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 1);
 
     const float g2[8] = {1, 1, -1, 8, -3, 0.5f, 2, -2};
     dcps_shard_apply_dense(s, 1, 1, g2);
     const float w2[8] = {-0.5f, 3.5f, -3, -4, 1, 95.75f, -1, 1};
-    assert_floats(s->w, w2, 8);
-    ck_assert_uint_eq(s->version, v0 + 2);
+    assert_floats(dcps_shard_view(s).w, w2, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 2);
 
     dcps_shard_apply_dense(s, 0, 2, g2);
     const float w3[8] = {-1, 3, -2.5f, -8, 2.5f, 95.5f, -2, 2};
-    assert_floats(s->w, w3, 8);
-    ck_assert_uint_eq(s->version, v0 + 3);
-    ck_assert_uint_eq(s->pushes, 3);
+    assert_floats(dcps_shard_view(s).w, w3, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 3);
+    ck_assert_uint_eq(dcps_shard_stats(s).pushes, 3);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -264,29 +264,29 @@ START_TEST(apply_sparse_uses_global_indices)
     dcps_shard_t *s = shard(1); /* [64, 72) */
     const float w0[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     ck_assert_int_eq(dcps_shard_init(s, w0), 1);
-    uint64_t v0 = s->version;
+    uint64_t v0 = dcps_shard_stats(s).version;
 
     const uint32_t i1[3] = {64, 66, 71};
     const float v1[3] = {2, -2, 4};
     dcps_shard_apply_sparse(s, 2, 10, i1, v1, 3);
     const float w1[8] = {-1, 1, 3, 3, 4, 5, 6, 5};
-    assert_floats(s->w, w1, 8);
-    ck_assert_uint_eq(s->version, v0 + 1);
+    assert_floats(dcps_shard_view(s).w, w1, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 1);
 
     const uint32_t i2[2] = {65, 67};
     const float v2[2] = {0.5f, -9};
     dcps_shard_apply_sparse(s, 2, 11, i2, v2, 2);
     const float w2[8] = {-1, 0.75f, 3, 7.5f, 4, 5, 6, 5};
-    assert_floats(s->w, w2, 8);
-    ck_assert_uint_eq(s->version, v0 + 2);
+    assert_floats(dcps_shard_view(s).w, w2, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 2);
 
     /* An empty sparse push is no update (shard.h): w, version, count and
      * sequence numbers stay. */
     ck_assert_int_eq(dcps_shard_apply_sparse(s, 2, 12, NULL, NULL, 0), 0);
-    assert_floats(s->w, w2, 8);
-    ck_assert_uint_eq(s->version, v0 + 2);
-    ck_assert_uint_eq(s->pushes, 2);
-    ck_assert_int_eq(dcps_session_seq(&s->session[2], 12), DCPS_SEQ_NEW);
+    assert_floats(dcps_shard_view(s).w, w2, 8);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, v0 + 2);
+    ck_assert_uint_eq(dcps_shard_stats(s).pushes, 2);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 2), 12), DCPS_SEQ_NEW);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -341,28 +341,28 @@ START_TEST(shard_records_each_ranks_last_push_applied_or_dropped)
     const float z[8] = {0};
     ck_assert_int_eq(dcps_shard_init(s, z), 1);
     for (uint32_t r = 0; r < 3; r++) {
-        dcps_session_open(&s->session[r], 100 + r);
-        ck_assert_int_eq(dcps_session_seq(&s->session[r], 1), DCPS_SEQ_NEW);
+        dcps_shard_open_session(s, r, 100 + r);
+        ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, r), 1), DCPS_SEQ_NEW);
     }
 
     const float g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     dcps_shard_apply_dense(s, 1, 10, g);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], 10), DCPS_SEQ_APPLIED);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], 9), DCPS_SEQ_BELOW);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], 11), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 10), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 9), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 11), DCPS_SEQ_NEW);
     /* Other ranks are not affected. */
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], 5), DCPS_SEQ_NEW);
-    ck_assert_int_eq(dcps_session_seq(&s->session[2], 10), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), 5), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 2), 10), DCPS_SEQ_NEW);
 
     const uint32_t ix[1] = {70};
     const float v[1] = {1};
     dcps_shard_apply_sparse(s, 2, 1000, ix, v, 1);
-    ck_assert_int_eq(dcps_session_seq(&s->session[2], 1000), DCPS_SEQ_APPLIED);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], 10), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 2), 1000), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 10), DCPS_SEQ_APPLIED);
     dcps_shard_drop(s, 0, 4);
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], 4), DCPS_SEQ_DROPPED);
-    ck_assert_uint_eq(s->dropped, 1);
-    ck_assert_uint_eq(s->session[0].id, 100); /* pushes do not touch the session */
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), 4), DCPS_SEQ_DROPPED);
+    ck_assert_uint_eq(dcps_shard_stats(s).dropped, 1);
+    ck_assert_uint_eq(dcps_shard_session(s, 0)->id, 100); /* pushes do not touch the session */
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -372,13 +372,14 @@ START_TEST(large_seqs_are_tracked_in_64_bits)
     dcps_shard_t *s = shard(1);
     const float z[8] = {0};
     ck_assert_int_eq(dcps_shard_init(s, z), 1);
-    dcps_session_open(&s->session[0], 1);
+    dcps_shard_open_session(s, 0, 1);
     uint64_t seq = 1700000000000000ull;
     dcps_shard_apply_dense(s, 0, seq, z);
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq), DCPS_SEQ_APPLIED);
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq - 1), DCPS_SEQ_BELOW);
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq + 1), DCPS_SEQ_NEW);
-    ck_assert_int_eq(dcps_session_seq(&s->session[0], seq - (1ull << 32)), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), seq), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), seq - 1), DCPS_SEQ_BELOW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), seq + 1), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 0), seq - (1ull << 32)),
+                     DCPS_SEQ_BELOW);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -409,9 +410,9 @@ START_TEST(sparse_push_equals_dense_push_of_the_same_vector)
             }
         dcps_shard_apply_dense(a, (uint32_t)(step % 3), step, dense);
         dcps_shard_apply_sparse(b, (uint32_t)(step % 3), step, idx, val, k);
-        ck_assert_msg(memcmp(a->w, b->w, 64 * sizeof(float)) == 0, "step %llu differs",
-                      (unsigned long long)step);
-        ck_assert_uint_eq(a->version, b->version);
+        ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, 64 * sizeof(float)) == 0,
+                      "step %llu differs", (unsigned long long)step);
+        ck_assert_uint_eq(dcps_shard_stats(a).version, dcps_shard_stats(b).version);
     }
     dcps_shard_destroy(&a);
     dcps_shard_destroy(&b);
@@ -562,22 +563,22 @@ START_TEST(shard_dcasgd_keeps_one_backup_per_worker)
     /* Worker 0 pushes: its backup equals w, so the step is plain SGD. */
     dcps_shard_apply_dense(s, 0, 1, g);
     dcps_sgd_dense(expect, g, 72, 0.5f);
-    ck_assert_mem_eq(s->w, expect, sizeof expect);
+    ck_assert_mem_eq(dcps_shard_view(s).w, expect, sizeof expect);
 
     /* Worker 0 pulls (backup 0 = w); worker 1 pushes, corrected against w0. */
     dcps_pull_t reply;
     dcps_shard_pull(s, 0, false, 0, 0, false, &reply);
-    ck_assert(reply.dense && reply.values == s->w);
-    memcpy(bak0, s->w, sizeof bak0);
+    ck_assert(reply.dense && reply.values == dcps_shard_view(s).w);
+    memcpy(bak0, dcps_shard_view(s).w, sizeof bak0);
     dcps_shard_apply_dense(s, 1, 1, g);
     dcps_dcasgd_dense(expect, bak1, NULL, g, 72, &p);
-    ck_assert_mem_eq(s->w, expect, sizeof expect);
+    ck_assert_mem_eq(dcps_shard_view(s).w, expect, sizeof expect);
 
     /* Worker 0 pushes again: corrected against what it pulled. */
     dcps_shard_apply_dense(s, 0, 2, g);
     dcps_dcasgd_dense(expect, bak0, NULL, g, 72, &p);
-    ck_assert_mem_eq(s->w, expect, sizeof expect);
-    ck_assert_uint_eq(s->version, 3);
+    ck_assert_mem_eq(dcps_shard_view(s).w, expect, sizeof expect);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, 3);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -735,15 +736,16 @@ typedef struct {
 static void snap(const dcps_shard_t *s, snap_t *t)
 {
     memset(t, 0, sizeof *t);
-    memcpy(t->w, s->w, sizeof t->w);
-    if (s->state)
-        memcpy(t->state, s->state, sizeof t->state);
-    if (s->acc)
-        memcpy(t->acc, s->acc, sizeof t->acc);
-    t->version = s->version;
-    t->pushes = s->pushes;
-    memcpy(t->session, s->session, sizeof t->session);
-    t->stale_count = s->staleness.count;
+    memcpy(t->w, dcps_shard_view(s).w, sizeof t->w);
+    if (dcps_shard_view(s).state)
+        memcpy(t->state, dcps_shard_view(s).state, sizeof t->state);
+    if (dcps_shard_view(s).acc)
+        memcpy(t->acc, dcps_shard_view(s).acc, sizeof t->acc);
+    t->version = dcps_shard_stats(s).version;
+    t->pushes = dcps_shard_stats(s).pushes;
+    for (uint32_t r = 0; r < 3; r++) /* as bytes: the snaps are compared with memcmp */
+        memcpy(&t->session[r], dcps_shard_session(s, r), sizeof t->session[r]);
+    t->stale_count = dcps_shard_stats(s).staleness.count;
 }
 
 static void assert_all_finite(const float *x, size_t n)
@@ -773,12 +775,12 @@ START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
     snap_t before, after;
     for (int p = 0; p < 10; p++) {
         snap(s, &before);
-        int rc = dcps_shard_push(s, false, 1, (uint64_t)p + 1, s->version, sparse ? idx : NULL,
-                                 g, 72, why, sizeof why);
+        int rc = dcps_shard_push(s, false, 1, (uint64_t)p + 1, dcps_shard_stats(s).version,
+                                 sparse ? idx : NULL, g, 72, why, sizeof why);
         if (rc == 0) {
             ck_assert_msg(refused == 0, "%s: push %d applied after a refusal", kind, p);
             accepted++;
-            ck_assert_uint_eq(s->version, before.version + 1);
+            ck_assert_uint_eq(dcps_shard_stats(s).version, before.version + 1);
         } else {
             ck_assert_int_eq(rc, DCPS_E_NONFINITE);
             ck_assert_msg(strstr(why, "parameter ") && strstr(why, "nothing applied"), "%s", why);
@@ -787,16 +789,17 @@ START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
             ck_assert_msg(memcmp(&before, &after, sizeof before) == 0,
                           "%s: a refused push changed the shard", kind);
         }
-        assert_all_finite(s->w, 72);
-        if (s->state)
-            assert_all_finite(s->state, 72);
+        assert_all_finite(dcps_shard_view(s).w, 72);
+        if (dcps_shard_view(s).state)
+            assert_all_finite(dcps_shard_view(s).state, 72);
     }
     ck_assert_msg(refused > 0, "%s: no push refused", kind);
-    ck_assert_uint_eq(s->pushes, (uint64_t)accepted);
+    ck_assert_uint_eq(dcps_shard_stats(s).pushes, (uint64_t)accepted);
     if (accepted) /* DC-ASGD may refuse the first push already (g⊙g overflows) */
-        ck_assert_int_eq(dcps_session_seq(&s->session[1], (uint64_t)accepted),
+        ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted),
                          DCPS_SEQ_APPLIED);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], (uint64_t)accepted + 1), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted + 1),
+                     DCPS_SEQ_NEW);
     dcps_pull_t reply;
     dcps_shard_pull(s, 1, false, 0, 0, false, &reply);
     ck_assert(reply.dense);
@@ -832,7 +835,7 @@ START_TEST(sync_refuses_a_sum_and_a_round_that_would_not_be_finite)
     ck_assert_msg(strstr(why, "round's sum") && strstr(why, "not added"), "%s", why);
     snap(s, &after);
     ck_assert(memcmp(&before, &after, sizeof before) == 0);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], seq), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), seq), DCPS_SEQ_NEW);
     dcps_shard_clear_round(s);
 
     int applied = 0, refused = 0;
@@ -847,19 +850,20 @@ START_TEST(sync_refuses_a_sum_and_a_round_that_would_not_be_finite)
             ck_assert_uint_eq(after.version, before.version + 1);
         } else {
             ck_assert_int_eq(rc, DCPS_E_NONFINITE);
-            ck_assert_msg(strstr(s->why, "the round's mean gradient"), "%s", s->why);
+            ck_assert_msg(strstr(dcps_shard_why(s), "the round's mean gradient"), "%s",
+                          dcps_shard_why(s));
             refused++;
             ck_assert_mem_eq(after.w, before.w, sizeof before.w);
             ck_assert_mem_eq(after.state, before.state, sizeof before.state);
             ck_assert_uint_eq(after.version, before.version);
-            ck_assert_uint_eq(s->rounds_refused, (uint64_t)refused);
+            ck_assert_uint_eq(dcps_shard_stats(s).rounds_refused, (uint64_t)refused);
         }
         for (int i = 0; i < 72; i++)
             ck_assert(after.acc[i] == 0.0f); /* cleared either way */
-        assert_all_finite(s->w, 72);
+        assert_all_finite(dcps_shard_view(s).w, 72);
     }
     ck_assert_msg(refused > 0, "%s: no round refused", kind);
-    ck_assert_uint_eq(s->version, (uint64_t)applied);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, (uint64_t)applied);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -885,16 +889,16 @@ START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
     s = rule_shard("sgd", "sync");
     float g[72] = {0};
     g[3] = 8;
-    const float w3 = s->w[3];
+    const float w3 = dcps_shard_view(s).w[3];
     ck_assert_int_eq(dcps_shard_push(s, true, 0, 1, 0, NULL, g, 72, why, sizeof why), 0);
     ck_assert_int_eq(dcps_shard_push(s, true, 1, 1, 0, no_idx, no_val, 0, why,
                                      sizeof why),
                      0);
-    ck_assert_uint_eq(s->pushes, 2);
-    ck_assert_int_eq(dcps_session_seq(&s->session[1], 1), DCPS_SEQ_APPLIED);
+    ck_assert_uint_eq(dcps_shard_stats(s).pushes, 2);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 1), DCPS_SEQ_APPLIED);
     ck_assert_int_eq(dcps_shard_apply_round(s, 2), 0);
-    ck_assert_float_eq(s->w[3], w3 - 0.1f * 4.0f); /* the mean of 8 and nothing */
-    ck_assert_uint_eq(s->version, 1);
+    ck_assert_float_eq(dcps_shard_view(s).w[3], w3 - 0.1f * 4.0f); /* the mean of 8 and nothing */
+    ck_assert_uint_eq(dcps_shard_stats(s).version, 1);
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -912,14 +916,14 @@ START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
         ck_assert_int_eq(dcps_shard_accumulate_dense(s, 0, (uint64_t)round + 1, g), 0);
         size_t k = dcps_shard_spans(s, sp), total = 0;
         ck_assert_uint_eq(k, 3); /* w, u, the sum */
-        ck_assert_ptr_eq(sp[0].p, s->w);
-        ck_assert_ptr_eq(sp[1].p, s->state);
-        ck_assert_ptr_eq(sp[2].p, s->acc);
+        ck_assert_ptr_eq(sp[0].p, dcps_shard_view(s).w);
+        ck_assert_ptr_eq(sp[1].p, dcps_shard_view(s).state);
+        ck_assert_ptr_eq(sp[2].p, dcps_shard_view(s).acc);
         for (size_t i = 0; i < k; i++) {
             total += sp[i].n;
-            ck_assert_ptr_ne(sp[i].p, s->spare);
+            ck_assert_ptr_ne(sp[i].p, dcps_shard_view(s).spare);
         }
-        ck_assert_uint_eq(total, s->floats);
+        ck_assert_uint_eq(total, dcps_shard_stats(s).floats);
         ck_assert_int_eq(dcps_shard_apply_round(s, 1), 0);
     }
     dcps_shard_destroy(&s);
@@ -969,7 +973,7 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
 {
     dcps_shard_t *a = held_shard(_i), *b = held_shard(_i);
     bool sync = strcmp(held_jobs[_i][0], "job.mode=sync") == 0;
-    const size_t n = a->n;
+    const size_t n = dcps_shard_stats(a).n;
     float w0[72], g[72];
     uint32_t idx[] = {1, 5, 9, 40, 71};
     held_t h[16];
@@ -986,7 +990,7 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
             dcps_pull_t pa, pb;
             dcps_shard_pull(a, rank, false, 0, 0, false, &pa);
             dcps_shard_pull(b, rank, false, 0, 0, false, &pb);
-            ck_assert(pa.dense && pa.values == a->w);
+            ck_assert(pa.dense && pa.values == dcps_shard_view(a).w);
             ck_assert_mem_eq(pa.values, pb.values, n * sizeof(float));
             void *hint = dcps_shard_share(a, pa.values);
             if (hint) {
@@ -1000,18 +1004,21 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
         const uint32_t *pi = step % 4 == 1 ? idx : NULL;
         size_t k = pi ? sizeof idx / sizeof idx[0] : n;
         uint64_t seq = (uint64_t)step + 1;
-        ck_assert_int_eq(dcps_shard_push(a, sync, rank, seq, a->version, pi, g, k, why, sizeof why),
+        ck_assert_int_eq(dcps_shard_push(a, sync, rank, seq, dcps_shard_stats(a).version, pi, g, k,
+                                         why, sizeof why),
                          0);
-        ck_assert_int_eq(dcps_shard_push(b, sync, rank, seq, b->version, pi, g, k, why, sizeof why),
+        ck_assert_int_eq(dcps_shard_push(b, sync, rank, seq, dcps_shard_stats(b).version, pi, g, k,
+                                         why, sizeof why),
                          0);
         if (sync && rank == 1) {
             ck_assert_int_eq(dcps_shard_apply_round(a, 2), 0);
             ck_assert_int_eq(dcps_shard_apply_round(b, 2), 0);
         }
-        ck_assert_msg(memcmp(a->w, b->w, n * sizeof(float)) == 0, "step %d: w differs", step);
-        if (a->state)
-            ck_assert_mem_eq(a->state, b->state, n * sizeof(float));
-        ck_assert_uint_eq(a->version, b->version);
+        ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, n * sizeof(float)) == 0,
+                      "step %d: w differs", step);
+        if (dcps_shard_view(a).state)
+            ck_assert_mem_eq(dcps_shard_view(a).state, dcps_shard_view(b).state, n * sizeof(float));
+        ck_assert_uint_eq(dcps_shard_stats(a).version, dcps_shard_stats(b).version);
         for (int j = 0; j < nh; j++)
             ck_assert_msg(memcmp(h[j].buf, h[j].sent, n * sizeof(float)) == 0,
                           "step %d: a held reply's buffer was written", step);
@@ -1020,9 +1027,9 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
             memmove(h, h + 1, (size_t)--nh * sizeof h[0]);
         }
     }
-    ck_assert_uint_gt(a->version, 10);
-    ck_assert_uint_gt(a->pulls_copied, 0);
-    ck_assert_uint_eq(b->pulls_copied, 0);
+    ck_assert_uint_gt(dcps_shard_stats(a).version, 10);
+    ck_assert_uint_gt(dcps_shard_stats(a).pulls_copied, 0);
+    ck_assert_uint_eq(dcps_shard_stats(b).pulls_copied, 0);
     /* Replies may outlive their shard: the set goes with the last release. */
     dcps_shard_destroy(&a);
     for (int j = 0; j < nh; j++)
@@ -1047,21 +1054,21 @@ START_TEST(replies_share_one_held_w_and_copy_another)
     ck_assert_ptr_eq(h1, h2); /* the same buffer, held twice */
     g[0] = 1;
     ck_assert_int_eq(dcps_shard_push(s, false, 0, 1, 0, NULL, g, 72, why, sizeof why), 0);
-    ck_assert_ptr_ne(s->w, v1);
+    ck_assert_ptr_ne(dcps_shard_view(s).w, v1);
     ck_assert_int_eq(dcps_shard_push(s, false, 0, 2, 1, NULL, g, 72, why, sizeof why), 0);
     ck_assert_float_eq(v1[0], 0); /* the version it was pulled at */
-    ck_assert_float_eq(s->w[0], -1); /* two steps of lr 0.5 */
+    ck_assert_float_eq(dcps_shard_view(s).w[0], -1); /* two steps of lr 0.5 */
     dcps_shard_pull(s, 1, false, 0, 0, false, &p);
     ck_assert_ptr_null(dcps_shard_share(s, p.values)); /* another version: copied */
-    ck_assert_uint_eq(s->pulls_copied, 1);
+    ck_assert_uint_eq(dcps_shard_stats(s).pulls_copied, 1);
     dcps_snapshot_release((void *)v1, h1);
     ck_assert_ptr_null(dcps_shard_share(s, p.values)); /* still held once */
     dcps_snapshot_release((void *)v1, h2);
     void *h3 = dcps_shard_share(s, p.values);
     ck_assert_ptr_nonnull(h3);
-    ck_assert_uint_eq(s->pulls_copied, 2);
+    ck_assert_uint_eq(dcps_shard_stats(s).pulls_copied, 2);
     /* Not w (a mirror, a delta): never shared. */
-    ck_assert_ptr_null(dcps_shard_share(s, s->spare));
+    ck_assert_ptr_null(dcps_shard_share(s, dcps_shard_view(s).spare));
     dcps_snapshot_release((void *)p.values, h3);
     dcps_shard_destroy(&s);
 }
