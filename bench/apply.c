@@ -11,10 +11,9 @@
  * sparse momentum out of place into its update buffer with the check fused,
  * then a pointer swap and the state recomputed; sparse SGD and DC-ASGD checked
  * entry by entry, then applied in place. Those rows say kind "dense_checked" or
- * "sparse_checked"; their baseline is the in-place rule (what the shard did
- * before the check) on arrays of the same size and rule parameters, the
- * bench's own (the shard's are its own to write), timed alternately with it,
- * so ratio_to_baseline is what keeping the parameters finite costs.
+ * "sparse_checked"; their baseline is the in-place rule on the same shard's
+ * arrays (what the shard did before the check), timed alternately with it, so
+ * ratio_to_baseline is what keeping the parameters finite costs.
  *
  * usage: bench/apply [N] [repeats]      (defaults 4194304 and 21) */
 #include <stdio.h>
@@ -95,10 +94,34 @@ static dcps_shard_t *rule_shard(size_t n, int rule, const float *w)
     return s;
 }
 
+/* The old shard's apply: the in-place rule, with the parameters rule_shard
+ * gives the shard, on the shard's own arrays. Only this bench writes them from
+ * outside (through its view, made writable): the baseline must run on the
+ * memory the checked push just used, warm in the same caches, or it would
+ * measure the caches instead of the check. The shard is dropped after. */
+static void inplace_on_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse)
+{
+    const dcps_shard_view_t v = dcps_shard_view(s);
+    float *w = (float *)v.w, *state = (float *)v.state, *bak = (float *)v.bak;
+    const dcps_dcasgd_t p = {1e-6f, 0.04f, rule == DC_ADAPTIVE, 0.95f, 1e-7f};
+    const float lr = 1e-6f, mu = 0.9f;
+    switch (rule * 2 + sparse) {
+    case SGD * 2: dcps_sgd_dense(w, d->g, d->n, lr); break;
+    case SGD * 2 + 1: dcps_sgd_sparse(w, 0, d->idx, d->v, d->k, lr); break;
+    case MOMENTUM * 2: dcps_momentum_dense(w, state, d->g, d->n, lr, mu); break;
+    case MOMENTUM * 2 + 1:
+        dcps_momentum_sparse(w, state, d->n, 0, d->idx, d->v, d->k, lr, mu);
+        break;
+    case DC_CONST * 2:
+    case DC_ADAPTIVE * 2: dcps_dcasgd_dense(w, bak, state, d->g, d->n, &p); break;
+    default: dcps_dcasgd_sparse(w, bak, state, 0, d->idx, d->v, d->k, &p); break;
+    }
+}
+
 /* Median times of one push through shard s (dense, or the k sparse entries),
- * checked (*checked), and of the in-place rule the shard applied before the
- * check, on the bench's arrays (*before), measured alternately. */
-static void median_shard(dcps_shard_t *s, data_t *d, int rule, int sparse, int reps,
+ * checked (*checked) and as the shard applied it before the check (*before),
+ * measured alternately on the same arrays. */
+static void median_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse, int reps,
                          double *checked, double *before)
 {
     double t[101], u[101];
@@ -114,7 +137,7 @@ static void median_shard(dcps_shard_t *s, data_t *d, int rule, int sparse, int r
             exit(1);
         }
         t0 = bench_now();
-        apply(d, rule, sparse);
+        inplace_on_shard(s, d, rule, sparse);
         u[r] = bench_now() - t0;
     }
     *checked = bench_median(t, reps);
