@@ -480,6 +480,8 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     size_t room = keep > 1 ? (size_t)keep - 1 : 1;
     if (n > room) {
         prune(dir, e, n, room);
+        for (size_t i = room; i < n; i++) /* their entries go with them */
+            free(e[i].name);
         n = room;
     }
     header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
