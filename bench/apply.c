@@ -94,19 +94,27 @@ static dcps_shard_t *rule_shard(size_t n, int rule, const float *w)
     return s;
 }
 
-/* The old shard's apply: the in-place rule on the shard's own arrays. */
+/* The old shard's apply: the in-place rule, with the parameters rule_shard
+ * gives the shard, on the shard's own arrays. Only this bench writes them from
+ * outside (through its view, made writable): the baseline must run on the
+ * memory the checked push just used, warm in the same caches, or it would
+ * measure the caches instead of the check. The shard is dropped after. */
 static void inplace_on_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse)
 {
+    const dcps_shard_view_t v = dcps_shard_view(s);
+    float *w = (float *)v.w, *state = (float *)v.state, *bak = (float *)v.bak;
+    const dcps_dcasgd_t p = {1e-6f, 0.04f, rule == DC_ADAPTIVE, 0.95f, 1e-7f};
+    const float lr = 1e-6f, mu = 0.9f;
     switch (rule * 2 + sparse) {
-    case SGD * 2: dcps_sgd_dense(s->w, d->g, s->n, s->lr); break;
-    case SGD * 2 + 1: dcps_sgd_sparse(s->w, 0, d->idx, d->v, d->k, s->lr); break;
-    case MOMENTUM * 2: dcps_momentum_dense(s->w, s->state, d->g, s->n, s->lr, s->momentum); break;
+    case SGD * 2: dcps_sgd_dense(w, d->g, d->n, lr); break;
+    case SGD * 2 + 1: dcps_sgd_sparse(w, 0, d->idx, d->v, d->k, lr); break;
+    case MOMENTUM * 2: dcps_momentum_dense(w, state, d->g, d->n, lr, mu); break;
     case MOMENTUM * 2 + 1:
-        dcps_momentum_sparse(s->w, s->state, s->n, 0, d->idx, d->v, d->k, s->lr, s->momentum);
+        dcps_momentum_sparse(w, state, d->n, 0, d->idx, d->v, d->k, lr, mu);
         break;
     case DC_CONST * 2:
-    case DC_ADAPTIVE * 2: dcps_dcasgd_dense(s->w, s->bak, s->state, d->g, s->n, &s->dc); break;
-    default: dcps_dcasgd_sparse(s->w, s->bak, s->state, 0, d->idx, d->v, d->k, &s->dc); break;
+    case DC_ADAPTIVE * 2: dcps_dcasgd_dense(w, bak, state, d->g, d->n, &p); break;
+    default: dcps_dcasgd_sparse(w, bak, state, 0, d->idx, d->v, d->k, &p); break;
     }
 }
 
@@ -120,9 +128,9 @@ static void median_shard(dcps_shard_t *s, const data_t *d, int rule, int sparse,
     char why[256];
     for (int r = 0; r < reps; r++) {
         double t0 = bench_now();
-        int rc = dcps_shard_push(s, false, 0, s->version + 1, s->version,
-                                 sparse ? d->idx : NULL, sparse ? d->v : d->g,
-                                 sparse ? d->k : d->n, why, sizeof why);
+        uint64_t version = dcps_shard_stats(s).version;
+        int rc = dcps_shard_push(s, false, 0, version + 1, version, sparse ? d->idx : NULL,
+                                 sparse ? d->v : d->g, sparse ? d->k : d->n, why, sizeof why);
         t[r] = bench_now() - t0;
         if (rc != 0) {
             fprintf(stderr, "bench/apply: push refused: %s\n", why);

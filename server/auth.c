@@ -22,8 +22,8 @@
 
 enum { F_VERSION, F_REQUEST_ID, F_DOMAIN, F_ADDRESS, F_ROUTING_ID, F_MECHANISM, F_CREDENTIALS };
 
-int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir,
-                   uint64_t *refused, char *err, size_t errlen)
+int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir, char *err,
+                   size_t errlen)
 {
     int linger = 0;
     memset(a, 0, sizeof *a);
@@ -43,7 +43,6 @@ int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *
     a->keys = *keys;
     *keys = NULL;
     snprintf(a->dir, sizeof a->dir, "%s", dir);
-    a->refused = refused;
     return 0;
 }
 
@@ -86,7 +85,7 @@ static void decide(dcps_auth_t *a, zmq_msg_t *part, int n)
         DCPS_WARN("refused a connection from %s: ZAP request of %d frames, version \"%s\", "
                   "mechanism \"%s\" (expected CURVE with a 32-byte key)",
                   *address ? address : "an unknown address", n, version, mechanism);
-        (*a->refused)++;
+        a->refused++;
         reply(a, n > F_REQUEST_ID ? &part[F_REQUEST_ID] : NULL, "400", "bad ZAP request", "");
         return;
     }
@@ -96,7 +95,7 @@ static void decide(dcps_auth_t *a, zmq_msg_t *part, int n)
     if (!name) {
         DCPS_WARN("refused a connection from %s: CURVE key %.8s\u2026 is not in worker_keys_dir %s",
                   address, key, a->dir);
-        (*a->refused)++;
+        a->refused++;
         reply(a, &part[F_REQUEST_ID], "400", "this CURVE key is not admitted", "");
         return;
     }

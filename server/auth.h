@@ -42,15 +42,14 @@ typedef struct dcps_auth {
     dcps_keyset_t *keys; /* owned */
     char dir[1024];      /* where keys came from, for the log */
     uint64_t admitted;   /* connections admitted */
-    uint64_t *refused;   /* connections refused: the router's counter, borrowed */
+    uint64_t refused;    /* connections refused (the router's stats report them) */
 } dcps_auth_t;
 
 /* Binds the handler in ctx (before the ROUTER socket of ctx binds) and takes
- * *keys (read from dir), setting *keys to NULL. Refusals are counted in
- * *refused, which must outlive a. Returns 0, or DCPS_E_ZMQ with a sentence in
- * err; then nothing is bound and *keys is still the caller's. */
-int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir,
-                   uint64_t *refused, char *err, size_t errlen);
+ * *keys (read from dir), setting *keys to NULL. Returns 0, or DCPS_E_ZMQ with
+ * a sentence in err; then nothing is bound and *keys is still the caller's. */
+int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir, char *err,
+                   size_t errlen);
 
 /* Answers requests from the loop from now on (they wait in the socket until
  * then). Returns 0 or a negative libuv/dcps code. */

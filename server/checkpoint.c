@@ -31,12 +31,6 @@
 #define TRAILER_SIZE 4
 #define FLAG_INITIALIZED 1u
 #define FLAG_ADAPTIVE 2u
-#define COUNTERS 5 /* pushes, duplicates, pulls, dropped, deltas */
-#define STALENESS_WORDS (3 + DCPS_STALENESS_BUCKETS)
-#define CONS_WORDS 3 /* round, contributions, max_ahead */
-#define SESSION_WORDS 3 /* per rank: session, last push's seq, flags */
-#define SESSION_PUSHED 1u  /* flags: a push of the session was seen */
-#define SESSION_APPLIED 2u /* flags: and it was applied */
 #define FORMAT_NO_SESSIONS 1 /* format 1: per rank only the highest applied seq */
 
 /* The header as fields; encoded at fixed offsets by put_header. */
@@ -167,26 +161,35 @@ static void get_header(const uint8_t *b, header_t *h)
     };
 }
 
-/* Bytes of the payload after the floats, in 8-byte words: per rank its session
- * record (3P; format 1: the highest applied seq, P), the counters, the staleness
- * histogram, the consistency model's round, contributions and max_ahead, and
- * each rank's clock and contributed flag (2P). */
-static size_t tail_size(int workers, uint32_t format)
+/* Words per rank of the shard's part of the tail: its session record
+ * (server/session.h), or in format 1 the highest applied seq. */
+static size_t stride(uint32_t format)
 {
-    size_t per_rank = format == FORMAT_NO_SESSIONS ? 1 : SESSION_WORDS;
-    return ((size_t)workers * per_rank + COUNTERS + STALENESS_WORDS + CONS_WORDS +
-            2 * (size_t)workers) *
-           8;
+    return format == FORMAT_NO_SESSIONS ? 1 : DCPS_SESSION_WORDS;
 }
 
-static size_t payload_size(const dcps_shard_t *s, uint32_t format)
+/* The shard's words in the tail (dcps_shard_save) in `format`. */
+static size_t shard_words(int workers, uint32_t format)
+{
+    return DCPS_SHARD_WORDS(workers) - (DCPS_SESSION_WORDS - stride(format)) * (size_t)workers;
+}
+
+/* Bytes of the payload after the floats, in 8-byte words: the shard's (every
+ * rank's session record, the counters, the staleness histogram), then the
+ * consistency model's (dcps_consistency_save). */
+static size_t tail_size(int workers, uint32_t format)
+{
+    return (shard_words(workers, format) + DCPS_CONSISTENCY_WORDS(workers)) * 8;
+}
+
+static size_t payload_size(const dcps_shard_stats_t *s, uint32_t format)
 {
     return s->floats * sizeof(float) + tail_size(s->workers, format);
 }
 
 /* The header this shard and job would write in `format` (seq and created are
  * the caller's). */
-static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t *s, int mode,
+static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_stats_t *s, int mode,
                       uint32_t format)
 {
     *h = (header_t){
@@ -201,75 +204,11 @@ static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_t 
         .kind = (uint32_t)s->kind,
         .mode = (uint32_t)mode,
         .pull = (uint32_t)cfg->pull,
-        .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->dc.adaptive ? FLAG_ADAPTIVE : 0),
+        .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->adaptive ? FLAG_ADAPTIVE : 0),
         .version = s->version,
         .floats = s->floats,
         .payload_len = payload_size(s, format),
     };
-}
-
-static void put_tail(uint8_t *b, const dcps_shard_t *s, const dcps_consistency_t *c)
-{
-    size_t at = 0;
-    for (int r = 0; r < s->workers; r++, at += 8 * SESSION_WORDS) {
-        const dcps_session_t *ss = &s->session[r];
-        put64(b, at, ss->id);
-        put64(b, at + 8, ss->seq);
-        put64(b, at + 16, (ss->pushed ? SESSION_PUSHED : 0) | (ss->applied ? SESSION_APPLIED : 0));
-    }
-    const uint64_t counters[COUNTERS] = {s->pushes, s->duplicates, s->pulls, s->dropped, s->deltas};
-    for (int i = 0; i < COUNTERS; i++, at += 8)
-        put64(b, at, counters[i]);
-    const dcps_staleness_t *st = &s->staleness;
-    put64(b, at, st->count), put64(b, at + 8, st->sum), put64(b, at + 16, st->max);
-    at += 24;
-    for (int i = 0; i < DCPS_STALENESS_BUCKETS; i++, at += 8)
-        put64(b, at, st->hist[i]);
-    put64(b, at, c->round), put64(b, at + 8, (uint64_t)c->contributions);
-    put64(b, at + 16, c->max_ahead);
-    at += 24;
-    for (int r = 0; r < c->workers; r++, at += 16) {
-        put64(b, at, c->m[r].clock);
-        put64(b, at + 8, c->m[r].contributed);
-    }
-}
-
-/* Reads a tail of `format`. Format 1 knows no sessions: its seqs (a worker's
- * clock in microseconds, under protocol 1) mean nothing to a session, so every
- * rank is left without one, and says HELLO again. */
-static void get_tail(const uint8_t *b, uint32_t format, dcps_shard_t *s, dcps_consistency_t *c)
-{
-    size_t at = 0;
-    for (int r = 0; r < s->workers; r++) {
-        dcps_session_t *ss = &s->session[r];
-        if (format == FORMAT_NO_SESSIONS) {
-            *ss = (dcps_session_t){0};
-            at += 8;
-            continue;
-        }
-        uint64_t flags = get64(b, at + 16);
-        *ss = (dcps_session_t){.id = get64(b, at),
-                               .pushed = (flags & SESSION_PUSHED) != 0,
-                               .applied = (flags & SESSION_APPLIED) != 0,
-                               .seq = get64(b, at + 8)};
-        at += 8 * SESSION_WORDS;
-    }
-    uint64_t *counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped, &s->deltas};
-    for (int i = 0; i < COUNTERS; i++, at += 8)
-        *counters[i] = get64(b, at);
-    dcps_staleness_t *st = &s->staleness;
-    st->count = get64(b, at), st->sum = get64(b, at + 8), st->max = get64(b, at + 16);
-    at += 24;
-    for (int i = 0; i < DCPS_STALENESS_BUCKETS; i++, at += 8)
-        st->hist[i] = get64(b, at);
-    c->round = get64(b, at);
-    c->contributions = (int)get64(b, at + 8);
-    c->max_ahead = get64(b, at + 16);
-    at += 24;
-    for (int r = 0; r < c->workers; r++, at += 16) {
-        c->m[r].clock = get64(b, at);
-        c->m[r].contributed = get64(b, at + 8) != 0;
-    }
 }
 
 /* --- the directory -------------------------------------------------------------- */
@@ -461,26 +400,78 @@ static void prune(const char *dir, const entry_t *e, size_t n, size_t keep)
 
 uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
 {
-    return HEADER_SIZE + (uint64_t)s->floats * sizeof *s->w + tail_size(s->workers, DCPS_CHECKPOINT_FORMAT) +
-           sizeof(uint32_t);
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    return HEADER_SIZE + (uint64_t)st.floats * sizeof(float) +
+           tail_size(st.workers, DCPS_CHECKPOINT_FORMAT) + sizeof(uint32_t);
+}
+
+/* Writes tmp, a new file: the header, the shard's floats, the tail and the
+ * CRC-32C of them all, then fsyncs it. Returns 0, or DCPS_E_IO with err and
+ * nothing of tmp left. */
+static int write_tmp(const char *tmp, const header_t *h, const dcps_shard_t *s, const void *tail,
+                     size_t tsize, char *err, size_t errlen)
+{
+    uint8_t head[HEADER_SIZE];
+    uint32_t crc = 0;
+    int rc, fd;
+    put_header(head, h);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+        return dcps_say(err, errlen, DCPS_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+    const char *what = "write";
+    if (write_all(fd, head, sizeof head, &crc) != 0 || write_floats(fd, s, &crc) != 0 ||
+        write_all(fd, tail, tsize, &crc) != 0 ||
+        write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    if (close(fd) != 0) {
+        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot close %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+/* Renames the written tmp to final (its path then goes to path, if not NULL)
+ * and fsyncs dir. Returns 0, or DCPS_E_IO with err: tmp is removed if the
+ * rename failed; if only the directory's fsync did, the file is complete and
+ * in place, and only its name may not survive a power loss. */
+static int publish(const char *dir, const char *tmp, const char *final, char *path, size_t pathlen,
+                   char *err, size_t errlen)
+{
+    if (rename(tmp, final) != 0) {
+        int rc = dcps_say(err, errlen, DCPS_E_IO, "cannot rename %s to %s: %s", tmp, final,
+                          strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    if (path)
+        snprintf(path, pathlen, "%s", final);
+    if (fsync_dir(dir) != 0)
+        return dcps_say(err, errlen, DCPS_E_IO, "%s written, but fsync of directory %s failed: %s",
+                        final, dir, strerror(errno));
+    return 0;
 }
 
 int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
                          const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
                          char *err, size_t errlen)
 {
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    const size_t tsize = tail_size(st.workers, DCPS_CHECKPOINT_FORMAT);
     char name[96], final[DCPS_PATH_MAX + 128], tmp[DCPS_PATH_MAX + 128];
-    uint8_t head[HEADER_SIZE], *tail = NULL;
-    uint32_t crc = 0;
+    uint64_t *tail = NULL;
     entry_t *e;
     size_t n;
     header_t h;
-    int rc, fd;
+    int rc;
 
-    if (cons->workers != s->workers)
+    if (cons->workers != st.workers)
         return dcps_say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
-                        cons->workers, s->workers);
-    if ((rc = list(dir, s->index, true, &e, &n, err, errlen)) != 0)
+                        cons->workers, st.workers);
+    if ((rc = list(dir, st.index, true, &e, &n, err, errlen)) != 0)
         return rc;
     /* Room first: with the new file there are to be at most `keep` of them, so
      * the oldest go before it is written, not after (a full disk would
@@ -489,65 +480,32 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     size_t room = keep > 1 ? (size_t)keep - 1 : 1;
     if (n > room) {
         prune(dir, e, n, room);
+        for (size_t i = room; i < n; i++) /* their entries go with them */
+            free(e[i].name);
         n = room;
     }
-    header_of(&h, cfg, s, cons->mode, DCPS_CHECKPOINT_FORMAT);
+    header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);
-    snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", s->index, h.seq,
+    snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", st.index, h.seq,
              h.version);
     if (join(final, sizeof final, dir, name, "") != 0 ||
         join(tmp, sizeof tmp, dir, name, ".tmp") != 0) {
         rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
-        goto fail;
+        goto out;
     }
-    if (!(tail = malloc(tail_size(s->workers, DCPS_CHECKPOINT_FORMAT)))) {
+    if (!(tail = malloc(tsize))) {
         rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
-        goto fail;
+        goto out;
     }
-    put_header(head, &h);
-    put_tail(tail, s, cons);
-
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
-        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot create %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    const char *what = "write";
-    if (write_all(fd, head, sizeof head, &crc) != 0 ||
-        write_floats(fd, s, &crc) != 0 ||
-        write_all(fd, tail, tail_size(s->workers, DCPS_CHECKPOINT_FORMAT), &crc) != 0 ||
-        write_all(fd, &crc, sizeof crc, &(uint32_t){0}) != 0 || (what = "fsync", fsync(fd)) != 0) {
-        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot %s %s: %s", what, tmp, strerror(errno));
-        close(fd);
-        goto fail_tmp;
-    }
-    if (close(fd) != 0) {
-        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot close %s: %s", tmp, strerror(errno));
-        goto fail_tmp;
-    }
-    if (rename(tmp, final) != 0) {
-        rc = dcps_say(err, errlen, DCPS_E_IO, "cannot rename %s to %s: %s", tmp, final,
-                      strerror(errno));
-        goto fail_tmp;
-    }
-    if (path)
-        snprintf(path, pathlen, "%s", final);
-    if (fsync_dir(dir) != 0) {
-        /* The file is complete and in place; only its name may not survive a
-         * power loss. */
-        rc = dcps_say(err, errlen, DCPS_E_IO, "%s written, but fsync of directory %s failed: %s",
-                      final, dir, strerror(errno));
-        goto fail;
-    }
+    dcps_shard_save(s, tail);
+    dcps_consistency_save(cons, tail + shard_words(st.workers, DCPS_CHECKPOINT_FORMAT));
+    if ((rc = write_tmp(tmp, &h, s, tail, tsize, err, errlen)) != 0 ||
+        (rc = publish(dir, tmp, final, path, pathlen, err, errlen)) != 0)
+        goto out;
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
     prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 0);
-    free(tail);
-    free_entries(e, n);
-    return 0;
-
-fail_tmp:
-    unlink(tmp);
-fail:
+out:
     free(tail);
     free_entries(e, n);
     return rc;
@@ -621,126 +579,150 @@ static bool foreign(const header_t *h, const header_t *want, char *why, size_t n
     return true;
 }
 
-/* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with
- * the reason in why (s's floats are then zero again, the rest unchanged); or
- * DCPS_E_NOMEM. */
-static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcps_consistency_t *c,
-                char *why, size_t n)
+/* Reads the header of the open file fd and checks what it can alone: the
+ * magic, its length, the format and its own CRC. Returns 0 with the header in
+ * head and h and the file's size in *size, or 1 with the reason in why. */
+static int read_header(int fd, uint8_t head[HEADER_SIZE], header_t *h, off_t *size, char *why,
+                       size_t n)
 {
-    uint8_t head[HEADER_SIZE], *tail = NULL;
-    header_t h, want;
     struct stat st;
     uint32_t crc, stored;
-    int rc = 1;
-    bool touched = false, sized = false;
-
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(why, n, "cannot open: %s", strerror(errno));
-        return 1;
-    }
-    ssize_t got = fstat(fd, &st) == 0 ? dcps_read_full(fd, head, sizeof head) : -1;
-    if (got < 0) {
-        snprintf(why, n, "cannot read: %s", strerror(errno));
-        goto out;
-    }
-    if (memcmp(head, MAGIC, got < 8 ? (size_t)got : 8) != 0) {
-        snprintf(why, n, "not a dcps checkpoint (bad magic)");
-        goto out;
-    }
-    if (got < HEADER_SIZE) {
-        snprintf(why, n, "truncated: %zd of at least %d bytes (no complete header)", got,
-                 HEADER_SIZE);
-        goto out;
-    }
-    get_header(head, &h);
-    if ((h.format != DCPS_CHECKPOINT_FORMAT && h.format != FORMAT_NO_SESSIONS) ||
-        h.header_size != HEADER_SIZE) {
-        snprintf(why, n,
-                 "format %u with a header of %u bytes, this dcps reads formats %d and %d (%d)",
-                 h.format, h.header_size, FORMAT_NO_SESSIONS, DCPS_CHECKPOINT_FORMAT,
-                 HEADER_SIZE);
-        goto out;
-    }
+    ssize_t got = fstat(fd, &st) == 0 ? dcps_read_full(fd, head, HEADER_SIZE) : -1;
+    if (got < 0)
+        return dcps_say(why, n, 1, "cannot read: %s", strerror(errno));
+    *size = st.st_size;
+    if (memcmp(head, MAGIC, got < 8 ? (size_t)got : 8) != 0)
+        return dcps_say(why, n, 1, "not a dcps checkpoint (bad magic)");
+    if (got < HEADER_SIZE)
+        return dcps_say(why, n, 1, "truncated: %zd of at least %d bytes (no complete header)", got,
+                        HEADER_SIZE);
+    get_header(head, h);
+    if ((h->format != DCPS_CHECKPOINT_FORMAT && h->format != FORMAT_NO_SESSIONS) ||
+        h->header_size != HEADER_SIZE)
+        return dcps_say(why, n, 1,
+                        "format %u with a header of %u bytes, this dcps reads formats %d and %d "
+                        "(%d)",
+                        h->format, h->header_size, FORMAT_NO_SESSIONS, DCPS_CHECKPOINT_FORMAT,
+                        HEADER_SIZE);
     crc = dcps_checkpoint_crc32c(0, head, HEADER_CRC_AT);
-    if ((stored = get32(head, HEADER_CRC_AT)) != crc) {
-        snprintf(why, n, "header checksum mismatch (stored %08x, computed %08x)", stored, crc);
-        goto out;
-    }
-    /* params = auto: an unsized shard takes its size from the checkpoint (the
-     * header is checksummed, but checked as a HELLO's would be), then the file
-     * must fit it like any other. */
-    if (!s->n_params && h.job_id == cfg->job_id && h.index == (uint32_t)s->index) {
-        char fit[160];
-        if (h.n_params > DCPS_PARAMS_AUTO_MAX) {
-            snprintf(why, n, "%" PRIu64 " parameters, more than the %" PRIu64 " that [model] "
-                     "params = auto accepts", h.n_params, DCPS_PARAMS_AUTO_MAX);
-            goto out;
-        }
-        if (dcps_config_check_size(cfg, h.n_params, fit, sizeof fit) != 0) {
-            snprintf(why, n, "%s", fit);
-            goto out;
-        }
-        if (dcps_shard_size(s, cfg, h.n_params) != 0) {
-            rc = DCPS_E_NOMEM;
-            goto out;
-        }
-        sized = true;
-    }
-    header_of(&want, cfg, s, c->mode, h.format);
-    if (foreign(&h, &want, why, n))
-        goto out;
-    uint64_t size = HEADER_SIZE + h.payload_len + TRAILER_SIZE;
-    if ((uint64_t)st.st_size != size) {
-        snprintf(why, n,
-                 (uint64_t)st.st_size < size ? "truncated: %lld of %" PRIu64 " bytes"
-                                             : "%lld bytes, %" PRIu64 " expected",
-                 (long long)st.st_size, size);
-        goto out;
-    }
-    size_t tsize = tail_size(s->workers, h.format), fbytes = s->floats * sizeof *s->w;
-    if (!(tail = malloc(tsize))) {
-        rc = DCPS_E_NOMEM;
-        goto out;
-    }
-    /* The floats go straight into the shard (no second copy of a large shard);
-     * they are zeroed again if the checksum fails. */
-    touched = true;
-    crc = dcps_checkpoint_crc32c(0, head, sizeof head);
-    got = read_floats(fd, s, &crc);
+    if ((stored = get32(head, HEADER_CRC_AT)) != crc)
+        return dcps_say(why, n, 1, "header checksum mismatch (stored %08x, computed %08x)", stored,
+                        crc);
+    return 0;
+}
+
+/* params = auto: an unsized shard takes its size from a file of its job and
+ * shard (the header is checksummed, but checked as a HELLO's would be); then
+ * the file must fit it like any other. Returns 0 (*sized if it was sized), 1
+ * with why, or DCPS_E_NOMEM. */
+static int size_from(const header_t *h, const dcps_config_t *cfg, dcps_shard_t *s, bool *sized,
+                     char *why, size_t n)
+{
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    if (st.n_params || h->job_id != cfg->job_id || h->index != (uint32_t)st.index)
+        return 0;
+    int rc = dcps_shard_size_auto(s, cfg, h->n_params, "", why, n);
+    if (rc == DCPS_E_SIZE)
+        return 1;
+    if (rc != 0)
+        return DCPS_E_NOMEM;
+    *sized = true;
+    return 0;
+}
+
+/* Reads the payload after the header into the shard's floats (straight into
+ * place: no second copy of a large shard) and into tail (tsize bytes), then the
+ * stored CRC, adding all but that to *crc. Returns 0; 1 with why if the file
+ * cannot be read or ends early. */
+static int read_payload(int fd, dcps_shard_t *s, void *tail, size_t tsize, uint32_t *crc,
+                        uint32_t *stored, char *why, size_t n)
+{
+    size_t fbytes = dcps_shard_stats(s).floats * sizeof(float);
+    ssize_t got = read_floats(fd, s, crc);
     if (got == (ssize_t)fbytes) {
         got = dcps_read_full(fd, tail, tsize);
         if (got == (ssize_t)tsize) {
-            crc = dcps_checkpoint_crc32c(crc, tail, tsize);
-            got = dcps_read_full(fd, &stored, sizeof stored);
-            got = got == (ssize_t)sizeof stored ? 0 : got < 0 ? -1 : -2;
+            *crc = dcps_checkpoint_crc32c(*crc, tail, tsize);
+            got = dcps_read_full(fd, stored, sizeof *stored);
+            got = got == (ssize_t)sizeof *stored ? 0 : got < 0 ? -1 : -2;
         } else {
             got = got < 0 ? -1 : -2;
         }
     } else {
         got = got < 0 ? -1 : -2;
     }
-    if (got == -1) {
-        snprintf(why, n, "cannot read: %s", strerror(errno));
+    if (got == -1)
+        return dcps_say(why, n, 1, "cannot read: %s", strerror(errno));
+    if (got == -2)
+        return dcps_say(why, n, 1, "truncated while reading (the file changed?)");
+    return 0;
+}
+
+/* Whether a file of `size` bytes and header h fits what this shard would
+ * write: false with why if not. */
+static bool fits(const header_t *h, off_t size, const dcps_config_t *cfg, const dcps_shard_t *s,
+                 int mode, char *why, size_t n)
+{
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    header_t want;
+    header_of(&want, cfg, &st, mode, h->format);
+    if (foreign(h, &want, why, n))
+        return false;
+    uint64_t expect = HEADER_SIZE + h->payload_len + TRAILER_SIZE;
+    if ((uint64_t)size != expect) {
+        snprintf(why, n,
+                 (uint64_t)size < expect ? "truncated: %lld of %" PRIu64 " bytes"
+                                         : "%lld bytes, %" PRIu64 " expected",
+                 (long long)size, expect);
+        return false;
+    }
+    return true;
+}
+
+/* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with
+ * the reason in why (s's floats are then zero again, the rest unchanged, and
+ * a shard it sized unsized again); or DCPS_E_NOMEM. */
+static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcps_consistency_t *c,
+                char *why, size_t n)
+{
+    uint8_t head[HEADER_SIZE];
+    uint64_t *tail = NULL;
+    header_t h = {0};
+    off_t size = 0;
+    uint32_t crc, stored;
+    int rc = 1;
+    bool touched = false, sized = false;
+
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dcps_say(why, n, 1, "cannot open: %s", strerror(errno));
+    if (read_header(fd, head, &h, &size, why, n) != 0 ||
+        (rc = size_from(&h, cfg, s, &sized, why, n)) != 0 ||
+        !fits(&h, size, cfg, s, c->mode, why, n)) {
+        rc = rc ? rc : 1;
         goto out;
     }
-    if (got == -2) {
-        snprintf(why, n, "truncated while reading (the file changed?)");
+    size_t tsize = tail_size(dcps_shard_stats(s).workers, h.format);
+    if (!(tail = malloc(tsize))) {
+        rc = DCPS_E_NOMEM;
         goto out;
     }
+    /* The floats are zeroed again if the checksum fails. */
+    touched = true;
+    crc = dcps_checkpoint_crc32c(0, head, sizeof head);
+    if ((rc = read_payload(fd, s, tail, tsize, &crc, &stored, why, n)) != 0)
+        goto out;
     if (stored != crc) {
-        snprintf(why, n, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
+        rc = dcps_say(why, n, 1, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
         goto out;
     }
-    get_tail(tail, h.format, s, c);
+    dcps_shard_load(s, h.version, (h.flags & FLAG_INITIALIZED) != 0, tail, stride(h.format));
+    dcps_consistency_load(c, tail + shard_words(h.workers, h.format));
     if (h.format == FORMAT_NO_SESSIONS)
         DCPS_NOTICE("%s is a checkpoint of format %d, which holds no sessions: every worker "
                     "says HELLO again, and a push retried across the restart is applied again",
                     file, FORMAT_NO_SESSIONS);
-    s->version = h.version;
-    s->initialized = (h.flags & FLAG_INITIALIZED) != 0;
     touched = false;
-    rc = 0;
 out:
     if (touched)
         zero_floats(s);
@@ -755,23 +737,23 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
                             dcps_consistency_t *cons, char *path, size_t pathlen, char *err,
                             size_t errlen)
 {
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
     char file[DCPS_PATH_MAX + 256], why[384], newest[384] = "";
     entry_t *e;
     size_t n;
     int rc;
 
-    if (s->initialized || s->version != 0)
+    if (st.initialized || st.version != 0)
         return dcps_say(err, errlen, DCPS_E_STATE,
                         "shard %d already holds parameters (version %" PRIu64
-                        "); restore only into a "
-                        "new one",
-                        s->index, s->version);
-    if (cons->workers != s->workers)
+                        "); restore only into a new one",
+                        st.index, st.version);
+    if (cons->workers != st.workers)
         return dcps_say(err, errlen, DCPS_E_INVAL, "consistency model of %d workers, shard of %d",
-                        cons->workers, s->workers);
-    if ((rc = list(dir, s->index, false, &e, &n, err, errlen)) != 0)
+                        cons->workers, st.workers);
+    if ((rc = list(dir, st.index, false, &e, &n, err, errlen)) != 0)
         return rc;
-    rc = dcps_say(err, errlen, 0, "no checkpoint of shard %d in %s", s->index, dir);
+    rc = dcps_say(err, errlen, 0, "no checkpoint of shard %d in %s", st.index, dir);
     for (size_t i = 0; i < n; i++) {
         if (join(file, sizeof file, dir, e[i].name, "") != 0) {
             snprintf(file, sizeof file, "%s", e[i].name);
@@ -797,7 +779,7 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
             rc = dcps_say(
                 err, errlen, DCPS_E_DATA,
                 "none of the %zu checkpoints of shard %d in %s is usable; the newest, %s: %s", n,
-                s->index, dir, e[0].name, newest);
+                st.index, dir, e[0].name, newest);
     }
     free_entries(e, n);
     return rc;

@@ -3,9 +3,11 @@
  * This module owns the checkpoint files of a shard in `[server] checkpoint_dir`:
  * their format, writing one atomically, choosing the one to restore and
  * refusing the ones that do not fit, and pruning old ones. It does not decide
- * when to write (server/main.c: every checkpoint_every seconds and on SIGTERM),
- * and it knows the shard's and the consistency model's state only as the
- * fields their headers declare.
+ * when to write (server/daemon.c, through the router: every checkpoint_every
+ * seconds and on SIGTERM), and it knows the shard's and the consistency
+ * model's state only through their calls: dcps_shard_stats for the header,
+ * dcps_shard_spans for the floats, dcps_shard_save and dcps_consistency_save
+ * for the rest (and their loads).
  *
  * A file is named shard-<index>-<seq>-v<version>.ckpt (seq zero padded to 10
  * digits, version to 12): seq is one more than the highest seq of any

@@ -199,3 +199,25 @@ uint64_t dcps_consistency_next_step(const dcps_consistency_t *c, uint32_t rank)
         return c->m[rank].clock;
     }
 }
+
+void dcps_consistency_save(const dcps_consistency_t *c, uint64_t *words)
+{
+    *words++ = c->round;
+    *words++ = (uint64_t)c->contributions;
+    *words++ = c->max_ahead;
+    for (int r = 0; r < c->workers; r++) {
+        *words++ = c->m[r].clock;
+        *words++ = c->m[r].contributed;
+    }
+}
+
+void dcps_consistency_load(dcps_consistency_t *c, const uint64_t *words)
+{
+    c->round = *words++;
+    c->contributions = (int)*words++;
+    c->max_ahead = *words++;
+    for (int r = 0; r < c->workers; r++) {
+        c->m[r].clock = *words++;
+        c->m[r].contributed = *words++ != 0;
+    }
+}

@@ -118,6 +118,16 @@ bool dcps_consistency_may_start(dcps_consistency_t *c, uint32_t rank, uint64_t s
  * the caller sees a new round in c->round and clears the round's sum. */
 bool dcps_consistency_catch_up(dcps_consistency_t *c, uint32_t rank, uint64_t step, bool pull);
 
+/* What a checkpoint holds of the model, as 64-bit words: the round,
+ * contributions and max_ahead, then every rank's clock and contributed flag.
+ * Membership and liveness are not kept: a restarted shard learns them anew. */
+#define DCPS_CONSISTENCY_WORDS(workers) (3 + 2 * (size_t)(workers))
+
+/* Writes DCPS_CONSISTENCY_WORDS(c->workers) words; reads them back into a model
+ * of as many workers. */
+void dcps_consistency_save(const dcps_consistency_t *c, uint64_t *words);
+void dcps_consistency_load(dcps_consistency_t *c, const uint64_t *words);
+
 /* The step a (re)joining worker should compute next: sync the open round,
  * async and ssp its clock as known here (0 for a new worker). */
 uint64_t dcps_consistency_next_step(const dcps_consistency_t *c, uint32_t rank);

@@ -18,8 +18,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "server/consistency.h"
-#include "server/shard.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define MAX_CONNECTIONS 16u /* scrapers are few; the rest wait in the backlog */
@@ -103,112 +101,132 @@ static void latency(out_t *o, const char *sh, const char *kind, const dcps_laten
     put(o, "dcps_apply_seconds_count{%s,kind=\"%s\"} %" PRIu64 "\n", sh, kind, l->count);
 }
 
-size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap)
+/* The shard's and the router's counters. */
+static void counters(out_t *o, const char *sh, const dcps_metrics_numbers_t *n)
 {
-    const dcps_shard_t *s = r->shard;
-    out_t o = {buf, cap, 0};
-    char sh[32];
-    dcps_shard_memory_t mem;
-
-    if (cap)
-        buf[0] = '\0';
-    snprintf(sh, sizeof sh, "shard=\"%d\"", s->index);
-
-    single(&o, sh, "dcps_pushes_total", "counter",
+    const dcps_shard_stats_t *s = &n->shard;
+    const dcps_router_stats_t *r = &n->router;
+    single(o, sh, "dcps_pushes_total", "counter",
            "Pushes accepted: applied (async, ssp) or added to the open round (sync).", s->pushes);
-    single(&o, sh, "dcps_duplicate_pushes_total", "counter",
+    single(o, sh, "dcps_duplicate_pushes_total", "counter",
            "Retried pushes that had been applied already: acknowledged, not applied again.",
            s->duplicates);
-    single(&o, sh, "dcps_dropped_pushes_total", "counter",
+    single(o, sh, "dcps_dropped_pushes_total", "counter",
            "Sync pushes whose round had closed without them.", s->dropped);
-    single(&o, sh, "dcps_refused_rounds_total", "counter",
+    single(o, sh, "dcps_refused_rounds_total", "counter",
            "Sync rounds not applied: their mean would have made a parameter NaN or Inf.",
            s->rounds_refused);
-    single(&o, sh, "dcps_pulls_total", "counter", "Pulls answered, dense or delta.", s->pulls);
-    single(&o, sh, "dcps_delta_pulls_total", "counter",
+    single(o, sh, "dcps_pulls_total", "counter", "Pulls answered, dense or delta.", s->pulls);
+    single(o, sh, "dcps_delta_pulls_total", "counter",
            "Pulls answered with a delta ([compression] pull = delta).", s->deltas);
-    single(&o, sh, "dcps_copied_pulls_total", "counter",
+    single(o, sh, "dcps_copied_pulls_total", "counter",
            "Dense pulls of w answered with a copy: the reply buffers were held by replies of "
            "another version still being sent.",
            s->pulls_copied);
-    single(&o, sh, "dcps_messages_total", "counter", "Messages received.", r->messages);
-    single(&o, sh, "dcps_heartbeats_total", "counter",
+    single(o, sh, "dcps_messages_total", "counter", "Messages received.", r->messages);
+    single(o, sh, "dcps_heartbeats_total", "counter",
            "HEARTBEATs of workers' sessions answered (a client sends one to a shard only after "
            "heartbeat_ms without a request to it).",
            r->heartbeats);
-    single(&o, sh, "dcps_bytes_received_total", "counter",
+    single(o, sh, "dcps_bytes_received_total", "counter",
            "Bytes of the messages received, every frame.", r->bytes_in);
-    single(&o, sh, "dcps_bytes_sent_total", "counter", "Bytes of the messages sent, every frame.",
+    single(o, sh, "dcps_bytes_sent_total", "counter", "Bytes of the messages sent, every frame.",
            r->bytes_out);
+}
 
-    family(&o, "dcps_errors_total", "counter",
+/* Bad messages by code, and connections the CURVE check refused. */
+static void refusals(out_t *o, const char *sh, const dcps_router_stats_t *r)
+{
+    family(o, "dcps_errors_total", "counter",
            "Bad messages answered with ERROR, by the short name of their code (common/error.h).");
     for (int i = 0; i < DCPS_ERROR_SLOTS; i++)
         if (r->errors[i])
-            put(&o, "dcps_errors_total{%s,code=\"%s\"} %" PRIu64 "\n", sh,
+            put(o, "dcps_errors_total{%s,code=\"%s\"} %" PRIu64 "\n", sh,
                 i ? dcps_errname(-i) : "UNKNOWN", r->errors[i]);
 
-    single(&o, sh, "dcps_auth_refused_total", "counter",
+    single(o, sh, "dcps_auth_refused_total", "counter",
            "Connections refused by the CURVE check: keys not in [security] worker_keys_dir "
            "(always 0 without curve).",
            r->auth_refused);
+}
 
-    if (*r->cfg->checkpoint_dir) {
-        single(&o, sh, "dcps_checkpoint_failures_total", "counter",
-               "Checkpoints that could not be written (the log says why, with the free space).",
-               r->checkpoint_failures);
-        int64_t since = r->checkpoint_time ? r->checkpoint_time : r->started;
-        double age = difftime(time(NULL), (time_t)since);
-        family(&o, "dcps_checkpoint_age_seconds", "gauge",
-               "Seconds since the newest good checkpoint was written (written or restored; "
-               "since the shard started while there is none): what a restart now would lose.");
-        put(&o, "dcps_checkpoint_age_seconds{%s} %.0f\n", sh, age > 0 ? age : 0);
-    }
+/* With [server] checkpoint_dir: failures and the newest good checkpoint's age. */
+static void checkpoints(out_t *o, const char *sh, const dcps_router_stats_t *r)
+{
+    single(o, sh, "dcps_checkpoint_failures_total", "counter",
+           "Checkpoints that could not be written (the log says why, with the free space).",
+           r->checkpoint_failures);
+    int64_t since = r->checkpoint_time ? r->checkpoint_time : r->started;
+    double age = difftime(time(NULL), (time_t)since);
+    family(o, "dcps_checkpoint_age_seconds", "gauge",
+           "Seconds since the newest good checkpoint was written (written or restored; "
+           "since the shard started while there is none): what a restart now would lose.");
+    put(o, "dcps_checkpoint_age_seconds{%s} %.0f\n", sh, age > 0 ? age : 0);
+}
 
-    single(&o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
-           s->version);
-    single(&o, sh, "dcps_model_params", "gauge",
+static void gauges(out_t *o, const char *sh, const dcps_metrics_numbers_t *n)
+{
+    single(o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
+           n->shard.version);
+    single(o, sh, "dcps_model_params", "gauge",
            "Parameters of the model; 0 while the shard waits for rank 0 to size it ([model] "
            "params = auto).",
-           s->n_params);
-    single(&o, sh, "dcps_live_workers", "gauge",
+           n->shard.n_params);
+    single(o, sh, "dcps_live_workers", "gauge",
            "Workers connected now: said HELLO, no BYE, not silent for dead_after_ms.",
-           (uint64_t)dcps_consistency_joined(&r->cons));
-    single(&o, sh, "dcps_workers", "gauge", "Worker ranks of the job ([job] workers).",
-           (uint64_t)r->cfg->workers);
+           (uint64_t)n->router.live_workers);
+    single(o, sh, "dcps_workers", "gauge", "Worker ranks of the job ([job] workers).",
+           (uint64_t)n->cfg->workers);
+}
 
-    dcps_shard_memory_kinds(s, &mem);
+/* The shard's bytes by kind, and the process's heap. */
+static void memory(out_t *o, const char *sh, const dcps_shard_memory_t *mem)
+{
     const struct {
         const char *kind;
         size_t bytes;
     } kinds[] = {
-        {"parameters", mem.parameters},         {"optimizer_state", mem.optimizer_state},
-        {"worker_backups", mem.worker_backups}, {"sync_sum", mem.sync_sum},
-        {"delta_pull", mem.delta_pull},         {"update_buffer", mem.update_buffer},
-        {"reply_buffers", mem.reply_buffers},   {"sequence_numbers", mem.sequence_numbers},
+        {"parameters", mem->parameters},         {"optimizer_state", mem->optimizer_state},
+        {"worker_backups", mem->worker_backups}, {"sync_sum", mem->sync_sum},
+        {"delta_pull", mem->delta_pull},         {"update_buffer", mem->update_buffer},
+        {"reply_buffers", mem->reply_buffers},   {"sequence_numbers", mem->sequence_numbers},
     };
-    family(&o, "dcps_memory_bytes", "gauge",
+    family(o, "dcps_memory_bytes", "gauge",
            "Bytes the shard holds, by what they are for; 0 for a kind the job does not use.");
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        put(&o, "dcps_memory_bytes{%s,kind=\"%s\"} %zu\n", sh, kinds[i].kind, kinds[i].bytes);
+        put(o, "dcps_memory_bytes{%s,kind=\"%s\"} %zu\n", sh, kinds[i].kind, kinds[i].bytes);
 
     /* glibc's count over every arena: ZeroMQ's I/O threads allocate the messages. */
     struct mallinfo2 heap = mallinfo2();
-    family(&o, "dcps_heap_bytes", "gauge",
+    family(o, "dcps_heap_bytes", "gauge",
            "The process's heap by glibc malloc, every thread's (ZeroMQ's messages too): "
            "kind=\"in_use\" allocated now, kind=\"free\" kept by the allocator unused "
            "(resident as far as touched; RSS less in_use is mostly this).");
-    put(&o, "dcps_heap_bytes{%s,kind=\"in_use\"} %zu\n", sh, heap.uordblks + heap.hblkhd);
-    put(&o, "dcps_heap_bytes{%s,kind=\"free\"} %zu\n", sh, heap.fordblks);
+    put(o, "dcps_heap_bytes{%s,kind=\"in_use\"} %zu\n", sh, heap.uordblks + heap.hblkhd);
+    put(o, "dcps_heap_bytes{%s,kind=\"free\"} %zu\n", sh, heap.fordblks);
+}
 
-    staleness(&o, sh, &s->staleness);
+size_t dcps_metrics_render(const dcps_metrics_numbers_t *n, char *buf, size_t cap)
+{
+    out_t o = {buf, cap, 0};
+    char sh[32];
 
+    if (cap)
+        buf[0] = '\0';
+    snprintf(sh, sizeof sh, "shard=\"%d\"", n->shard.index);
+    counters(&o, sh, n);
+    refusals(&o, sh, &n->router);
+    if (*n->cfg->checkpoint_dir)
+        checkpoints(&o, sh, &n->router);
+    gauges(&o, sh, n);
+    memory(&o, sh, &n->memory);
+    staleness(&o, sh, &n->shard.staleness);
     family(&o, "dcps_apply_seconds", "histogram",
            "Time to apply one update: kind=\"push\" each push (applied, or added to the sync "
            "round), kind=\"round\" each sync round's mean.");
-    latency(&o, sh, "push", &r->apply_push);
-    if (r->cfg->mode == DCPS_MODE_SYNC)
-        latency(&o, sh, "round", &r->apply_round);
+    latency(&o, sh, "push", &n->router.apply_push);
+    if (n->cfg->mode == DCPS_MODE_SYNC)
+        latency(&o, sh, "round", &n->router.apply_round);
     return o.len;
 }
 
@@ -235,9 +253,9 @@ out:
     return rc;
 }
 
-int dcps_metrics_update(dcps_metrics_t *m, const dcps_router_t *r)
+int dcps_metrics_update(dcps_metrics_t *m, const dcps_metrics_numbers_t *n)
 {
-    size_t len = dcps_metrics_render(r, m->scratch, m->scratch_cap);
+    size_t len = dcps_metrics_render(n, m->scratch, m->scratch_cap);
     if (len >= m->scratch_cap) {
         size_t cap = len + 1 + len / 2; /* room for more error codes and digits */
         char *p = realloc(m->scratch, cap);
@@ -245,7 +263,7 @@ int dcps_metrics_update(dcps_metrics_t *m, const dcps_router_t *r)
             return DCPS_E_NOMEM;
         m->scratch = p;
         m->scratch_cap = cap;
-        len = dcps_metrics_render(r, m->scratch, m->scratch_cap);
+        len = dcps_metrics_render(n, m->scratch, m->scratch_cap);
     }
     return dcps_metrics_publish(m, m->scratch, len);
 }

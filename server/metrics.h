@@ -9,9 +9,9 @@
  *
  * This module owns the HTTP side (libmicrohttpd with a polling thread of its
  * own) and the last published text. It does not own the numbers: they belong
- * to the server's loop thread, which renders them (dcps_metrics_render) and
- * publishes the text (dcps_metrics_publish, or both at once with
- * dcps_metrics_update), from a timer. The HTTP thread only copies the last
+ * to the server's loop thread, which takes snapshots of them, renders them
+ * (dcps_metrics_render) and publishes the text (dcps_metrics_publish, or both
+ * at once with dcps_metrics_update), from a timer. The HTTP thread only copies the last
  * published text under a mutex, so it never reads the shard while the loop
  * changes it, and a scrape is as old as the publish period at most.
  *
@@ -24,7 +24,9 @@
 
 #include <stddef.h>
 
+#include "common/config.h"
 #include "server/router.h"
+#include "server/shard.h"
 
 typedef struct dcps_metrics dcps_metrics_t;
 
@@ -40,16 +42,25 @@ dcps_metrics_t *dcps_metrics_new(const char *address, int port, char *err, size_
  * Returns 0, or DCPS_E_NOMEM with the previous text still served. */
 int dcps_metrics_publish(dcps_metrics_t *m, const char *text, size_t len);
 
-/* Renders the exposition of r (its shard, consistency and counters) into buf,
- * as snprintf does: at most cap bytes with the terminating NUL, and returns the
- * length of the whole text, so a caller whose buffer was short grows it to the
- * result + 1 and renders again. Reads r and r->shard only; loop thread. */
-size_t dcps_metrics_render(const dcps_router_t *r, char *buf, size_t cap);
+/* What one exposition shows: snapshots the loop thread takes of the router
+ * and the shard (dcps_router_stats, dcps_shard_stats, dcps_shard_memory_kinds),
+ * and the running job. */
+typedef struct {
+    const dcps_config_t *cfg;
+    dcps_router_stats_t router;
+    dcps_shard_stats_t shard;
+    dcps_shard_memory_t memory;
+} dcps_metrics_numbers_t;
 
-/* Renders r into a buffer that m keeps for the loop thread (grown when the
+/* Renders the exposition of n into buf, as snprintf does: at most cap bytes
+ * with the terminating NUL, and returns the length of the whole text, so a
+ * caller whose buffer was short grows it to the result + 1 and renders again. */
+size_t dcps_metrics_render(const dcps_metrics_numbers_t *n, char *buf, size_t cap);
+
+/* Renders n into a buffer that m keeps for the loop thread (grown when the
  * text grows) and publishes it. Loop thread. Returns 0, or DCPS_E_NOMEM with
  * the previous text still served. */
-int dcps_metrics_update(dcps_metrics_t *m, const dcps_router_t *r);
+int dcps_metrics_update(dcps_metrics_t *m, const dcps_metrics_numbers_t *n);
 
 /* Stops the HTTP thread (after the answer it is writing), closes the port,
  * frees m and sets *m to NULL. Does nothing if *m is NULL. */

@@ -5,29 +5,96 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <zmq.h>
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "proto/frame.h"
 #include "common/log.h"
+#include "proto/frame.h"
+#include "server/bridge.h"
+#include "server/checkpoint.h"
+#include "server/loglimit.h"
 #include "server/session.h"
 #include "server/snapshot.h"
+
+#define ROUTING_ID_MAX 256
+
+/* A routing id of the ROUTER socket. */
+typedef struct {
+    uint8_t b[ROUTING_ID_MAX];
+    size_t len;
+} route_t;
+
+/* A pull as received: what the worker holds and what it asks for. */
+typedef struct {
+    uint64_t seq;
+    uint64_t step; /* the step it will compute */
+    bool holds;    /* flag DELTA: it holds the parameters tagged `held` */
+    uint64_t held;
+    uint64_t want; /* the most entries of a delta; 0: the job's pull density */
+    bool exact;    /* flag EXACT: it wants w itself */
+} pull_req_t;
+
+/* Where to answer a rank's request that waits (a pull for its step, a
+ * barrier): routing, not session state (server/session.h), dropped when its
+ * session is retired and never saved. */
+typedef struct {
+    route_t to;        /* the socket of its waiting request */
+    bool in_barrier;   /* waiting in the current barrier */
+    bool pulling;      /* a PULL waits for its step to start */
+    uint64_t wait_seq; /* seq of the waiting request */
+    pull_req_t pull;   /* the last pull */
+} wait_t;
+
+struct dcps_router {
+    const dcps_config_t *cfg;
+    dcps_shard_t *shard;
+    void *sock;
+    uv_loop_t *loop;
+    dcps_bridge_t bridge;
+    uv_timer_t tick;  /* every heartbeat_ms: dead workers, keepalives */
+    double last_tick; /* ms, when it last ran */
+    dcps_consistency_t cons;
+    wait_t *waits;         /* one per rank */
+    uint64_t barrier_step; /* valid while barrier_waiting > 0 */
+    int barrier_waiting;
+    uint64_t messages, heartbeats, bytes_in, bytes_out;
+    uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
+    dcps_loglimit_t badlog;            /* the lines about them: at most a few per peer and 10 s */
+    /* Checkpoints of the shard and cons (dcps_router_save, dcps_router_restore). */
+    uint64_t checkpoint_failures;
+    int64_t checkpoint_time;    /* Unix seconds of the newest good one; 0: none */
+    int64_t started;            /* Unix seconds the router started */
+    uint64_t restored_version;  /* the version restored from a checkpoint, or 0 */
+    uint64_t lost_logged;       /* the most lost updates logged so far */
+    const dcps_auth_t *auth;    /* [security] curve: the worker keys' ranks; else NULL */
+    dcps_latency_t apply_push;  /* each push applied (async, ssp) or added to the round (sync) */
+    dcps_latency_t apply_round; /* sync: each round's mean applied */
+    dcps_router_send_fn *send;  /* where every reply goes (router.h) */
+    double clock_ms;            /* the time in ms when there is no loop; the caller moves it */
+};
+
+/* The shard as it is now (a copy: dcps_shard_stats). */
+static dcps_shard_stats_t shard_now(const dcps_router_t *r)
+{
+    return dcps_shard_stats(r->shard);
+}
 
 /* A handler answers the request itself and returns 0, or returns a negative code
  * with a sentence in why, and the router answers ERROR. */
 typedef int (*handler_fn)(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                           char *why, size_t whylen);
 
-/* The default r->send: the ROUTER socket, never blocking. */
+/* The default send function: the ROUTER socket, never blocking. */
 static int send_zmq(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
                     zmq_free_fn *ffn, void *hint)
 {
     return dcps_frames_send(r->sock, id, reply, ffn, hint, ZMQ_DONTWAIT);
 }
 
-/* Sends reply; with ffn, its payload without a copy (see r->send). */
+/* Sends reply; with ffn, its payload without a copy (dcps_router_send_fn). */
 static void send_reply(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
                        zmq_free_fn *ffn, void *hint)
 {
@@ -45,8 +112,9 @@ static void send_ack(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m
 {
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, type);
-    reply.shard = (uint32_t)r->shard->index;
-    reply.param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply.shard = (uint32_t)s.index;
+    reply.param_version = s.version;
     reply.flags = flags;
     send_reply(r, id, &reply, NULL, NULL);
 }
@@ -68,7 +136,7 @@ static void timed(dcps_latency_t *l, uint64_t since)
     l->sum_ns += ns;
 }
 
-static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
+static int route_set(route_t *a, const dcps_buf_t *id, char *why, size_t whylen)
 {
     if (id->len > sizeof a->b) {
         snprintf(why, whylen, "routing id of %zu bytes", id->len);
@@ -84,39 +152,40 @@ static int route_set(dcps_route_t *a, const dcps_buf_t *id, char *why, size_t wh
  * session's waits are dropped), which the reply names as every reply does.
  * hold: a hold on the buffer of the reply's payload (dcps_shard_share), which
  * is then sent without a copy, or NULL. */
-static void send_to(dcps_router_t *r, const dcps_route_t *to, uint32_t rank, uint64_t seq,
-                    uint32_t type, dcps_msg_t *reply, void *hold)
+static void send_to(dcps_router_t *r, const route_t *to, uint32_t rank, uint64_t seq, uint32_t type,
+                    dcps_msg_t *reply, void *hold)
 {
     reply->type = type;
     reply->job_id = r->cfg->job_id;
     reply->rank = rank;
     reply->seq = seq;
-    reply->session = r->shard->session[rank].id;
-    reply->shard = (uint32_t)r->shard->index;
-    reply->param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply->session = dcps_shard_session(r->shard, rank)->id;
+    reply->shard = (uint32_t)s.index;
+    reply->param_version = s.version;
     send_reply(r, &(dcps_buf_t){to->b, to->len}, reply, hold ? dcps_snapshot_release : NULL,
                hold);
 }
 
 /* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
  * what it holds. */
-static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
-                        const dcps_pull_req_t *q)
+static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q)
 {
     dcps_shard_t *s = r->shard;
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
     dcps_pull_t p;
     dcps_msg_t reply = {0};
     dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
-    reply.range_lo = s->range.lo;
-    reply.range_hi = s->range.hi;
+    reply.range_lo = st.range.lo;
+    reply.range_hi = st.range.hi;
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */
     void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
     if (p.dense) {
         reply.nframes = 1;
-        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, s->n};
-        reply.payload[0] = (dcps_buf_t){p.values, s->n * sizeof *p.values};
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, st.n};
+        reply.payload[0] = (dcps_buf_t){p.values, st.n * sizeof *p.values};
     } else {
         reply.nframes = 2;
         reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p.k};
@@ -131,10 +200,10 @@ static void send_params(dcps_router_t *r, const dcps_route_t *to, uint32_t rank,
 static void serve_pulls(dcps_router_t *r)
 {
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        dcps_peer_t *p = &r->peers[i];
+        wait_t *p = &r->waits[i];
         if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull.step)) {
             p->pulling = false;
-            send_params(r, &p->wait, i, &p->pull);
+            send_params(r, &p->to, i, &p->pull);
         }
     }
 }
@@ -145,14 +214,14 @@ static void barrier_check(dcps_router_t *r)
     if (r->barrier_waiting == 0)
         return;
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
-        if (dcps_consistency_live(&r->cons, i) && !r->peers[i].in_barrier)
+        if (dcps_consistency_live(&r->cons, i) && !r->waits[i].in_barrier)
             return;
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        dcps_peer_t *p = &r->peers[i];
+        wait_t *p = &r->waits[i];
         if (!p->in_barrier)
             continue;
         dcps_msg_t reply = {.step = r->barrier_step};
-        send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
+        send_to(r, &p->to, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
         p->in_barrier = false;
     }
     DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
@@ -173,7 +242,7 @@ static void progress(dcps_router_t *r)
             else
                 DCPS_ERR("round %llu (%d pushes) not applied, the version stays %llu: %s",
                          (unsigned long long)r->cons.round, r->cons.contributions,
-                         (unsigned long long)r->shard->version, r->shard->why);
+                         (unsigned long long)shard_now(r).version, dcps_shard_why(r->shard));
         }
         dcps_consistency_close_round(&r->cons);
     }
@@ -184,7 +253,7 @@ static void progress(dcps_router_t *r)
 /* Forgets what rank was waiting for (it left or is dead). */
 static void drop_waits(dcps_router_t *r, uint32_t rank)
 {
-    dcps_peer_t *p = &r->peers[rank];
+    wait_t *p = &r->waits[rank];
     p->pulling = false;
     if (p->in_barrier) {
         p->in_barrier = false;
@@ -230,10 +299,10 @@ void dcps_router_tick(dcps_router_t *r)
     progress(r);
     dcps_loglimit_flush(&r->badlog, now_ms(r), false);
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
-        const dcps_peer_t *p = &r->peers[i];
+        const wait_t *p = &r->waits[i];
         if (p->pulling || p->in_barrier) {
             dcps_msg_t ka = {.flags = DCPS_FLAG_WAITING};
-            send_to(r, &p->wait, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka, NULL);
+            send_to(r, &p->to, i, p->wait_seq, DCPS_MSG_HEARTBEAT, &ka, NULL);
         }
     }
 }
@@ -250,48 +319,38 @@ static void on_tick(uv_timer_t *t)
  * client asks again after (worker/client.c). Returns 0 or a code with why. */
 static int learn_size(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
 {
-    dcps_shard_t *s = r->shard;
-    char fit[160];
+    char size[192];
     if (m->rank != 0) {
         snprintf(why, whylen,
                  "the model's size is not known yet: [model] params = auto, and rank 0 has not "
                  "said HELLO to this shard");
         return DCPS_E_NOTREADY;
     }
-    if (m->n_params > DCPS_PARAMS_AUTO_MAX) {
-        snprintf(why, whylen,
-                 "rank 0's model has %llu parameters, more than the %llu that [model] params = "
-                 "auto accepts: give the count as [model] params",
-                 (unsigned long long)m->n_params, (unsigned long long)DCPS_PARAMS_AUTO_MAX);
-        return DCPS_E_SIZE;
+    int rc = dcps_shard_size_auto(r->shard, r->cfg, m->n_params,
+                                  ": give the count as [model] params", size, sizeof size);
+    if (rc == DCPS_E_SIZE) {
+        snprintf(why, whylen, "rank 0's model has %s", size);
+        return rc;
     }
-    if (dcps_config_check_size(r->cfg, m->n_params, fit, sizeof fit) != 0) {
-        snprintf(why, whylen, "rank 0's model has %s", fit);
-        return DCPS_E_SIZE;
-    }
-    if (dcps_shard_size(s, r->cfg, m->n_params) != 0) {
+    if (rc != 0) {
         snprintf(why, whylen, "cannot allocate this shard for rank 0's model of %llu parameters",
                  (unsigned long long)m->n_params);
         return DCPS_E_NOMEM;
     }
+    const dcps_shard_stats_t s = shard_now(r);
     DCPS_NOTICE("rank 0's model has %llu parameters: this shard serves [%llu, %llu) and holds "
                 "%zu bytes",
-                (unsigned long long)s->n_params, (unsigned long long)s->range.lo,
-                (unsigned long long)s->range.hi, dcps_shard_memory(s));
+                (unsigned long long)s.n_params, (unsigned long long)s.range.lo,
+                (unsigned long long)s.range.hi, dcps_shard_memory(r->shard));
     return 0;
 }
 
-/* HELLO binds the rank to the session it names (server/session.h): the first
- * session, the same one again (a retry whose WELCOME was lost, or a worker
- * coming back), or a new one, which retires the old session once that one has
- * been silent for dead_after_ms or said BYE (a restarted worker). */
-static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
-                    size_t whylen)
+/* What a HELLO must fit before it binds anything (docs/protocol.md 7.2, checks
+ * 1 to 4): a session, this shard, and the model's size, which an unsized shard
+ * learns from rank 0 here. */
+static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
 {
-    const dcps_shard_t *s = r->shard;
-    const dcps_member_t *mb = &r->cons.m[m->rank];
-    dcps_session_t *ss = &s->session[m->rank];
-    char old[DCPS_SESSION_SHORT], new[DCPS_SESSION_SHORT];
+    const dcps_shard_stats_t s = shard_now(r);
     int rc;
     if (m->session == 0) {
         snprintf(why, whylen,
@@ -299,37 +358,50 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                  "names it in its HELLO and every later request");
         return DCPS_E_SESSION;
     }
-    if (m->shard != (uint32_t)s->index) {
+    if (m->shard != (uint32_t)s.index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
-                 m->shard, s->index);
+                 m->shard, s.index);
         return DCPS_E_SIZE;
     }
-    if (!s->n_params && (rc = learn_size(r, m, why, whylen)) != 0)
+    if (!s.n_params && (rc = learn_size(r, m, why, whylen)) != 0)
         return rc;
-    if (m->n_params != s->n_params) {
+    uint64_t n = shard_now(r).n_params;
+    if (m->n_params != n) {
         snprintf(why, whylen, "worker's model has %llu parameters, this job has %llu",
-                 (unsigned long long)m->n_params, (unsigned long long)s->n_params);
+                 (unsigned long long)m->n_params, (unsigned long long)n);
         return DCPS_E_SIZE;
     }
+    return 0;
+}
+
+/* HELLO binds the rank to the session it names (server/session.h): the first
+ * session, the same one again (a retry whose WELCOME was lost, or a worker
+ * coming back), or a new one, which retires the old session once that one has
+ * been silent for dead_after_ms or said BYE (a restarted worker). */
+static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    const dcps_member_t *mb = &r->cons.m[m->rank];
+    const uint64_t bound = dcps_shard_session(r->shard, m->rank)->id;
+    char old[DCPS_SESSION_SHORT], new[DCPS_SESSION_SHORT];
     double silent = now_ms(r) - mb->last_seen;
-    dcps_session_short(ss->id, old);
+    dcps_session_short(bound, old);
     dcps_session_short(m->session, new);
-    if (ss->id != m->session && mb->joined && dcps_consistency_live(&r->cons, m->rank)) {
+    if (bound != m->session && mb->joined && dcps_consistency_live(&r->cons, m->rank)) {
         snprintf(why, whylen,
                  "rank %u is already connected in session %s\u2026 (heard %.0f ms ago); another "
                  "session is admitted once that one has been silent for %d ms or said BYE",
                  m->rank, old, silent, r->cfg->dead_after_ms);
         return DCPS_E_LIVE;
     }
-    if (ss->id != m->session) {
-        if (ss->id)
+    if (bound != m->session) {
+        if (bound)
             DCPS_NOTICE("worker %u joined in session %s\u2026, which retires session %s\u2026 "
                         "(%s %.0f ms ago)",
                         m->rank, new, old, mb->left ? "it said BYE" : "last heard", silent);
         else
             DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
         drop_waits(r, m->rank); /* what the old session waited for is not answered */
-        dcps_session_open(ss, m->session);
+        dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {
         DCPS_INFO("worker %u joined again (session %s\u2026)", m->rank, new);
     } else if (mb->dead) {
@@ -338,36 +410,29 @@ static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
     }
     dcps_consistency_heard(&r->cons, m->rank, now_ms(r));
     dcps_consistency_join(&r->cons, m->rank);
-
-    dcps_msg_t reply;
-    dcps_msg_reply(&reply, m, DCPS_MSG_WELCOME);
-    reply.shard = (uint32_t)s->index;
-    reply.n_params = s->n_params;
-    reply.range_lo = s->range.lo;
-    reply.range_hi = s->range.hi;
-    reply.workers = (uint32_t)r->cfg->workers;
-    reply.initialized = s->initialized;
-    reply.param_version = s->version;
-    reply.step = dcps_consistency_next_step(&r->cons, m->rank);
-    send_reply(r, id, &reply, NULL, NULL);
     return 0;
 }
 
-/* Every request but HELLO names the session its rank's HELLO bound: checked
- * before anything else of it is read. Returns 0, or DCPS_E_SESSION with why. */
-static int check_session(const dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+/* Answered WELCOME: the shard's range and state, and the step to compute. */
+static int on_hello(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                    size_t whylen)
 {
-    const dcps_session_t *ss = &r->shard->session[m->rank];
-    char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
-    if (ss->id != 0 && m->session == ss->id)
-        return 0;
-    if (ss->id == 0)
-        snprintf(why, whylen, "rank %u has not said HELLO to this shard", m->rank);
-    else
-        snprintf(why, whylen, "rank %u's session is %s\u2026, this request names %s%s", m->rank,
-                 dcps_session_short(ss->id, bound), dcps_session_short(m->session, named),
-                 m->session ? "\u2026" : "");
-    return DCPS_E_SESSION;
+    int rc = hello_fits(r, m, why, whylen);
+    if (rc != 0 || (rc = hello_bind(r, m, why, whylen)) != 0)
+        return rc;
+    const dcps_shard_stats_t s = shard_now(r);
+    dcps_msg_t reply;
+    dcps_msg_reply(&reply, m, DCPS_MSG_WELCOME);
+    reply.shard = (uint32_t)s.index;
+    reply.n_params = s.n_params;
+    reply.range_lo = s.range.lo;
+    reply.range_hi = s.range.hi;
+    reply.workers = (uint32_t)r->cfg->workers;
+    reply.initialized = s.initialized;
+    reply.param_version = s.version;
+    reply.step = dcps_consistency_next_step(&r->cons, m->rank);
+    send_reply(r, id, &reply, NULL, NULL);
+    return 0;
 }
 
 static int not_ready(char *why, size_t whylen)
@@ -385,13 +450,14 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         snprintf(why, whylen, "only rank 0 initialises parameters, not rank %u", m->rank);
         return DCPS_E_STATE;
     }
-    if (!r->shard->n_params) /* unsized: nothing to initialise, and no HELLO came first */
+    const dcps_shard_stats_t s = shard_now(r);
+    if (!s.n_params) /* unsized: nothing to initialise, and no HELLO came first */
         return not_ready(why, whylen);
-    if ((rc = dcps_codec_dense(m, r->shard->n, &w, why, whylen)) != 0)
+    if ((rc = dcps_codec_dense(m, s.n, &w, why, whylen)) != 0)
         return rc;
     int set = dcps_shard_init(r->shard, w);
     if (set) {
-        DCPS_INFO("parameters initialised by rank 0 (%zu values)", r->shard->n);
+        DCPS_INFO("parameters initialised by rank 0 (%zu values)", s.n);
         dcps_consistency_start(&r->cons, now_ms(r));
     }
     send_ack(r, id, m, DCPS_MSG_PUSH_ACK, set ? 0 : DCPS_FLAG_DUPLICATE);
@@ -441,101 +507,151 @@ static void send_stale(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t 
 {
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_PUSH_ACK);
-    reply.shard = (uint32_t)r->shard->index;
-    reply.param_version = r->shard->version;
+    const dcps_shard_stats_t s = shard_now(r);
+    reply.shard = (uint32_t)s.index;
+    reply.param_version = s.version;
     reply.flags = DCPS_FLAG_STALE;
     reply.step = r->cons.round;
     send_reply(r, id, &reply, NULL, NULL);
 }
 
+/* --- a push: one ordered list of checks (docs/protocol.md, section 7.4) ---------- */
+
+/* A push on its way through push_checks below. */
+typedef struct {
+    const dcps_buf_t *id; /* where the answer goes */
+    const dcps_msg_t *m;
+    const uint32_t *idx; /* the payload: NULL (dense) or k global indices */
+    const float *v;      /* n dense values or k sparse ones, borrowed from m */
+    size_t k;
+    bool unread;       /* dense values not checked on their own yet (values_first) */
+    uint64_t based_on; /* the version it counts as computed on */
+} push_t;
+
+/* What a check of a push returns: GO_ON (0) lets the push on to the next row;
+ * a negative code refuses it, with a sentence in why; a positive outcome (ACT,
+ * or the check's own) asks the row's act to carry it out. An act returns
+ * GO_ON, ANSWERED (the push was answered without an error) or a negative code. */
+enum { GO_ON = 0, ACT = 1, ANSWERED = 2 };
+
+/* One row: check decides without changing anything the push should not (a
+ * restored shard's catch-up aside: round below), act carries out what it
+ * decided; NULL check: act always runs. values_first: a dense gradient's values
+ * are read once, by the update, which refuses a non-finite result as every
+ * non-finite value makes it; so they are checked on their own only before any
+ * other outcome than going on (and after a refused update: update_act), and a
+ * push gets the code the order of checks gives all the same. */
+typedef struct {
+    int (*check)(dcps_router_t *r, push_t *p, char *why, size_t whylen);
+    int (*act)(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen);
+    bool values_first;
+} push_check_t;
+
 /* The values of a dense push that dcps_codec_push_unchecked left unread, checked
  * on their own (once): 0 if they are finite or were checked already. */
-static int values_first(const dcps_msg_t *m, size_t k, bool *unread, char *why, size_t whylen)
+static int values_first(push_t *p, char *why, size_t whylen)
 {
     const float *v;
-    if (!*unread)
+    if (!p->unread)
         return 0;
-    *unread = false;
-    return dcps_codec_dense(m, k, &v, why, whylen);
+    p->unread = false;
+    return dcps_codec_dense(p->m, p->k, &v, why, whylen);
 }
 
-static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
-                   size_t whylen)
+/* An unsized shard (params = auto) has no range to check a payload against. */
+static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    dcps_shard_t *s = r->shard;
-    const float *v;
-    const uint32_t *idx = NULL;
-    size_t k = 0;
-    int rc;
+    return shard_now(r).n_params ? GO_ON : not_ready(why, whylen);
+}
 
-    /* The payload is checked first, so a malformed push is refused whatever the
-     * shard's state, and never acknowledged; an unsized shard has no range to
-     * check it against. A dense gradient's values are read once, by the update,
-     * which refuses a non-finite result (as every non-finite value makes): they
-     * are checked on their own only after a refused update and before any other
-     * outcome, so each push gets the code of the order of checks all the same. */
-    if (!s->n_params)
-        return not_ready(why, whylen);
-    if ((rc = dcps_codec_push_unchecked(m, s->range.lo, s->range.hi, &idx, &v, &k, why,
-                                        whylen)) != 0)
-        return rc;
-    bool unread = idx == NULL;
-    /* A shard restored from a checkpoint is behind what its workers pulled
-     * before it went down: until a worker has pulled from it, a gradient on a
-     * later version is taken as computed on the current one. */
-    uint64_t based_on = m->param_version;
-    if ((based_on > s->version || !s->initialized || dcps_shard_behind(s, m->rank) ||
-         (r->restored_version && based_on > r->restored_version)) &&
-        (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
-    note_lost(r, m->rank, based_on);
-    if (based_on > s->version) {
-        if (!dcps_shard_behind(s, m->rank)) {
-            snprintf(why, whylen,
-                     "gradient computed on version %llu, this shard is at version %llu",
-                     (unsigned long long)m->param_version, (unsigned long long)s->version);
-            return DCPS_E_VERSION;
-        }
-        based_on = s->version;
+/* The payload's frames, indices and sparse values, whatever the shard's state:
+ * a malformed push is never acknowledged. Dense values stay unread. */
+static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_range_t range = shard_now(r).range;
+    int rc =
+        dcps_codec_push_unchecked(p->m, range.lo, range.hi, &p->idx, &p->v, &p->k, why, whylen);
+    p->unread = rc == 0 && p->idx == NULL;
+    return rc;
+}
+
+/* A version this shard has not reached, one the previous process had reached
+ * after the restored checkpoint (lost updates), or a rank behind a restored
+ * shard, whose push may move the round or its clock (push_round): each is an
+ * outcome, decided in push_version_act once the values are checked. */
+static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    uint64_t v = p->based_on;
+    return v > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank) ||
+                   (r->restored_version && v > r->restored_version)
+               ? ACT
+               : GO_ON;
+}
+
+/* A shard restored from a checkpoint is behind what its workers pulled before
+ * it went down: until a worker has pulled from it, a gradient on a later
+ * version is taken as computed on the current one. */
+static int push_version_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    const uint64_t version = shard_now(r).version;
+    note_lost(r, p->m->rank, p->based_on);
+    if (p->based_on <= version)
+        return GO_ON;
+    if (!dcps_shard_behind(r->shard, p->m->rank)) {
+        snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
+                 (unsigned long long)p->m->param_version, (unsigned long long)version);
+        return DCPS_E_VERSION;
     }
-    if (!s->initialized)
-        return not_ready(why, whylen);
-    int seq = dcps_session_seq(&s->session[m->rank], m->seq);
-    if (seq != DCPS_SEQ_NEW && (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
+    p->based_on = version;
+    return GO_ON;
+}
+
+static int push_initialised(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    return shard_now(r).initialized ? GO_ON : not_ready(why, whylen);
+}
+
+/* The push's seq against its session's last push (server/session.h). */
+static int push_sequence(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_session_t *ss = dcps_shard_session(r->shard, p->m->rank);
+    enum dcps_seq_verdict seq = dcps_session_seq(ss, p->m->seq);
     switch (seq) {
-    case DCPS_SEQ_APPLIED:
-        /* A retry of the push applied last: acknowledged, not applied twice. */
-        s->duplicates++;
-        send_ack(r, id, m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
-        return 0;
-    case DCPS_SEQ_DROPPED: /* a retry of the push dropped last: dropped again */
-        send_stale(r, id, m);
-        return 0;
+    case DCPS_SEQ_NEW:
+        return GO_ON;
     case DCPS_SEQ_BELOW:
         snprintf(why, whylen,
                  "seq %llu is below this session's last push, %llu: the pushes of a session "
                  "carry increasing seqs; nothing applied",
-                 (unsigned long long)m->seq,
-                 (unsigned long long)s->session[m->rank].seq);
+                 (unsigned long long)p->m->seq, (unsigned long long)ss->seq);
         return DCPS_E_STATE;
     default:
-        break;
+        return (int)seq; /* DCPS_SEQ_APPLIED or DCPS_SEQ_DROPPED, both above GO_ON */
     }
+}
+
+/* A retry of the session's last push is answered as that push was: applied,
+ * acknowledged DUPLICATE and not applied twice; dropped, dropped again. */
+static int push_retry_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    if (outcome == DCPS_SEQ_APPLIED) {
+        dcps_shard_duplicate(r->shard);
+        send_ack(r, p->id, p->m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
+    } else {
+        send_stale(r, p->id, p->m);
+    }
+    return ANSWERED;
+}
+
+/* The push's step against the consistency model, once a restored shard has
+ * learnt from it where the job went on (catch_up). */
+static int push_round(dcps_router_t *r, push_t *p, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = p->m;
     catch_up(r, m->rank, m->step, false);
-    int verdict = dcps_consistency_check_push(&r->cons, m->rank, m->step);
-    if (verdict != DCPS_PUSH_ACCEPT && (rc = values_first(m, k, &unread, why, whylen)) != 0)
-        return rc;
-    switch (verdict) {
-    case DCPS_PUSH_STALE: {
-        /* Its round closed without it (it was declared dead, or left): dropped,
-         * and the worker learns the open round. */
-        DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", m->rank,
-                  (unsigned long long)m->step, (unsigned long long)r->cons.round);
-        dcps_shard_drop(s, m->rank, m->seq);
-        send_stale(r, id, m);
-        return 0;
-    }
+    switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
+    case DCPS_PUSH_ACCEPT:
+        return GO_ON;
     case DCPS_PUSH_FUTURE:
         snprintf(why, whylen, "push for step %llu, the open round is %llu",
                  (unsigned long long)m->step, (unsigned long long)r->cons.round);
@@ -545,40 +661,90 @@ static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
                  (unsigned long long)m->step);
         return DCPS_E_STATE;
     default:
-        break;
+        return ACT; /* DCPS_PUSH_STALE */
     }
-    /* Refused (NONFINITE) if a parameter or the sync sum would not be finite:
-     * nothing changes, and neither does the rank's clock below. */
-    uint64_t t0 = dcps_now_ns(), pushes = s->pushes;
-    rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, based_on, idx, v, k,
-                         why, whylen);
+}
+
+/* Its round closed without it (it was declared dead, or left): dropped, and the
+ * worker learns the open round. */
+static int push_stale_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", p->m->rank,
+              (unsigned long long)p->m->step, (unsigned long long)r->cons.round);
+    dcps_shard_drop(r->shard, p->m->rank, p->m->seq);
+    send_stale(r, p->id, p->m);
+    return ANSWERED;
+}
+
+/* Applies the push (async, ssp) or adds it to the round (sync), refused
+ * (NONFINITE) if a parameter or the sync sum would not be finite: then nothing
+ * changes, and neither does the rank's clock. */
+static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+{
+    dcps_shard_t *s = r->shard;
+    const dcps_msg_t *m = p->m;
+    uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
+    int rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, p->based_on,
+                             p->idx, p->v, p->k, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
-        values_first(m, k, &unread, why, whylen);
+        values_first(p, why, whylen);
     if (rc != 0)
         return rc;
-    if (s->pushes != pushes) /* not an empty async push, which applies nothing (shard.h) */
+    if (dcps_shard_stats(s).pushes != pushes) /* not an empty async push (shard.h) */
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
-    send_ack(r, id, m, DCPS_MSG_PUSH_ACK, 0);
+    send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
     progress(r);
+    return ANSWERED;
+}
+
+/* The order docs/protocol.md (7.4) promises, after what every request goes
+ * through (request_checks). */
+static const push_check_t push_checks[] = {
+    /* check          act               values first */
+    {push_sized,       NULL,             false}, /* NOTREADY: no range yet (params = auto) */
+    {push_payload,     NULL,             false}, /* 1: FRAMECOUNT, FRAMELEN, SIZE, RANGE, ORDER */
+    {push_version,     push_version_act, true},  /* 2: VERSION; a restored shard adopts */
+    {push_initialised, NULL,             true},  /* 3: NOTREADY */
+    {push_sequence,    push_retry_act,   true},  /* 4: DUPLICATE, STALE again, STATE */
+    {push_round,       push_stale_act,   true},  /* 5: STALE, STATE (sync) */
+    {NULL,             push_update_act,  false}, /* 6: applied, or NONFINITE */
+};
+
+static int on_push(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                   size_t whylen)
+{
+    push_t p = {.id = id, .m = m, .based_on = m->param_version};
+    for (size_t i = 0; i < sizeof push_checks / sizeof push_checks[0]; i++) {
+        const push_check_t *c = &push_checks[i];
+        int rc = c->check ? c->check(r, &p, why, whylen) : ACT, bad;
+        if (rc == GO_ON)
+            continue;
+        if (c->values_first && (bad = values_first(&p, why, whylen)) != 0)
+            return bad;
+        if (rc < 0)
+            return rc;
+        if ((rc = c->act(r, &p, rc, why, whylen)) != GO_ON)
+            return rc > 0 ? 0 : rc; /* ANSWERED, or refused */
+    }
     return 0;
 }
 
 static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                    size_t whylen)
 {
-    dcps_peer_t *p = &r->peers[m->rank];
-    if (!r->shard->initialized)
+    wait_t *p = &r->waits[m->rank];
+    if (!shard_now(r).initialized)
         return not_ready(why, whylen);
-    int rc = route_set(&p->wait, id, why, whylen);
+    int rc = route_set(&p->to, id, why, whylen);
     if (rc != 0)
         return rc;
-    p->pull = (dcps_pull_req_t){m->seq, m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
-                                m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
+    p->pull = (pull_req_t){m->seq,           m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
+                           m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
     bool moved = catch_up(r, m->rank, m->step, true);
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
-        send_params(r, &p->wait, m->rank, &p->pull);
+        send_params(r, &p->to, m->rank, &p->pull);
     } else {
         /* Answered when the step may start; a retry (same seq) replaces this entry. */
         p->pulling = true;
@@ -592,7 +758,7 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
                       size_t whylen)
 {
-    dcps_peer_t *p = &r->peers[m->rank];
+    wait_t *p = &r->waits[m->rank];
     if (!r->cons.m[m->rank].joined) {
         snprintf(why, whylen, "rank %u entered a barrier without HELLO", m->rank);
         return DCPS_E_STATE;
@@ -602,7 +768,7 @@ static int on_barrier(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *
                  (unsigned long long)m->step, (unsigned long long)r->barrier_step);
         return DCPS_E_STATE;
     }
-    int rc = route_set(&p->wait, id, why, whylen);
+    int rc = route_set(&p->to, id, why, whylen);
     if (rc != 0)
         return rc;
     r->barrier_step = m->step;
@@ -670,7 +836,7 @@ static void reply_error(dcps_router_t *r, const dcps_buf_t *id, const char *peer
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_ERROR);
     reply.job_id = r->cfg->job_id;
-    reply.shard = (uint32_t)r->shard->index;
+    reply.shard = (uint32_t)shard_now(r).index;
     reply.error_code = (uint32_t)-code;
     snprintf(reply.error_text, sizeof reply.error_text, "%s: %s", dcps_strerror(code), why);
     send_reply(r, id, &reply, NULL, NULL);
@@ -697,82 +863,145 @@ static void on_message(dcps_bridge_t *b)
     dcps_frames_close(&f);
 }
 
+/* --- every request: one ordered list of checks (docs/protocol.md, section 7.1) ---- */
+
+/* A request on its way through request_checks below. */
+typedef struct {
+    const dcps_buf_t *parts; /* [0] the routing id, [1] the header, then payload frames */
+    size_t n;                /* every part received, also those beyond DCPS_MAX_PARTS */
+    const char *user_id;     /* the CURVE key it came with, or NULL */
+    dcps_msg_t m;            /* decoded by the first check */
+} request_t;
+
 /* Decodes parts[1] as the header and parts[2 ..] as the payload frames, like
  * dcps_frames_decode: n counts parts beyond DCPS_MAX_PARTS, which are not read. */
-static int decode(const dcps_router_t *r, const dcps_buf_t *parts, size_t n, dcps_msg_t *m,
-                  char *why, size_t whylen)
+static int req_decode(dcps_router_t *r, request_t *q, char *why, size_t whylen)
 {
-    if (n < 2) {
-        memset(m, 0, sizeof *m);
+    if (q->n < 2) {
+        memset(&q->m, 0, sizeof q->m);
         snprintf(why, whylen, "message has no header frame");
         return DCPS_E_HEADER;
     }
     /* n - 2 may exceed DCPS_MAX_FRAMES (parts beyond the array were not kept):
      * the codec refuses that count before it reads any frame, and names it. */
-    return dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2, n - 2, r->cfg->job_id, m,
-                             why, whylen);
+    return dcps_codec_unpack(q->parts[1].data, q->parts[1].len, q->parts + 2, q->n - 2,
+                             r->cfg->job_id, &q->m, why, whylen);
 }
+
+static int req_rank(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (q->m.rank < (uint32_t)r->cfg->workers)
+        return 0;
+    snprintf(why, whylen, "rank %u, the job has ranks 0 to %d", q->m.rank, r->cfg->workers - 1);
+    return DCPS_E_RANK;
+}
+
+static int req_type(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (handlers[q->m.type])
+        return 0;
+    snprintf(why, whylen, "a shard does not accept %s", dcps_msg_type_name(q->m.type));
+    return DCPS_E_MSGTYPE;
+}
+
+/* Every header field: checked or ignored, by proto/codec.c's table. */
+static int req_fields(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_shard_stats_t s = shard_now(r);
+    dcps_field_ctx_t ctx = {(uint32_t)s.index, s.n_params, s.range.lo, s.range.hi};
+    return dcps_codec_check_fields(&q->m, &ctx, why, whylen);
+}
+
+/* Who may speak for the rank, before anything of the request is used: the
+ * CURVE key's ranks (server/auth.h), then the rank's session. */
+static int req_curve(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    return r->auth ? dcps_auth_check(r->auth, q->user_id, q->m.rank, why, whylen) : 0;
+}
+
+/* Every request but HELLO names the session its rank's HELLO bound. */
+static int req_session(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = &q->m;
+    const dcps_session_t *ss = dcps_shard_session(r->shard, m->rank);
+    char bound[DCPS_SESSION_SHORT], named[DCPS_SESSION_SHORT];
+    if (m->type == DCPS_MSG_HELLO || (ss->id != 0 && m->session == ss->id))
+        return 0;
+    if (ss->id == 0)
+        snprintf(why, whylen, "rank %u has not said HELLO to this shard", m->rank);
+    else
+        snprintf(why, whylen, "rank %u's session is %s\u2026, this request names %s%s", m->rank,
+                 dcps_session_short(ss->id, bound), dcps_session_short(m->session, named),
+                 m->session ? "\u2026" : "");
+    return DCPS_E_SESSION;
+}
+
+/* A request of the rank's session is a sign of life, even if refused below;
+ * HELLO decides for itself. */
+static int req_alive(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    if (q->m.type != DCPS_MSG_HELLO)
+        heard(r, q->m.rank);
+    return 0;
+}
+
+/* A shard restored from a checkpoint does not know who joined: a worker that
+ * goes on talking in a session of the checkpoint said HELLO to its previous
+ * process. */
+static int req_rejoin(dcps_router_t *r, request_t *q, char *why, size_t whylen)
+{
+    const dcps_msg_t *m = &q->m;
+    char sid[DCPS_SESSION_SHORT];
+    if (!shard_now(r).restored || m->type == DCPS_MSG_HELLO || m->type == DCPS_MSG_BYE ||
+        r->cons.m[m->rank].joined)
+        return 0;
+    DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this shard "
+                "restarted",
+                m->rank, dcps_session_short(m->session, sid));
+    dcps_consistency_join(&r->cons, m->rank);
+    return 0;
+}
+
+/* What every request goes through, in the order docs/protocol.md (7.1)
+ * promises; then its type's handler (a push: push_checks). Each returns 0 or a
+ * negative code with a sentence in why, which the ERROR reply carries. */
+static int (*const request_checks[])(dcps_router_t *r, request_t *q, char *why,
+                                     size_t whylen) = {
+    req_decode,  /* 2-8: HEADER, PROTOVER, JOBID, MSGTYPE, FRAMECOUNT, FRAMELEN */
+    req_rank,    /* 9: RANK */
+    req_type,    /* 10: MSGTYPE, a reply's type */
+    req_fields,  /* 11: FIELD, FRAMECOUNT */
+    req_curve,   /* 12: AUTH */
+    req_session, /* 13: SESSION */
+    req_alive,   /* 14: a sign of life */
+    req_rejoin,  /* a restored shard's worker joins again */
+};
 
 void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, const char *peer,
                         const char *user_id)
 {
-    dcps_msg_t m;
+    request_t q = {.parts = parts, .n = n, .user_id = user_id};
     char why[DCPS_ERROR_TEXT_MAX - 64] = "";
-    int rc;
+    int rc = 0;
 
     r->messages++;
     for (size_t i = 0; i < n && i < DCPS_MAX_PARTS; i++)
         r->bytes_in += parts[i].len;
-    const dcps_buf_t id = parts[0];
-
-    rc = decode(r, parts, n, &m, why, sizeof why);
-    if (rc == 0 && m.rank >= (uint32_t)r->cfg->workers) {
-        snprintf(why, sizeof why, "rank %u, the job has ranks 0 to %d", m.rank,
-                 r->cfg->workers - 1);
-        rc = DCPS_E_RANK;
-    }
-    if (rc == 0 && !handlers[m.type]) {
-        snprintf(why, sizeof why, "a shard does not accept %s", dcps_msg_type_name(m.type));
-        rc = DCPS_E_MSGTYPE;
-    }
-    if (rc == 0) /* every header field: checked or ignored, by proto/codec.c's table */
-        rc = dcps_codec_check_fields(&m, &(dcps_field_ctx_t){(uint32_t)r->shard->index,
-                                                              r->shard->n_params,
-                                                              r->shard->range.lo,
-                                                              r->shard->range.hi},
-                                     why, sizeof why);
-    /* Who may speak for the rank, before anything of the request is used: the
-     * CURVE key's ranks, then the rank's session. */
-    if (rc == 0 && r->auth)
-        rc = dcps_auth_check(r->auth, user_id, m.rank, why, sizeof why);
-    if (rc == 0 && m.type != DCPS_MSG_HELLO)
-        rc = check_session(r, &m, why, sizeof why);
-    if (rc == 0) {
-        /* A request of the rank's session is a sign of life; HELLO decides for
-         * itself. */
-        if (m.type != DCPS_MSG_HELLO)
-            heard(r, m.rank);
-        /* A shard restored from a checkpoint does not know who joined: a
-         * worker that goes on talking in a session of the checkpoint said HELLO
-         * to its previous process. */
-        if (r->shard->restored && m.type != DCPS_MSG_HELLO && m.type != DCPS_MSG_BYE &&
-            !r->cons.m[m.rank].joined) {
-            char sid[DCPS_SESSION_SHORT];
-            DCPS_NOTICE("worker %u rejoins in session %s\u2026, which it opened before this "
-                        "shard restarted",
-                        m.rank, dcps_session_short(m.session, sid));
-            dcps_consistency_join(&r->cons, m.rank);
-        }
-        rc = handlers[m.type](r, &id, &m, why, sizeof why);
-    }
+    for (size_t i = 0; rc == 0 && i < sizeof request_checks / sizeof request_checks[0]; i++)
+        rc = request_checks[i](r, &q, why, sizeof why);
+    if (rc == 0)
+        rc = handlers[q.m.type](r, &parts[0], &q.m, why, sizeof why);
     if (rc != 0)
-        reply_error(r, &id, peer, &m, rc, why);
+        reply_error(r, &parts[0], peer, &q.m, rc, why);
 }
 
-int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
-                     dcps_shard_t *shard)
+dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t *cfg,
+                               dcps_shard_t *shard, int *err)
 {
-    memset(r, 0, sizeof *r);
+    dcps_router_t *r = calloc(1, sizeof *r);
+    *err = DCPS_E_NOMEM;
+    if (!r)
+        return NULL;
     r->cfg = cfg;
     r->shard = shard;
     r->sock = sock;
@@ -780,43 +1009,60 @@ int dcps_router_init(dcps_router_t *r, uv_loop_t *loop, void *sock, const dcps_c
     r->started = (int64_t)time(NULL);
     dcps_loglimit_init(&r->badlog);
     r->send = send_zmq;
-    int rc = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
-                                   cfg->dead_after_ms, now_ms(r));
-    if (rc != 0)
-        return rc;
-    r->peers = calloc((size_t)cfg->workers, sizeof *r->peers);
-    if (!r->peers) {
-        rc = DCPS_E_NOMEM;
-        goto fail_peers;
+    if ((*err = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
+                                      cfg->dead_after_ms, now_ms(r))) != 0)
+        goto fail_cons;
+    if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits))) {
+        *err = DCPS_E_NOMEM;
+        goto fail_waits;
     }
     if (!sock)
-        return 0; /* in process: no bridge, no timer (see dcps_router_handle) */
-    if ((rc = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
+        return r; /* in process: no bridge, no timer (see dcps_router_handle) */
+    if ((*err = dcps_bridge_init(loop, &r->bridge, sock, on_message, r)) != 0)
         goto fail_bridge;
     uv_timer_init(loop, &r->tick);
     r->tick.data = r;
     r->last_tick = now_ms(r);
     uv_timer_start(&r->tick, on_tick, (uint64_t)cfg->heartbeat_ms, (uint64_t)cfg->heartbeat_ms);
-    return 0;
+    return r;
 
 fail_bridge:
-    free(r->peers);
-    r->peers = NULL;
-fail_peers:
+    free(r->waits);
+fail_waits:
     dcps_consistency_free(&r->cons);
-    return rc;
+fail_cons:
+    free(r);
+    return NULL;
 }
 
 void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
 {
     dcps_loglimit_flush(&r->badlog, now_ms(r), true);
-    if (r->sock)
-        uv_close((uv_handle_t *)&r->tick, NULL);
-    free(r->peers);
-    r->peers = NULL;
+    if (!r->sock)
+        return;
+    uv_close((uv_handle_t *)&r->tick, NULL);
+    dcps_bridge_close(&r->bridge, close_cb);
+}
+
+void dcps_router_destroy(dcps_router_t **rp)
+{
+    dcps_router_t *r = *rp;
+    if (!r)
+        return;
+    free(r->waits);
     dcps_consistency_free(&r->cons);
-    if (r->sock)
-        dcps_bridge_close(&r->bridge, close_cb);
+    free(r);
+    *rp = NULL;
+}
+
+void dcps_router_set_send(dcps_router_t *r, dcps_router_send_fn *send)
+{
+    r->send = send;
+}
+
+void dcps_router_set_clock(dcps_router_t *r, double ms)
+{
+    r->clock_ms = ms;
 }
 
 uint64_t dcps_router_error_count(const dcps_router_t *r)
@@ -825,4 +1071,81 @@ uint64_t dcps_router_error_count(const dcps_router_t *r)
     for (int i = 0; i < DCPS_ERROR_SLOTS; i++)
         n += r->errors[i];
     return n;
+}
+
+void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth)
+{
+    r->auth = auth;
+}
+
+int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    const dcps_config_t *cfg = r->cfg;
+    int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
+                                  cfg->checkpoint_keep, path, pathlen, err, errlen);
+    if (rc != 0)
+        r->checkpoint_failures++;
+    else
+        r->checkpoint_time = (int64_t)time(NULL);
+    return rc;
+}
+
+/* After a restore: a job that had started starts again as at INIT, workers
+ * not heard yet expected from now. */
+static void restarted(dcps_router_t *r)
+{
+    if (r->loop)
+        uv_update_time(r->loop); /* the restore may have taken a while */
+    if (shard_now(r).initialized)
+        dcps_consistency_start(&r->cons, now_ms(r));
+}
+
+int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    struct stat st;
+    int rc = dcps_checkpoint_restore(r->cfg->checkpoint_dir, r->cfg, r->shard, &r->cons, path,
+                                     pathlen, err, errlen);
+    if (rc != 1)
+        return rc;
+    /* How old it is says how much the job may have lost: every update applied
+     * after it was written. The workers tell exactly how many (note_lost). */
+    r->checkpoint_time = stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
+    r->restored_version = shard_now(r).version;
+    restarted(r);
+    return rc;
+}
+
+void dcps_router_load(dcps_router_t *r, const uint64_t *words)
+{
+    dcps_consistency_load(&r->cons, words);
+    restarted(r);
+}
+
+const dcps_consistency_t *dcps_router_consistency(const dcps_router_t *r)
+{
+    return &r->cons;
+}
+
+dcps_router_stats_t dcps_router_stats(const dcps_router_t *r)
+{
+    dcps_router_stats_t st = {
+        .messages = r->messages,
+        .heartbeats = r->heartbeats,
+        .bytes_in = r->bytes_in,
+        .bytes_out = r->bytes_out,
+        .auth_refused = r->auth ? r->auth->refused : 0,
+        .checkpoint_failures = r->checkpoint_failures,
+        .checkpoint_time = r->checkpoint_time,
+        .started = r->started,
+        .restored_version = r->restored_version,
+        .apply_push = r->apply_push,
+        .apply_round = r->apply_round,
+        .live_workers = dcps_consistency_joined(&r->cons),
+        .max_ahead = r->cons.max_ahead,
+        .barrier_waiting = r->barrier_waiting,
+    };
+    memcpy(st.errors, r->errors, sizeof st.errors);
+    for (int i = 0; i < r->cfg->workers; i++)
+        st.in_barrier += r->waits[i].in_barrier;
+    return st;
 }

@@ -25,6 +25,21 @@ void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied)
     s->seq = seq;
 }
 
+void dcps_session_save(const dcps_session_t *s, uint64_t words[DCPS_SESSION_WORDS])
+{
+    words[0] = s->id;
+    words[1] = s->seq;
+    words[2] = (s->pushed ? DCPS_SESSION_PUSHED : 0) | (s->applied ? DCPS_SESSION_APPLIED : 0);
+}
+
+void dcps_session_load(dcps_session_t *s, const uint64_t words[DCPS_SESSION_WORDS])
+{
+    *s = (dcps_session_t){.id = words[0],
+                          .pushed = (words[2] & DCPS_SESSION_PUSHED) != 0,
+                          .applied = (words[2] & DCPS_SESSION_APPLIED) != 0,
+                          .seq = words[1]};
+}
+
 const char *dcps_session_short(uint64_t id, char *out)
 {
     if (id == 0)

@@ -13,9 +13,15 @@
  * needs to answer a retry exactly as it answered the first attempt, and to
  * refuse a seq from the past; a new session starts with no last push.
  *
- * This module is the record and its rules, nothing else: the records live in
- * the shard (one per rank, saved in its checkpoints: server/checkpoint.h), the
- * router decides what to answer. */
+ * This module is the record and its rules, nothing else. The records have one
+ * owner, the shard (server/shard.h), one per rank: a push and its record change
+ * in the same call, so no path applies a push without recording it or records
+ * one it refused, and a checkpoint saves the records with the parameters they
+ * describe (server/checkpoint.h), so a restored shard answers a retry exactly
+ * as the stopped process would have. The router reads a record
+ * (dcps_shard_session), binds one at HELLO (dcps_shard_open_session) and
+ * decides what to answer; what it keeps of a rank is only where to answer a
+ * request that waits, which belongs to no session record and is never saved. */
 #ifndef DCPS_SESSION_H
 #define DCPS_SESSION_H
 
@@ -50,6 +56,15 @@ enum dcps_seq_verdict dcps_session_seq(const dcps_session_t *s, uint64_t seq);
 
 /* Records a push of s's session: applied (or added to a sync round), or dropped. */
 void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied);
+
+/* A record in a checkpoint: its session, its last push's seq, and flags
+ * (DCPS_SESSION_PUSHED, DCPS_SESSION_APPLIED), as 64-bit words. */
+#define DCPS_SESSION_WORDS 3
+#define DCPS_SESSION_PUSHED 1u  /* a push of the session was seen */
+#define DCPS_SESSION_APPLIED 2u /* and it was applied */
+
+void dcps_session_save(const dcps_session_t *s, uint64_t words[DCPS_SESSION_WORDS]);
+void dcps_session_load(dcps_session_t *s, const uint64_t words[DCPS_SESSION_WORDS]);
 
 /* Writes id's short form ("3f2a9c01") to out (DCPS_SESSION_SHORT bytes);
  * "none" for 0. Returns out. */

@@ -12,6 +12,58 @@
 #include "server/optimizer.h"
 #include "server/snapshot.h"
 
+/* The store (shard.h's opening paragraph says what it holds and why). */
+struct dcps_shard {
+    int index;
+    uint64_t n_params; /* the model's size; 0: unsized (params = auto, not learnt yet) */
+    dcps_range_t range;
+    size_t n;              /* hi − lo */
+    float *mem;            /* the one allocation: the slices below but w, spare and acc */
+    dcps_snapshot_t *bufs; /* w, spare, acc and the reply buffers (server/snapshot.h):
+                            2 + (sync) + DCPS_SHARD_REPLY_BUFFERS of n floats */
+    float *w;              /* n parameters: a buffer of bufs, swapped with spare */
+    float *spare;          /* n: the update buffer, where an update writes the new w
+                              (sync: a push the new sum) before it is checked; one
+                              that no pull reply sends from */
+    float *state;          /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
+    float *bak;            /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
+    float *acc;            /* n: sync mode's sum of the open round (swapped with
+                              spare); NULL otherwise */
+    float *mirror;         /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
+    float *diff;           /* n: w − mirror (pull = delta); NULL otherwise */
+    bool delta;            /* pull = delta */
+    uint64_t *tag;         /* per mirror (P, or 1 in sync mode): version it was brought to */
+    size_t k_pull;         /* entries of a delta: ⌈pull density · n⌉ */
+    size_t k_max;          /* the most a pull may ask for (density warm-up: 25%) */
+    uint32_t *delta_idx;   /* the last delta computed: up to k_max global indices, values */
+    float *delta_val;
+    size_t delta_k;
+    int delta_of; /* the mirror it advanced (−1: none), from tag delta_from */
+    uint64_t delta_from;
+    dcps_topk_ws_t *topk;
+    int kind; /* enum dcps_optimizer */
+    float momentum;
+    dcps_dcasgd_t dc;
+    bool initialized; /* set by the first INIT */
+    bool restored;    /* state came from a checkpoint (dcps_shard_restored) */
+    bool *behind;     /* per rank: restored, and it has not pulled from this process
+                         (dcps_shard_behind) */
+    uint64_t version; /* incremented by every applied update */
+    int workers;
+    dcps_session_t *session; /* per rank: its session and last push; this store is their
+                                one owner (server/session.h): the router reads them and
+                                binds one at HELLO, the functions below record pushes */
+    float lr;                /* from [optimizer] lr */
+    size_t floats;           /* what a checkpoint holds, in floats: all of mem but one
+                                buffer of n (dcps_shard_spans) */
+    uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t pulls_copied;        /* dense pulls whose reply copied w (dcps_shard_share) */
+    uint64_t rounds_refused;      /* sync rounds not applied: w would not be finite */
+    char why[DCPS_SHARD_WHY_MAX]; /* the last refused update's sentence */
+    uint64_t deltas;              /* pulls answered with a delta */
+    dcps_staleness_t staleness;
+};
+
 static void own_w(dcps_shard_t *s, bool keep);
 
 /* What the job holds, in floats of n: w and sync mode's sum in the set of
@@ -127,6 +179,20 @@ fail:
     return DCPS_E_NOMEM;
 }
 
+int dcps_shard_size_auto(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params,
+                         const char *advice, char *why, size_t whylen)
+{
+    if (n_params > DCPS_PARAMS_AUTO_MAX)
+        return dcps_say(why, whylen, DCPS_E_SIZE,
+                        "%llu parameters, more than the %llu that [model] params = auto "
+                        "accepts%s",
+                        (unsigned long long)n_params, (unsigned long long)DCPS_PARAMS_AUTO_MAX,
+                        advice);
+    if (dcps_config_check_size(cfg, n_params, why, whylen) != 0)
+        return DCPS_E_SIZE;
+    return dcps_shard_size(s, cfg, n_params);
+}
+
 void dcps_shard_destroy(dcps_shard_t **sp)
 {
     dcps_shard_t *s = *sp;
@@ -168,6 +234,26 @@ void dcps_shard_restored(dcps_shard_t *s)
 bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank)
 {
     return s->behind[rank];
+}
+
+const dcps_session_t *dcps_shard_session(const dcps_shard_t *s, uint32_t rank)
+{
+    return &s->session[rank];
+}
+
+void dcps_shard_open_session(dcps_shard_t *s, uint32_t rank, uint64_t id)
+{
+    dcps_session_open(&s->session[rank], id);
+}
+
+void dcps_shard_duplicate(dcps_shard_t *s)
+{
+    s->duplicates++;
+}
+
+const char *dcps_shard_why(const dcps_shard_t *s)
+{
+    return s->why;
 }
 
 static void applied(dcps_shard_t *s, uint32_t rank, uint64_t seq)
@@ -556,6 +642,53 @@ size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]
     return k;
 }
 
+/* The counters a checkpoint holds, in dcps_shard_save's order. */
+#define COUNTERS 5
+
+void dcps_shard_save(const dcps_shard_t *s, uint64_t *words)
+{
+    const uint64_t counters[COUNTERS] = {s->pushes, s->duplicates, s->pulls, s->dropped, s->deltas};
+    const dcps_staleness_t *st = &s->staleness;
+    for (int r = 0; r < s->workers; r++, words += DCPS_SESSION_WORDS)
+        dcps_session_save(&s->session[r], words);
+    memcpy(words, counters, sizeof counters);
+    words += COUNTERS;
+    *words++ = st->count, *words++ = st->sum, *words++ = st->max;
+    memcpy(words, st->hist, sizeof st->hist);
+}
+
+void dcps_shard_load(dcps_shard_t *s, uint64_t version, bool initialized, const uint64_t *words,
+                     size_t stride)
+{
+    uint64_t *const counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped,
+                                          &s->deltas};
+    dcps_staleness_t *st = &s->staleness;
+    for (int r = 0; r < s->workers; r++, words += stride) {
+        if (stride == DCPS_SESSION_WORDS)
+            dcps_session_load(&s->session[r], words);
+        else
+            s->session[r] = (dcps_session_t){0};
+    }
+    for (int i = 0; i < COUNTERS; i++)
+        *counters[i] = *words++;
+    st->count = *words++, st->sum = *words++, st->max = *words++;
+    memcpy(st->hist, words, sizeof st->hist);
+    s->version = version;
+    s->initialized = initialized;
+}
+
+dcps_shard_view_t dcps_shard_view(const dcps_shard_t *s)
+{
+    return (dcps_shard_view_t){.w = s->w,
+                               .spare = s->spare,
+                               .state = s->state,
+                               .bak = s->bak,
+                               .acc = s->acc,
+                               .mirror = s->mirror,
+                               .tag = s->tag,
+                               .delta_of = s->delta_of};
+}
+
 void dcps_shard_set_lr(dcps_shard_t *s, double lr)
 {
     s->lr = (float)lr;
@@ -584,4 +717,33 @@ size_t dcps_shard_memory(const dcps_shard_t *s)
     dcps_shard_memory_kinds(s, &k);
     return k.parameters + k.optimizer_state + k.worker_backups + k.sync_sum + k.delta_pull +
            k.update_buffer + k.reply_buffers + k.sequence_numbers;
+}
+
+dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s)
+{
+    return (dcps_shard_stats_t){
+        .index = s->index,
+        .n_params = s->n_params,
+        .range = s->range,
+        .n = s->n,
+        .workers = s->workers,
+        .kind = s->kind,
+        .adaptive = s->dc.adaptive,
+        .lr = s->lr,
+        .initialized = s->initialized,
+        .restored = s->restored,
+        .delta = s->delta,
+        .version = s->version,
+        .floats = s->floats,
+        .k_pull = s->k_pull,
+        .k_max = s->k_max,
+        .pushes = s->pushes,
+        .duplicates = s->duplicates,
+        .pulls = s->pulls,
+        .dropped = s->dropped,
+        .pulls_copied = s->pulls_copied,
+        .rounds_refused = s->rounds_refused,
+        .deltas = s->deltas,
+        .staleness = s->staleness,
+    };
 }

@@ -110,57 +110,10 @@ typedef struct {
     uint64_t hist[DCPS_STALENESS_BUCKETS];
 } dcps_staleness_t;
 
-struct dcps_snapshot;
-
-typedef struct dcps_shard {
-    int index;
-    uint64_t n_params;   /* the model's size; 0: unsized (params = auto, not learnt yet) */
-    dcps_range_t range;
-    size_t n;            /* hi − lo */
-    float *mem;          /* the one allocation: the slices below but w, spare and acc */
-    struct dcps_snapshot *bufs; /* w, spare, acc and the reply buffers (server/snapshot.h):
-                            2 + (sync) + DCPS_SHARD_REPLY_BUFFERS of n floats */
-    float *w;            /* n parameters: a buffer of bufs, swapped with spare */
-    float *spare;        /* n: the update buffer, where an update writes the new w
-                            (sync: a push the new sum) before it is checked; one
-                            that no pull reply sends from */
-    float *state;        /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
-    float *bak;          /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
-    float *acc;          /* n: sync mode's sum of the open round (swapped with
-                            spare); NULL otherwise */
-    float *mirror;       /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
-    float *diff;         /* n: w − mirror (pull = delta); NULL otherwise */
-    bool delta;          /* pull = delta */
-    uint64_t *tag;       /* per mirror (P, or 1 in sync mode): version it was brought to */
-    size_t k_pull;       /* entries of a delta: ⌈pull density · n⌉ */
-    size_t k_max;        /* the most a pull may ask for (density warm-up: 25%) */
-    uint32_t *delta_idx; /* the last delta computed: up to k_max global indices, values */
-    float *delta_val;
-    size_t delta_k;
-    int delta_of;        /* the mirror it advanced (−1: none), from tag delta_from */
-    uint64_t delta_from;
-    dcps_topk_ws_t *topk;
-    int kind;            /* enum dcps_optimizer */
-    float momentum;
-    dcps_dcasgd_t dc;
-    bool initialized;    /* set by the first INIT */
-    bool restored;       /* state came from a checkpoint (dcps_shard_restored) */
-    bool *behind;        /* per rank: restored, and it has not pulled from this process
-                            (dcps_shard_behind) */
-    uint64_t version;    /* incremented by every applied update */
-    int workers;
-    dcps_session_t *session; /* per rank: its session and last push (the router binds
-                                and checks the session; the functions below record pushes) */
-    float lr;            /* from [optimizer] lr */
-    size_t floats;       /* what a checkpoint holds, in floats: all of mem but one
-                            buffer of n (dcps_shard_spans) */
-    uint64_t pushes, duplicates, pulls, dropped;
-    uint64_t pulls_copied; /* dense pulls whose reply copied w (dcps_shard_share) */
-    uint64_t rounds_refused; /* sync rounds not applied: w would not be finite */
-    char why[DCPS_SHARD_WHY_MAX]; /* the last refused update's sentence */
-    uint64_t deltas; /* pulls answered with a delta */
-    dcps_staleness_t staleness;
-} dcps_shard_t;
+/* The store of one shard: opaque (shard.c). Other modules read it through
+ * dcps_shard_stats, dcps_shard_view and dcps_shard_session, and a checkpoint
+ * through dcps_shard_spans and dcps_shard_save. */
+typedef struct dcps_shard dcps_shard_t;
 
 /* Allocates the store of shard `index` for cfg, sized for cfg->n_params, or
  * unsized if that is 0 (params = auto). Returns NULL on allocation failure
@@ -173,6 +126,16 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err);
  * Returns 0; DCPS_E_STATE if s is sized already, DCPS_E_INVAL if n_params is 0
  * (nothing changes); DCPS_E_NOMEM if an allocation fails (s stays unsized). */
 int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params);
+
+/* [model] params = auto: dcps_shard_size for a model size that came from the
+ * network (rank 0's HELLO) or a file (a checkpoint), once it passes the checks
+ * a job's own count does: at most DCPS_PARAMS_AUTO_MAX, else DCPS_E_SIZE with
+ * "N parameters, more than the M that [model] params = auto accepts" and then
+ * `advice` in why; and enough for every shard of cfg to own some, else
+ * DCPS_E_SIZE with dcps_config_check_size's sentence. Returns 0, those, or
+ * dcps_shard_size's codes; nothing changes unless it returns 0. */
+int dcps_shard_size_auto(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params,
+                         const char *advice, char *why, size_t whylen);
 
 /* Frees what dcps_shard_size allocated: s is unsized again (a checkpoint that
  * sized it was refused). Counters, sequence numbers and version stay. */
@@ -195,20 +158,37 @@ void dcps_shard_restored(dcps_shard_t *s);
 /* Whether rank has not pulled from this shard since it was restored. */
 bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank);
 
+/* Rank's session and last push (server/session.h), borrowed until the next
+ * call that changes it. */
+const dcps_session_t *dcps_shard_session(const dcps_shard_t *s, uint32_t rank);
+
+/* Binds rank to session id (nonzero) with no push seen yet: the router's
+ * HELLO, which decides whether it may (server/router.h). */
+void dcps_shard_open_session(dcps_shard_t *s, uint32_t rank, uint64_t id);
+
+/* Counts a retry of a push that was applied already: acknowledged DUPLICATE,
+ * not applied again. */
+void dcps_shard_duplicate(dcps_shard_t *s);
+
+/* The sentence of the last refused update (DCPS_E_NONFINITE), or "". */
+const char *dcps_shard_why(const dcps_shard_t *s);
+
 /* The router's call for a push it accepted: applies it (async, ssp: sync false)
  * or adds it to the open round (sync), and records its staleness (based_on: the
- * version it was computed on, at most s->version). Dense when idx is NULL (v has
- * n values), else k entries as below. Returns 0, or DCPS_E_NONFINITE with a
- * sentence in why (and in s->why) and nothing changed. */
+ * version it was computed on, at most the shard's version). Dense when idx is
+ * NULL (v has n values), else k entries as below. Returns 0, or
+ * DCPS_E_NONFINITE with a sentence in why (and in dcps_shard_why) and nothing
+ * changed. */
 int dcps_shard_push(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t based_on,
                     const uint32_t *idx, const float *v, size_t k, char *why, size_t whylen);
 
 /* Applies a gradient from (rank, seq) with the job's rule, records it as rank's
- * session's last push (applied) and bumps the version. Dense: g has n values. Sparse: global indices in [lo, hi),
- * strictly ascending; k = 0 changes nothing (above). Returns 0, or
+ * session's last push (applied) and bumps the version. Dense: g has n values.
+ * Sparse: global indices in [lo, hi), strictly ascending; k = 0 changes nothing
+ * (above). Returns 0, or
  * DCPS_E_NONFINITE if a parameter would not be finite: nothing changed, the
  * sentence (naming the first such parameter's global index and its values) in
- * s->why. */
+ * dcps_shard_why. */
 int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g);
 int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
                             const float *v, size_t k);
@@ -224,8 +204,8 @@ int dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
  * job's rule, bumps the version and clears the sum. Every worker pulled the same
  * parameters for the round, so DC-ASGD's correction is zero here (its MS still
  * moves). If the mean would make a parameter non-finite, returns
- * DCPS_E_NONFINITE with the sentence in s->why: the sum is cleared, and nothing
- * else changes but rounds_refused. */
+ * DCPS_E_NONFINITE with the sentence in dcps_shard_why: the sum is cleared,
+ * and nothing else changes but rounds_refused. */
 int dcps_shard_apply_round(dcps_shard_t *s, int pushes);
 
 /* Sync mode: empties the open round's sum without applying it (after a restore,
@@ -256,7 +236,7 @@ typedef struct {
  * k_pull). Pull = dense: w, which becomes DC-ASGD's
  * w_bak(rank). Pull = delta: see above; `exact` asks for w itself (the mirror
  * of an async worker becomes w; the shared mirror of sync mode is left alone,
- * so the worker then holds nothing). The reply's version is s->version. */
+ * so the worker then holds nothing). The reply's version is the shard's. */
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 
@@ -282,13 +262,76 @@ typedef struct {
 /* The floats a checkpoint holds, in this order: w, the optimizer state, the
  * backups, the round's sum, the shared mirror, w − mirror (those the job has;
  * not the update buffer). Fills out and returns how many spans; their lengths
- * add up to s->floats. Valid until the next update. Written (a checkpoint
- * restored, or refused and zeroed) only before the shard answers a pull, while
- * no reply holds w. */
+ * add up to the stats' floats. Valid until the next update. Written (a
+ * checkpoint restored, or refused and zeroed) only before the shard answers a
+ * pull, while no reply holds w. */
 size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]);
+
+/* What a checkpoint holds of the shard besides its floats and the header
+ * fields of dcps_shard_stats, as 64-bit words: every rank's session record
+ * (DCPS_SESSION_WORDS each: dcps_session_save), then the counters pushes,
+ * duplicates, pulls, dropped and deltas, then the staleness histogram's count,
+ * sum, max and buckets. */
+#define DCPS_SHARD_WORDS(workers)                                                                  \
+    ((size_t)(workers)*DCPS_SESSION_WORDS + 5 + 3 + DCPS_STALENESS_BUCKETS)
+
+/* Writes those words of s (DCPS_SHARD_WORDS(workers) of them) to words. */
+void dcps_shard_save(const dcps_shard_t *s, uint64_t *words);
+
+/* Restores what dcps_shard_save wrote into a shard that dcps_shard_new made
+ * (and sized), together with its version and whether it was initialised; the
+ * floats go in through dcps_shard_spans. `stride` is the words per rank: with
+ * DCPS_SESSION_WORDS each rank's session record is restored; with fewer (a
+ * format that held no sessions) every rank is left without a session. The
+ * caller then marks the shard restored (dcps_shard_restored). */
+void dcps_shard_load(dcps_shard_t *s, uint64_t version, bool initialized, const uint64_t *words,
+                     size_t stride);
 
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);
+
+/* What the shard is and counts, for /metrics, the daemon's log, checkpoints
+ * and tests: a copy. */
+typedef struct {
+    int index;
+    uint64_t n_params; /* the model's size; 0: unsized (params = auto, not learnt yet) */
+    dcps_range_t range;
+    size_t n;          /* hi − lo */
+    int workers;
+    int kind;          /* enum dcps_optimizer */
+    bool adaptive;     /* DC-ASGD-a */
+    float lr;
+    bool initialized;  /* by the first INIT, or a checkpoint */
+    bool restored;     /* from a checkpoint (dcps_shard_restored) */
+    bool delta;        /* pull = delta */
+    uint64_t version;  /* incremented by every applied update */
+    size_t floats;     /* what a checkpoint holds, in floats (dcps_shard_spans) */
+    size_t k_pull;     /* entries of a delta: ⌈pull density · n⌉ */
+    size_t k_max;      /* the most a pull may ask for */
+    uint64_t pushes, duplicates, pulls, dropped;
+    uint64_t pulls_copied;   /* dense pulls whose reply copied w (dcps_shard_share) */
+    uint64_t rounds_refused; /* sync rounds not applied: w would not be finite */
+    uint64_t deltas;         /* pulls answered with a delta */
+    dcps_staleness_t staleness;
+} dcps_shard_stats_t;
+
+dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s);
+
+/* The shard's arrays, read-only, for readers that check or time its
+ * arithmetic (tests, benchmarks): valid until its next call that writes, since
+ * an update may move w to another buffer. */
+typedef struct {
+    const float *w;      /* n parameters; NULL while unsized */
+    const float *spare;  /* the update buffer: where the next update is written */
+    const float *state;  /* momentum's u or DC-ASGD-a's mean square; NULL otherwise */
+    const float *bak;    /* workers × n: DC-ASGD's w_bak(m), the async mirrors; or NULL */
+    const float *acc;    /* sync: the open round's sum; NULL otherwise */
+    const float *mirror; /* sync with delta pulls: the shared mirror; NULL otherwise */
+    const uint64_t *tag; /* per mirror: the version it was brought to; NULL without deltas */
+    int delta_of;        /* the mirror the kept delta advanced; −1: none */
+} dcps_shard_view_t;
+
+dcps_shard_view_t dcps_shard_view(const dcps_shard_t *s);
 
 /* Bytes the shard holds, by what they are for (server log, /metrics). They add
  * up to dcps_shard_memory; a kind the job does not use is 0. */

@@ -93,10 +93,10 @@ typedef struct {
     dcps_consistency_t cons;
 } box_t;
 
-/* Shard 0 of a job of 220 parameters (layers 10,20) on 2 shards, 3 workers,
- * DC-ASGD-a with delta pulls in async mode, unless the overrides in extra
- * (applied last) say otherwise. Parameters are not initialised. */
-static void box_new(box_t *b, const char *const *extra, size_t n_extra)
+/* Shard `index` of a job of 220 parameters (layers 10,20) on 2 shards, 3
+ * workers, DC-ASGD-a with delta pulls in async mode, unless the overrides in
+ * extra (applied last) say otherwise. Parameters are not initialised. */
+static void box_new_shard(box_t *b, const char *const *extra, size_t n_extra, int index)
 {
     const char *ov[24] = {"job.name=ckpt",
                           "model.layers=10,20",
@@ -112,12 +112,18 @@ static void box_new(box_t *b, const char *const *extra, size_t n_extra)
         ov[n++] = extra[i];
     int rc = dcps_config_load(&b->cfg, NULL, ov, n, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
-    b->s = dcps_shard_new(&b->cfg, 0, &rc);
+    b->s = dcps_shard_new(&b->cfg, index, &rc);
     ck_assert_msg(b->s != NULL, "%s", dcps_strerror(rc));
-    ck_assert_uint_le(b->s->n, MAXN);
+    ck_assert_uint_le(dcps_shard_stats(b->s).n, MAXN);
     ck_assert_int_eq(dcps_consistency_init(&b->cons, b->cfg.mode, b->cfg.staleness, b->cfg.workers,
                                            b->cfg.dead_after_ms, 0),
                      0);
+}
+
+/* Shard 0 of that job. */
+static void box_new(box_t *b, const char *const *extra, size_t n_extra)
+{
+    box_new_shard(b, extra, n_extra, 0);
 }
 
 static void box_free(box_t *b)
@@ -129,11 +135,11 @@ static void box_free(box_t *b)
 static void box_init(box_t *b)
 {
     float w0[MAXN];
-    for (size_t j = 0; j < b->s->n; j++)
+    for (size_t j = 0; j < dcps_shard_stats(b->s).n; j++)
         w0[j] = (float)sin(0.7 * (double)j);
     ck_assert_int_eq(dcps_shard_init(b->s, w0), 1);
-    for (int r = 0; r < b->s->workers; r++) /* each rank said HELLO */
-        dcps_session_open(&b->s->session[r], 0x5e55100000000000ull + (uint64_t)r);
+    for (int r = 0; r < dcps_shard_stats(b->s).workers; r++) /* each rank said HELLO */
+        dcps_shard_open_session(b->s, r, 0x5e55100000000000ull + (uint64_t)r);
 }
 
 /* Step i of a worker: a pull (every third a delta from the tag it holds), then
@@ -141,20 +147,22 @@ static void box_init(box_t *b)
 static void step(box_t *b, int i)
 {
     dcps_shard_t *s = b->s;
-    uint32_t r = (uint32_t)i % (uint32_t)s->workers;
-    uint64_t seq = s->session[r].seq + 1;
+    uint32_t r = (uint32_t)i % (uint32_t)dcps_shard_stats(s).workers;
+    uint64_t seq = dcps_shard_session(s, r)->seq + 1;
     float g[MAXN], v[MAXN];
     uint32_t idx[MAXN];
     size_t k = 0;
     dcps_pull_t p;
-    for (size_t j = 0; j < s->n; j++)
+    for (size_t j = 0; j < dcps_shard_stats(s).n; j++)
         g[j] = 0.1f * (float)sin(0.37 * (double)j + i);
-    for (size_t j = (size_t)i % 3; j < s->n; j += 3, k++) {
-        idx[k] = (uint32_t)(s->range.lo + j);
+    for (size_t j = (size_t)i % 3; j < dcps_shard_stats(s).n; j += 3, k++) {
+        idx[k] = (uint32_t)(dcps_shard_stats(s).range.lo + j);
         v[k] = g[j];
     }
-    bool holds = s->delta && i % 3 == 0;
-    dcps_shard_pull(s, r, holds, holds ? s->tag[s->mirror ? 0 : r] : 0, 0, false, &p);
+    bool holds = dcps_shard_stats(s).delta && i % 3 == 0;
+    dcps_shard_pull(s, r, holds,
+                    holds ? dcps_shard_view(s).tag[dcps_shard_view(s).mirror ? 0 : r] : 0, 0, false,
+                    &p);
     if (b->cfg.mode == DCPS_MODE_SYNC) {
         ck_assert_int_eq(dcps_consistency_check_push(&b->cons, r, b->cons.round), DCPS_PUSH_ACCEPT);
         if (i % 2)
@@ -167,7 +175,8 @@ static void step(box_t *b, int i)
             dcps_consistency_close_round(&b->cons);
         }
     } else {
-        dcps_shard_note_staleness(s, s->version > 2 ? s->version - 2 : 0);
+        dcps_shard_note_staleness(
+            s, dcps_shard_stats(s).version > 2 ? dcps_shard_stats(s).version - 2 : 0);
         if (i % 2)
             dcps_shard_apply_sparse(s, r, seq, idx, v, k);
         else
@@ -182,32 +191,35 @@ static void train(box_t *b, int from, int steps)
         step(b, i);
 }
 
-/* Everything a checkpoint carries is equal, bit for bit. */
-static void assert_same(const box_t *a, const box_t *b)
+/* Everything a checkpoint carries is equal, bit for bit; with sessions false,
+ * everything but the ranks' session records. */
+static void assert_same_but(const box_t *a, const box_t *b, bool sessions)
 {
     const dcps_shard_t *x = a->s, *y = b->s;
-    dcps_span_t sx[DCPS_SHARD_SPANS], sy[DCPS_SHARD_SPANS];
-    size_t k = dcps_shard_spans(x, sx);
-    ck_assert_uint_eq(x->floats, y->floats);
-    ck_assert_uint_eq(dcps_shard_spans(y, sy), k);
+    const dcps_shard_stats_t sx = dcps_shard_stats(x), sy = dcps_shard_stats(y);
+    dcps_span_t px[DCPS_SHARD_SPANS], py[DCPS_SHARD_SPANS];
+    size_t k = dcps_shard_spans(x, px);
+    ck_assert_uint_eq(sx.floats, sy.floats);
+    ck_assert_uint_eq(dcps_shard_spans(y, py), k);
     for (size_t i = 0; i < k; i++) {
-        ck_assert_uint_eq(sx[i].n, sy[i].n);
-        ck_assert_int_eq(memcmp(sx[i].p, sy[i].p, sx[i].n * sizeof *sx[i].p), 0);
+        ck_assert_uint_eq(px[i].n, py[i].n);
+        ck_assert_int_eq(memcmp(px[i].p, py[i].p, px[i].n * sizeof *px[i].p), 0);
     }
-    for (int r = 0; r < x->workers; r++) {
-        ck_assert_uint_eq(x->session[r].id, y->session[r].id);
-        ck_assert_int_eq(x->session[r].pushed, y->session[r].pushed);
-        ck_assert_int_eq(x->session[r].applied, y->session[r].applied);
-        ck_assert_uint_eq(x->session[r].seq, y->session[r].seq);
+    for (uint32_t r = 0; sessions && r < (uint32_t)sx.workers; r++) {
+        const dcps_session_t *ax = dcps_shard_session(x, r), *ay = dcps_shard_session(y, r);
+        ck_assert_uint_eq(ax->id, ay->id);
+        ck_assert_int_eq(ax->pushed, ay->pushed);
+        ck_assert_int_eq(ax->applied, ay->applied);
+        ck_assert_uint_eq(ax->seq, ay->seq);
     }
-    ck_assert_uint_eq(x->version, y->version);
-    ck_assert_int_eq(x->initialized, y->initialized);
-    ck_assert_uint_eq(x->pushes, y->pushes);
-    ck_assert_uint_eq(x->duplicates, y->duplicates);
-    ck_assert_uint_eq(x->pulls, y->pulls);
-    ck_assert_uint_eq(x->dropped, y->dropped);
-    ck_assert_uint_eq(x->deltas, y->deltas);
-    ck_assert_int_eq(memcmp(&x->staleness, &y->staleness, sizeof x->staleness), 0);
+    ck_assert_uint_eq(sx.version, sy.version);
+    ck_assert_int_eq(sx.initialized, sy.initialized);
+    ck_assert_uint_eq(sx.pushes, sy.pushes);
+    ck_assert_uint_eq(sx.duplicates, sy.duplicates);
+    ck_assert_uint_eq(sx.pulls, sy.pulls);
+    ck_assert_uint_eq(sx.dropped, sy.dropped);
+    ck_assert_uint_eq(sx.deltas, sy.deltas);
+    ck_assert_int_eq(memcmp(&sx.staleness, &sy.staleness, sizeof sx.staleness), 0);
     ck_assert_uint_eq(a->cons.round, b->cons.round);
     ck_assert_int_eq(a->cons.contributions, b->cons.contributions);
     ck_assert_uint_eq(a->cons.max_ahead, b->cons.max_ahead);
@@ -215,6 +227,11 @@ static void assert_same(const box_t *a, const box_t *b)
         ck_assert_uint_eq(a->cons.m[r].clock, b->cons.m[r].clock);
         ck_assert_int_eq(a->cons.m[r].contributed, b->cons.m[r].contributed);
     }
+}
+
+static void assert_same(const box_t *a, const box_t *b)
+{
+    assert_same_but(a, b, true);
 }
 
 static void save(const box_t *b, int keep, char *path)
@@ -291,21 +308,23 @@ START_TEST(save_and_restore_give_the_same_state_bit_for_bit)
     box_new(&a, NULL, 0);
     box_init(&a);
     train(&a, 0, 40);
-    ck_assert_ptr_nonnull(a.s->bak);   /* DC-ASGD backups */
-    ck_assert_ptr_nonnull(a.s->state); /* DC-ASGD-a's mean square */
-    ck_assert_uint_gt(a.s->staleness.count, 0);
+    ck_assert_ptr_nonnull(dcps_shard_view(a.s).bak);   /* DC-ASGD backups */
+    ck_assert_ptr_nonnull(dcps_shard_view(a.s).state); /* DC-ASGD-a's mean square */
+    ck_assert_uint_gt(dcps_shard_stats(a.s).staleness.count, 0);
     save(&a, 3, saved);
     ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
     ck_assert_str_eq(got, saved);
-    ck_assert(b.s->restored);
+    ck_assert(dcps_shard_stats(b.s).restored);
     assert_same(&a, &b);
     /* Both go on alike: rank 1 pushes against its restored backup. */
     float g[MAXN];
-    for (size_t j = 0; j < a.s->n; j++)
+    for (size_t j = 0; j < dcps_shard_stats(a.s).n; j++)
         g[j] = 0.01f * (float)j;
-    dcps_shard_apply_dense(a.s, 1, a.s->session[1].seq + 1, g);
-    dcps_shard_apply_dense(b.s, 1, b.s->session[1].seq + 1, g);
-    ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
+    dcps_shard_apply_dense(a.s, 1, dcps_shard_session(a.s, 1)->seq + 1, g);
+    dcps_shard_apply_dense(b.s, 1, dcps_shard_session(b.s, 1)->seq + 1, g);
+    ck_assert_int_eq(memcmp(dcps_shard_view(a.s).w, dcps_shard_view(b.s).w,
+                            dcps_shard_stats(a.s).n * sizeof(float)),
+                     0);
     box_free(&a);
     box_free(&b);
 }
@@ -327,7 +346,9 @@ START_TEST(open_sync_round_survives_a_restore)
     step(&a, 14);        /* the third push closes the round on both */
     step(&b, 14);
     ck_assert_uint_eq(b.cons.round, 5);
-    ck_assert_int_eq(memcmp(a.s->w, b.s->w, a.s->n * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(dcps_shard_view(a.s).w, dcps_shard_view(b.s).w,
+                            dcps_shard_stats(a.s).n * sizeof(float)),
+                     0);
     box_free(&a);
     box_free(&b);
 }
@@ -346,7 +367,7 @@ START_TEST(restore_takes_the_newest_of_several)
     ck_assert_int_eq(count(".ckpt"), 3);
     ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
     ck_assert_str_eq(got, p[2]);
-    ck_assert_uint_eq(b.s->version, 30);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).version, 30);
     assert_same(&a, &b);
     box_free(&a);
     box_free(&b);
@@ -366,7 +387,7 @@ START_TEST(flipped_byte_is_refused_and_the_previous_one_is_used)
     flip_byte(p2, 128 + 4 * 37); /* a parameter */
     ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
     ck_assert_str_eq(got, p1);
-    ck_assert_uint_eq(b.s->version, 5);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).version, 5);
     snprintf(want, sizeof want, "checkpoint %s refused: checksum mismatch", p2);
     ck_assert_msg(strstr(logged(), want), "log: %s", logged());
     /* A flipped byte in the header (the job id) is caught by the header's own CRC. */
@@ -395,8 +416,8 @@ START_TEST(truncated_checkpoint_is_refused)
     ck_assert_int_eq(truncate(p2, size - 100), 0);
     ck_assert_int_eq(restore(&b, NULL, 0, got), 1);
     ck_assert_str_eq(got, p1);
-    ck_assert_uint_eq(b.s->version, 0);
-    ck_assert(b.s->initialized);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).version, 0);
+    ck_assert(dcps_shard_stats(b.s).initialized);
     snprintf(want, sizeof want, "checkpoint %s refused: truncated: %ld of %ld bytes", p2,
              size - 100, size);
     ck_assert_msg(strstr(logged(), want), "log: %s", logged());
@@ -405,8 +426,8 @@ START_TEST(truncated_checkpoint_is_refused)
     ck_assert_int_eq(restore(&c, NULL, 0, got), DCPS_E_DATA);
     ck_assert_msg(strstr(err, "none of the 2 checkpoints of shard 0 in "), "%s", err);
     ck_assert_msg(strstr(err, "truncated: "), "%s", err);
-    ck_assert(!c.s->initialized);
-    ck_assert_uint_eq(c.s->version, 0);
+    ck_assert(!dcps_shard_stats(c.s).initialized);
+    ck_assert_uint_eq(dcps_shard_stats(c.s).version, 0);
     box_free(&a);
     box_free(&b);
     box_free(&c);
@@ -420,15 +441,15 @@ START_TEST(sessions_and_last_pushes_survive_a_restore)
     box_init(&a);
     train(&a, 0, 7);                                /* rank 0 pushed last seq 3 */
     dcps_shard_drop(a.s, 2, 77);                    /* a push of rank 2 dropped */
-    dcps_session_open(&a.s->session[1], 0x42ull);   /* rank 1 restarted: no push yet */
+    dcps_shard_open_session(a.s, 1, 0x42ull);       /* rank 1 restarted: no push yet */
     save(&a, 3, NULL);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
     assert_same(&a, &b);
-    ck_assert_uint_eq(b.s->session[0].id, 0x5e55100000000000ull);
-    ck_assert_int_eq(dcps_session_seq(&b.s->session[0], 3), DCPS_SEQ_APPLIED);
-    ck_assert_int_eq(dcps_session_seq(&b.s->session[2], 77), DCPS_SEQ_DROPPED);
-    ck_assert_uint_eq(b.s->session[1].id, 0x42);
-    ck_assert(!b.s->session[1].pushed);
+    ck_assert_uint_eq(dcps_shard_session(b.s, 0)->id, 0x5e55100000000000ull);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(b.s, 0), 3), DCPS_SEQ_APPLIED);
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(b.s, 2), 77), DCPS_SEQ_DROPPED);
+    ck_assert_uint_eq(dcps_shard_session(b.s, 1)->id, 0x42);
+    ck_assert(!dcps_shard_session(b.s, 1)->pushed);
     box_free(&a);
     box_free(&b);
 }
@@ -450,7 +471,8 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     static uint8_t in[1 << 16], out[1 << 16];
     size_t n = fread(in, 1, sizeof in, f);
     fclose(f);
-    size_t records = 128 + s->floats * sizeof(float), workers = (size_t)s->workers;
+    size_t records = 128 + dcps_shard_stats(s).floats * sizeof(float),
+           workers = (size_t)dcps_shard_stats(s).workers;
     size_t rest = records + 24 * workers, m = 0;
     ck_assert_uint_lt(n, sizeof in);
     memcpy(out, in, records);
@@ -484,16 +506,12 @@ START_TEST(format_1_checkpoint_is_read_without_sessions)
     as_format_1(p, a.s);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
     /* Everything but the sessions, which format 1 did not have. */
-    for (int r = 0; r < a.s->workers; r++)
-        dcps_session_open(&b.s->session[r], a.s->session[r].id);
-    for (int r = 0; r < a.s->workers; r++)
-        dcps_session_pushed(&b.s->session[r], a.s->session[r].seq, a.s->session[r].applied);
-    assert_same(&a, &b);
+    assert_same_but(&a, &b, false);
     box_free(&b);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
-    for (int r = 0; r < b.s->workers; r++) {
-        ck_assert_uint_eq(b.s->session[r].id, 0);
-        ck_assert(!b.s->session[r].pushed);
+    for (int r = 0; r < dcps_shard_stats(b.s).workers; r++) {
+        ck_assert_uint_eq(dcps_shard_session(b.s, r)->id, 0);
+        ck_assert(!dcps_shard_session(b.s, r)->pushed);
     }
     snprintf(want, sizeof want,
              "%s is a checkpoint of format 1, which holds no sessions: every worker says HELLO "
@@ -527,7 +545,7 @@ static void expect_refused(const char *ov, const char *why)
     ck_assert_msg(strstr(err, why), "%s: got \"%s\", want \"%s\"", ov, err, why);
     snprintf(want, sizeof want, "refused: %s", why);
     ck_assert_msg(strstr(logged(), want), "log: %s", logged());
-    ck_assert(!b.s->initialized);
+    ck_assert(!dcps_shard_stats(b.s).initialized);
     box_free(&b);
 }
 
@@ -555,8 +573,7 @@ START_TEST(checkpoint_of_another_job_shard_size_or_rule_is_refused)
     char other[1200];
     snprintf(other, sizeof other, "%s/shard-1-0000000009-v000000000006.ckpt", ckdir());
     box_t b;
-    box_new(&b, NULL, 0);
-    b.s->index = 1;
+    box_new_shard(&b, NULL, 0, 1);
     ck_assert_int_eq(rename(p, other), 0);
     ck_assert_int_eq(
         dcps_checkpoint_restore(ckdir(), &b.cfg, b.s, &b.cons, NULL, 0, err, sizeof err),
@@ -580,21 +597,21 @@ START_TEST(unsized_shard_is_sized_by_the_checkpoint_it_restores)
     const char *auto_[] = {"model.params=auto"};
     ck_assert_int_eq(restore(&b, auto_, 1, got), 1);
     ck_assert_str_eq(got, p);
-    ck_assert_uint_eq(b.s->n_params, 220);
-    ck_assert_uint_eq(b.s->range.lo, a.s->range.lo);
-    ck_assert_uint_eq(b.s->range.hi, a.s->range.hi);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).n_params, 220);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).range.lo, dcps_shard_stats(a.s).range.lo);
+    ck_assert_uint_eq(dcps_shard_stats(b.s).range.hi, dcps_shard_stats(a.s).range.hi);
     assert_same(&a, &b);
-    ck_assert(b.s->initialized);
+    ck_assert(dcps_shard_stats(b.s).initialized);
 
     /* Refused after it was sized: unsized again, nothing allocated. */
     const char *other[] = {"model.params=auto", "job.workers=4"};
     ck_assert_int_eq(restore(&c, other, 2, NULL), DCPS_E_DATA);
     ck_assert_msg(strstr(err, "3 workers, this job has 4"), "%s", err);
-    ck_assert_uint_eq(c.s->n_params, 0);
-    ck_assert_ptr_null(c.s->w);
-    ck_assert_uint_eq(c.s->n, 0);
-    ck_assert_uint_eq(dcps_shard_memory(c.s),
-                      (size_t)c.s->workers * (sizeof(dcps_session_t) + sizeof(bool)));
+    ck_assert_uint_eq(dcps_shard_stats(c.s).n_params, 0);
+    ck_assert_ptr_null(dcps_shard_view(c.s).w);
+    ck_assert_uint_eq(dcps_shard_stats(c.s).n, 0);
+    ck_assert_uint_eq(dcps_shard_memory(c.s), (size_t)dcps_shard_stats(c.s).workers *
+                                                  (sizeof(dcps_session_t) + sizeof(bool)));
     box_free(&a);
     box_free(&b);
     box_free(&c);
@@ -622,8 +639,8 @@ START_TEST(empty_directory_means_starting_fresh)
 {
     box_t b;
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 0);
-    ck_assert(!b.s->initialized);
-    ck_assert(!b.s->restored);
+    ck_assert(!dcps_shard_stats(b.s).initialized);
+    ck_assert(!dcps_shard_stats(b.s).restored);
     ck_assert_msg(strstr(err, "no checkpoint of shard 0 in "), "%s", err);
     box_free(&b);
 }
@@ -705,24 +722,26 @@ START_TEST(after_a_restore_every_worker_is_answered_dense_once)
         save(&a, 3, p);
         ck_assert_int_eq(restore(&b, ov, 1, NULL), 1);
         dcps_shard_t *s = b.s;
-        int mirrors = s->mirror ? 1 : s->workers;
+        int mirrors = dcps_shard_view(s).mirror ? 1 : dcps_shard_stats(s).workers;
         for (int mi = 0; mi < mirrors; mi++)
-            ck_assert_uint_eq(s->tag[mi], UINT64_MAX);
-        ck_assert_int_eq(s->delta_of, -1);
+            ck_assert_uint_eq(dcps_shard_view(s).tag[mi], UINT64_MAX);
+        ck_assert_int_eq(dcps_shard_view(s).delta_of, -1);
         /* Every worker says it holds the current version, as it may from before
          * the stop (with other contents): each gets w dense, once. */
         for (uint32_t r = 0; r < 3; r++) {
-            dcps_shard_pull(s, r, true, s->version, 0, false, &q);
+            dcps_shard_pull(s, r, true, dcps_shard_stats(s).version, 0, false, &q);
             ck_assert_msg(q.dense, "%s: rank %u answered with a delta", ov[0], r);
-            ck_assert_uint_eq(q.k, s->n);
-            ck_assert_int_eq(memcmp(q.values, s->w, s->n * sizeof(float)), 0);
+            ck_assert_uint_eq(q.k, dcps_shard_stats(s).n);
+            ck_assert_int_eq(
+                memcmp(q.values, dcps_shard_view(s).w, dcps_shard_stats(s).n * sizeof(float)), 0);
         }
         /* From then on tags are trusted again. */
-        dcps_shard_pull(s, 1, true, s->version, 0, false, &q);
+        dcps_shard_pull(s, 1, true, dcps_shard_stats(s).version, 0, false, &q);
         ck_assert(!q.dense);
         /* The same pull without the restore would have been a delta as well: the
          * test above is not vacuous. */
-        dcps_shard_pull(a.s, 1, true, a.s->tag[a.s->mirror ? 0 : 1], 0, false, &q);
+        dcps_shard_pull(a.s, 1, true, dcps_shard_view(a.s).tag[dcps_shard_view(a.s).mirror ? 0 : 1],
+                        0, false, &q);
         ck_assert(!q.dense);
         box_free(&a);
         box_free(&b);

@@ -62,7 +62,8 @@ static dcps_shard_t *delta_shard(const char *mode, const char *kind, const char 
 /* The shard's mirror of worker r. */
 static const float *mirror(const dcps_shard_t *s, int r)
 {
-    return s->mirror ? s->mirror : s->bak + (size_t)r * s->n;
+    const dcps_shard_view_t v = dcps_shard_view(s);
+    return v.mirror ? v.mirror : v.bak + (size_t)r * dcps_shard_stats(s).n;
 }
 
 /* Worker r pulls; unless `lost`, it applies the reply. Returns the reply. */
@@ -81,7 +82,7 @@ static dcps_pull_t pull(dcps_shard_t *s, worker_t *wk, int r, bool lost)
             dcps_scatter_add_cpu(wk->w, p.idx, p.values, p.k, 1.0f);
         }
         wk->holds = true;
-        wk->tag = s->version;
+        wk->tag = dcps_shard_stats(s).version;
         ck_assert_msg(memcmp(wk->w, mirror(s, r), sizeof wk->w) == 0,
                       "worker %d's copy differs from its mirror", r);
     }
@@ -99,7 +100,7 @@ START_TEST(async_copies_equal_their_mirrors_and_a_lost_reply_forces_a_dense_one)
     const char *kinds[] = {"sgd", "momentum", "dcasgd"};
     for (int kk = 0; kk < 3; kk++) {
         dcps_shard_t *s = delta_shard("async", kinds[kk], "0.02");
-        ck_assert_uint_eq(s->k_pull, 20);
+        ck_assert_uint_eq(dcps_shard_stats(s).k_pull, 20);
         static worker_t wk[P];
         memset(wk, 0, sizeof wk);
         dcps_rng_t rng;
@@ -116,7 +117,7 @@ START_TEST(async_copies_equal_their_mirrors_and_a_lost_reply_forces_a_dense_one)
                 continue;
             }
             bool lose = dcps_rng_below(&rng, 10) == 0;
-            uint64_t tag = s->tag[r], version = s->version;
+            uint64_t tag = dcps_shard_view(s).tag[r], version = dcps_shard_stats(s).version;
             bool current = wk[r].holds && wk[r].tag == tag;
             dcps_pull_t p = pull(s, &wk[r], r, lose);
             if (lost[r] && version != lost_at[r]) {
@@ -130,8 +131,8 @@ START_TEST(async_copies_equal_their_mirrors_and_a_lost_reply_forces_a_dense_one)
                 deltas++;
             }
             /* A lost reply that moved the mirror leaves the worker behind it. */
-            if (lose && !lost[r] && s->tag[r] != tag)
-                lost[r] = true, lost_at[r] = s->version;
+            if (lose && !lost[r] && dcps_shard_view(s).tag[r] != tag)
+                lost[r] = true, lost_at[r] = dcps_shard_stats(s).version;
             else if (!lose)
                 lost[r] = false;
         }
@@ -160,7 +161,7 @@ START_TEST(a_delta_moves_the_largest_differences_and_an_unchanged_shard_sends_no
     const uint32_t want[10] = {99, 199, 299, 399, 499, 500, 599, 699, 799, 899};
     for (int j = 0; j < 10; j++)
         ck_assert_uint_eq(p.idx[j], want[j]);
-    ck_assert_float_eq(p.values[5], s->w[500] - (float)sin(500 * 0.37));
+    ck_assert_float_eq(p.values[5], dcps_shard_view(s).w[500] - (float)sin(500 * 0.37));
     /* No push since: the mirror stays, nothing is sent. */
     p = pull(s, &wk, 0, false);
     ck_assert(!p.dense);
@@ -224,12 +225,13 @@ START_TEST(an_exact_pull_sends_w_and_resets_an_async_mirror)
     random_grad(&rng, g);
     dcps_shard_apply_dense(s, 0, 1, g);
     pull(s, &wk, 1, false);
-    ck_assert(memcmp(wk.w, s->w, sizeof wk.w) != 0); /* the mirror lags w */
+    ck_assert(memcmp(wk.w, dcps_shard_view(s).w, sizeof wk.w) != 0); /* the mirror lags w */
     dcps_pull_t p;
     dcps_shard_pull(s, 1, true, wk.tag, 0, true, &p);
     ck_assert(p.dense);
-    ck_assert_mem_eq(p.values, s->w, N * sizeof(float));
-    ck_assert_mem_eq(mirror(s, 1), s->w, N * sizeof(float)); /* DC-ASGD's w_bak(1) */
+    ck_assert_mem_eq(p.values, dcps_shard_view(s).w, N * sizeof(float));
+    ck_assert_mem_eq(mirror(s, 1), dcps_shard_view(s).w,
+                     N * sizeof(float)); /* DC-ASGD's w_bak(1) */
     dcps_shard_destroy(&s);
 }
 END_TEST
@@ -238,13 +240,13 @@ START_TEST(a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density)
 {
     /* pull_density 0.01 of density 0.5: 10 entries, and no more without a warm-up. */
     dcps_shard_t *s = delta_shard_with("async", "sgd", "0.5", "compression.pull_density=0.01");
-    ck_assert_uint_eq(s->k_pull, 10);
-    ck_assert_uint_eq(s->k_max, 10);
+    ck_assert_uint_eq(dcps_shard_stats(s).k_pull, 10);
+    ck_assert_uint_eq(dcps_shard_stats(s).k_max, 10);
     dcps_shard_destroy(&s);
     /* A density warm-up allows up to 25% (250). */
     s = delta_shard_with("async", "sgd", "0.01", "compression.density_warmup_epochs=3");
-    ck_assert_uint_eq(s->k_pull, 10);
-    ck_assert_uint_eq(s->k_max, 250);
+    ck_assert_uint_eq(dcps_shard_stats(s).k_pull, 10);
+    ck_assert_uint_eq(dcps_shard_stats(s).k_max, 250);
     worker_t wk = {0};
     float g[N];
     dcps_rng_t rng;
@@ -260,7 +262,7 @@ START_TEST(a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density)
         ck_assert(!p.dense);
         ck_assert_uint_eq(p.k, got[i]);
         dcps_scatter_add_cpu(wk.w, p.idx, p.values, p.k, 1.0f);
-        wk.tag = s->version;
+        wk.tag = dcps_shard_stats(s).version;
         ck_assert_mem_eq(wk.w, mirror(s, 0), sizeof wk.w);
     }
     dcps_shard_destroy(&s);

@@ -2,10 +2,10 @@
  *
  * The router (server/router.h) with its shard and consistency model, no socket
  * and no loop: messages go in through dcps_router_handle, replies come out
- * through r->send into capture() below, the clock is r->clock_ms and moves by
- * the input's steps, and dcps_router_tick runs whenever heartbeat_ms have passed
- * on it, as the timer does (once, however far the clock jumped, like a libuv
- * timer).
+ * through its send function, capture() below; the clock (dcps_router_set_clock)
+ * moves by the input's steps, and dcps_router_tick runs whenever heartbeat_ms
+ * have passed on it, as the timer does (once, however far the clock jumped,
+ * like a libuv timer).
  *
  * Input: three bytes that choose the job (mode, update rule, pull, workers 1-3,
  * model size and shard, restored from a checkpoint or not, learning rate,
@@ -122,42 +122,52 @@ static bool job(const uint8_t c[3], dcps_config_t *cfg, int *index)
 }
 
 /* As dcps_checkpoint_restore leaves a shard of a job that had started, then
- * main.c's restore(): initialised at a version of the previous process, with
- * sequence numbers, clocks and the round it had reached. */
-static void restore(dcps_router_t *r)
+ * the router: initialised at a version of the previous process, with sequence
+ * numbers, clocks and the round it had reached (what a checkpoint's words
+ * hold: dcps_shard_load, dcps_router_load). */
+static void restore(dcps_router_t *r, dcps_shard_t *s, const dcps_config_t *cfg)
 {
     static float w[256];
-    dcps_shard_t *s = r->shard;
-    if (!s->n_params)
+    uint64_t words[DCPS_SHARD_WORDS(MAX_WORKERS)] = {0};
+    uint64_t cons[DCPS_CONSISTENCY_WORDS(MAX_WORKERS)] = {0};
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    if (!st.n_params)
         return;
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < st.n; i++)
         w[i] = 0.5f - (float)(i % 7) * 0.125f;
     dcps_shard_init(s, w);
-    s->version = RESTORED_VERSION;
-    for (int i = 0; i < s->workers; i++) {
-        s->session[i] = (dcps_session_t){FUZZ_SESSION + (uint64_t)i, true, true, 3};
-        r->cons.m[i].clock = 2;
+    for (int i = 0; i < st.workers; i++) {
+        dcps_session_t ss = {FUZZ_SESSION + (uint64_t)i, true, true, 3};
+        dcps_session_save(&ss, words + (size_t)i * DCPS_SESSION_WORDS);
+        cons[3 + 2 * i] = 2; /* rank i's clock */
     }
-    if (r->cfg->mode == DCPS_MODE_SYNC)
-        r->cons.round = 2;
+    if (cfg->mode == DCPS_MODE_SYNC)
+        cons[0] = 2; /* the round */
+    dcps_shard_load(s, RESTORED_VERSION, true, words, DCPS_SESSION_WORDS);
     dcps_shard_restored(s);
-    dcps_consistency_start(&r->cons, r->clock_ms);
+    dcps_router_load(r, cons);
 }
 
 static bool all_finite(const dcps_shard_t *s)
 {
-    for (size_t i = 0; s->initialized && i < s->n; i++)
-        if (!isfinite(s->w[i]))
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    const float *w = dcps_shard_view(s).w;
+    for (size_t i = 0; st.initialized && i < st.n; i++)
+        if (!isfinite(w[i]))
             return false;
     return true;
 }
 
-/* r->send: checks each reply as a worker's codec would take it, then releases
+/* The input's shard and job, for capture(), which gets only the router. */
+static const dcps_shard_t *shard;
+static const dcps_config_t *job_cfg;
+
+/* The router's send function: checks each reply as a worker's codec would take it, then releases
  * a payload lent without a copy (only a dense pull reply's). */
 static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *reply,
                    zmq_free_fn *ffn, void *hint)
 {
-    const dcps_shard_t *s = r->shard;
+    const dcps_shard_stats_t s = dcps_shard_stats(shard);
     uint8_t hdr[DCPS_HEADER_MAX];
     char why[DCPS_ERROR_TEXT_MAX];
     dcps_msg_t d;
@@ -165,7 +175,7 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
     int len = dcps_codec_pack(reply, hdr, sizeof hdr);
     FUZZ_ASSERT(len > 0);
     int rc = dcps_codec_unpack(hdr, (size_t)len, reply->payload, (size_t)reply->nframes,
-                               r->cfg->job_id, &d, why, sizeof why);
+                               job_cfg->job_id, &d, why, sizeof why);
     FUZZ_ASSERT(rc == 0);
     if (trace)
         fprintf(stderr, "  -> %s rank %u seq %llu version %llu step %llu flags %u frames %d%s%s\n",
@@ -187,13 +197,13 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
         const float *v;
         const uint32_t *idx;
         size_t k;
-        FUZZ_ASSERT(s->initialized && d.rank < (uint32_t)r->cfg->workers);
-        FUZZ_ASSERT(d.param_version == s->version);
-        FUZZ_ASSERT(d.range_lo == s->range.lo && d.range_hi == s->range.hi);
+        FUZZ_ASSERT(s.initialized && d.rank < (uint32_t)job_cfg->workers);
+        FUZZ_ASSERT(d.param_version == s.version);
+        FUZZ_ASSERT(d.range_lo == s.range.lo && d.range_hi == s.range.hi);
         if (d.nframes == 1)
-            rc = dcps_codec_dense(&d, s->n, &v, why, sizeof why);
+            rc = dcps_codec_dense(&d, s.n, &v, why, sizeof why);
         else
-            rc = dcps_codec_sparse(&d, s->range.lo, s->range.hi, &idx, &v, &k, why, sizeof why);
+            rc = dcps_codec_sparse(&d, s.range.lo, s.range.hi, &idx, &v, &k, why, sizeof why);
         FUZZ_ASSERT(rc == 0);
         break;
     }
@@ -217,8 +227,11 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
 
 /* One input's router, with what the checks compare against. */
 typedef struct {
-    dcps_router_t r;
+    dcps_router_t *r;
+    dcps_shard_t *s;
+    const dcps_config_t *cfg;
     uint64_t version0; /* the shard's version at the start */
+    double clock_ms;   /* the router's clock */
     double next_tick;  /* when the timer fires next */
 } run_t;
 
@@ -230,98 +243,102 @@ typedef struct {
     bool initialized;
 } snap_t;
 
-static void snap(const dcps_router_t *r, snap_t *b)
+static void snap(const run_t *run, snap_t *b)
 {
-    const dcps_shard_t *s = r->shard;
-    *b = (snap_t){.version = s->version,
-                  .messages = r->messages,
-                  .errors = dcps_router_error_count(r),
-                  .bytes_in = r->bytes_in,
-                  .bytes_out = r->bytes_out,
-                  .pushes = s->pushes,
-                  .pulls = s->pulls,
-                  .round = r->cons.round,
-                  .n_params = s->n_params};
-    for (int i = 0; i < r->cfg->workers; i++) {
-        b->clock[i] = r->cons.m[i].clock;
-        b->session[i] = s->session[i];
+    const dcps_shard_stats_t s = dcps_shard_stats(run->s);
+    const dcps_router_stats_t r = dcps_router_stats(run->r);
+    const dcps_consistency_t *cons = dcps_router_consistency(run->r);
+    *b = (snap_t){.version = s.version,
+                  .messages = r.messages,
+                  .errors = dcps_router_error_count(run->r),
+                  .bytes_in = r.bytes_in,
+                  .bytes_out = r.bytes_out,
+                  .pushes = s.pushes,
+                  .pulls = s.pulls,
+                  .round = cons->round,
+                  .n_params = s.n_params};
+    for (int i = 0; i < run->cfg->workers; i++) {
+        b->clock[i] = cons->m[i].clock;
+        b->session[i] = *dcps_shard_session(run->s, (uint32_t)i);
     }
-    b->initialized = s->initialized;
+    b->initialized = s.initialized;
     cap.replies = cap.errors = 0;
     cap.bytes = 0;
 }
 
 static void check(const run_t *run, const snap_t *b, bool message, uint64_t bytes_in)
 {
-    const dcps_router_t *r = &run->r;
-    const dcps_shard_t *s = r->shard;
+    const dcps_shard_stats_t s = dcps_shard_stats(run->s);
+    const dcps_router_stats_t r = dcps_router_stats(run->r);
+    const dcps_consistency_t *cons = dcps_router_consistency(run->r);
     const uint64_t version0 = run->version0;
-    const int P = r->cfg->workers;
+    const int P = run->cfg->workers;
 
-    FUZZ_ASSERT(s->version >= b->version && s->version <= b->version + 1);
-    if (r->cfg->mode == DCPS_MODE_SYNC)
-        FUZZ_ASSERT(s->version - version0 == r->apply_round.count);
+    FUZZ_ASSERT(s.version >= b->version && s.version <= b->version + 1);
+    if (run->cfg->mode == DCPS_MODE_SYNC)
+        FUZZ_ASSERT(s.version - version0 == r.apply_round.count);
     else
-        FUZZ_ASSERT(s->version - version0 == s->pushes && r->apply_round.count == 0);
-    FUZZ_ASSERT(s->staleness.count == s->pushes && r->apply_push.count == s->pushes);
-    FUZZ_ASSERT(s->pushes >= b->pushes && s->pulls >= b->pulls);
-    FUZZ_ASSERT(s->initialized >= b->initialized);
-    FUZZ_ASSERT(b->n_params == 0 || s->n_params == b->n_params);
-    FUZZ_ASSERT(!s->initialized || s->n_params > 0);
+        FUZZ_ASSERT(s.version - version0 == s.pushes && r.apply_round.count == 0);
+    FUZZ_ASSERT(s.staleness.count == s.pushes && r.apply_push.count == s.pushes);
+    FUZZ_ASSERT(s.pushes >= b->pushes && s.pulls >= b->pulls);
+    FUZZ_ASSERT(s.initialized >= b->initialized);
+    FUZZ_ASSERT(b->n_params == 0 || s.n_params == b->n_params);
+    FUZZ_ASSERT(!s.initialized || s.n_params > 0);
 
-    uint64_t errors = dcps_router_error_count(r);
-    FUZZ_ASSERT(r->messages == b->messages + message);
-    FUZZ_ASSERT(r->bytes_in == b->bytes_in + bytes_in);
-    FUZZ_ASSERT(r->bytes_out == b->bytes_out + cap.bytes);
+    uint64_t errors = dcps_router_error_count(run->r);
+    FUZZ_ASSERT(r.messages == b->messages + message);
+    FUZZ_ASSERT(r.bytes_in == b->bytes_in + bytes_in);
+    FUZZ_ASSERT(r.bytes_out == b->bytes_out + cap.bytes);
     FUZZ_ASSERT(errors >= b->errors && errors - b->errors <= (uint64_t)cap.errors);
     FUZZ_ASSERT(cap.errors <= (message ? 1 : 0));
 
-    FUZZ_ASSERT(r->cons.round >= b->round);
-    int contributed = 0, in_barrier = 0;
+    FUZZ_ASSERT(cons->round >= b->round);
+    int contributed = 0;
     for (int i = 0; i < P; i++) {
-        FUZZ_ASSERT(r->cons.m[i].clock >= b->clock[i]);
+        const dcps_session_t *ss = dcps_shard_session(run->s, (uint32_t)i);
+        FUZZ_ASSERT(cons->m[i].clock >= b->clock[i]);
         /* Within a session, the last push's seq never goes back. */
-        FUZZ_ASSERT(s->session[i].id != b->session[i].id || !b->session[i].pushed ||
-                    s->session[i].seq >= b->session[i].seq);
-        contributed += r->cons.m[i].contributed;
-        in_barrier += r->peers[i].in_barrier;
+        FUZZ_ASSERT(ss->id != b->session[i].id || !b->session[i].pushed ||
+                    ss->seq >= b->session[i].seq);
+        contributed += cons->m[i].contributed;
     }
     /* A restored shard counts a worker that pulled for the next round as having
      * pushed for this one, with nothing in the sum (dcps_consistency_catch_up). */
-    FUZZ_ASSERT(r->cons.contributions >= 0 && r->cons.contributions <= contributed);
-    FUZZ_ASSERT(r->barrier_waiting == in_barrier);
+    FUZZ_ASSERT(cons->contributions >= 0 && cons->contributions <= contributed);
+    /* The barrier's count is the number of workers in it. */
+    FUZZ_ASSERT(r.barrier_waiting == r.in_barrier);
 
-    FUZZ_ASSERT(all_finite(s));
+    FUZZ_ASSERT(all_finite(run->s));
 }
 
 static void tick(run_t *run)
 {
     snap_t b;
-    snap(&run->r, &b);
-    dcps_router_tick(&run->r);
+    snap(run, &b);
+    dcps_router_tick(run->r);
     check(run, &b, false, 0);
-    run->next_tick = run->r.clock_ms + run->r.cfg->heartbeat_ms;
+    run->next_tick = run->clock_ms + run->cfg->heartbeat_ms;
 }
 
 /* Whether the harness passes this message on: a HELLO that would size an
  * unsized shard (params = auto) beyond AUTO_MAX is not, to keep each input's
  * memory small (the shard accepts up to DCPS_PARAMS_AUTO_MAX, 2^30). */
-static bool pass_on(const dcps_router_t *r, const dcps_buf_t *parts, size_t n)
+static bool pass_on(const run_t *run, const dcps_buf_t *parts, size_t n)
 {
     dcps_msg_t m;
     char why[DCPS_ERROR_TEXT_MAX];
-    if (r->shard->n_params || n < 2)
+    if (dcps_shard_stats(run->s).n_params || n < 2)
         return true;
     if (dcps_codec_unpack(parts[1].data, parts[1].len, parts + 2,
-                          n - 2 > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : n - 2, r->cfg->job_id, &m,
-                          why, sizeof why) != 0)
+                          n - 2 > DCPS_MAX_FRAMES ? DCPS_MAX_FRAMES + 1 : n - 2, run->cfg->job_id,
+                          &m, why, sizeof why) != 0)
         return true;
     return m.type != DCPS_MSG_HELLO || m.n_params <= AUTO_MAX;
 }
 
 static void message(run_t *run, const uint8_t *data, size_t size)
 {
-    dcps_router_t *r = &run->r;
+    dcps_router_t *r = run->r;
     static const char *const ids[4] = {"w0", "w1", "w2", "w3"};
     static const uint32_t advance_ms[8] = {0, 1, 30, 100, 250, 700, 2000, 15000};
     fuzz_parts_t in;
@@ -342,15 +359,16 @@ static void message(run_t *run, const uint8_t *data, size_t size)
         bytes += parts[i].len;
 
     /* The clock moves; the timer fires if its time has come. */
-    r->clock_ms += advance_ms[(ctl >> 2) & 7];
-    if (r->clock_ms >= run->next_tick)
+    run->clock_ms += advance_ms[(ctl >> 2) & 7];
+    dcps_router_set_clock(r, run->clock_ms);
+    if (run->clock_ms >= run->next_tick)
         tick(run);
-    if (pass_on(r, parts, total)) {
+    if (pass_on(run, parts, total)) {
         snap_t b;
-        snap(r, &b);
+        snap(run, &b);
         if (trace)
-            fprintf(stderr, "t=%.0f ms: message %llu from id %u (%zu parts)\n", r->clock_ms,
-                    (unsigned long long)r->messages + 1, ctl & 3, total);
+            fprintf(stderr, "t=%.0f ms: message %llu from id %u (%zu parts)\n", run->clock_ms,
+                    (unsigned long long)b.messages + 1, ctl & 3, total);
         dcps_router_handle(r, parts, total, ctl & 0x20 ? NULL : "tcp://127.0.0.1:40000", NULL);
         check(run, &b, true, bytes);
     }
@@ -370,11 +388,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool restored = job(data, &cfg, &index);
     dcps_shard_t *s = dcps_shard_new(&cfg, index, &err);
     FUZZ_ASSERT(s != NULL);
-    FUZZ_ASSERT(dcps_router_init(&run.r, NULL, NULL, &cfg, s) == 0);
-    run.r.send = capture;
+    run = (run_t){.r = dcps_router_new(NULL, NULL, &cfg, s, &err), .s = s, .cfg = &cfg};
+    FUZZ_ASSERT(run.r != NULL);
+    shard = s;
+    job_cfg = &cfg;
+    dcps_router_set_send(run.r, capture);
     if (restored)
-        restore(&run.r);
-    run.version0 = s->version;
+        restore(run.r, s, &cfg);
+    run.version0 = dcps_shard_stats(s).version;
     run.next_tick = cfg.heartbeat_ms; /* the timer's first time, from init */
 
     const uint8_t *p = data + 3, *end = data + size;
@@ -385,7 +406,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         p = q + FUZZ_SEP_LEN;
     }
-    dcps_router_close(&run.r, NULL);
+    dcps_router_close(run.r, NULL);
+    dcps_router_destroy(&run.r);
     dcps_shard_destroy(&s);
     return 0;
 }
