@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tree's layers (docs/internals.md): every #include of a dcps header points
+# The tree's shape (docs/internals.md). Its layers: every #include of a dcps header points
 # down, never up or sideways into another room, so the folders draw as a graph
 # with no arrow back up and no circle. A file's room is its folder, except in
 # worker/, which holds two: libdcps's client (client, compress, step, job, the
@@ -16,6 +16,12 @@
 # carries libdcps only (no model, no server), and the trainer is a worker (no
 # server). Prints the graph (room -> room: count), then PASS or FAIL lines
 # naming each wrong include with file and line.
+#
+# Its functions: none in server/, worker/, common/, model/, proto/ or kernels/
+# is longer than MAX_LINES (80) lines from its first line to its closing brace.
+# A function is a definition that starts at column 0 with a lowercase word and
+# has "(" on that line, and ends at the next "}" at column 0; data tables
+# (initialisers, no "(" on their first line) are not functions.
 set -uo pipefail
 src=${DCPS_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$src" || exit 1
@@ -75,5 +81,17 @@ if [ -e "$edges.bad" ]; then
     status=1
 else
     echo "PASS: every include points down: no arrow back up, no circle"
+fi
+
+MAX_LINES=${MAX_LINES:-80}
+long=$(awk -v max="$MAX_LINES" 'FNR == 1 { start = 0 }
+    /^[a-z].*\(/ && !/;[[:space:]]*$/ { name = $0; start = FNR }
+    /^}/ { if (start && FNR - start > max) printf "%s:%d: %d lines: %s\n", FILENAME, start, FNR - start, name; start = 0 }' \
+    server/*.c worker/*.c common/*.c model/*.c proto/*.c kernels/*.c)
+if [ -z "$long" ]; then
+    echo "PASS: no function in server/, worker/, common/, model/, proto/ or kernels/ is longer than $MAX_LINES lines"
+else
+    echo "$long" | sed 's/^/FAIL: /'
+    status=1
 fi
 exit $status
