@@ -72,19 +72,23 @@ build_tree() {
     make -C "$build" -j"$(nproc)" -s
 }
 
-# Prints each suite's Check summary (and any failure lines) from the test logs.
+# Prints each suite's Check summary (and any failure lines) from the test logs:
+# the unit suites of tests/, the daemon suites of tests/daemon/ (as daemon/NAME:
+# a module may have a suite in each) and the Python suites.
 summaries() {
-    local f
-    for f in "$1"/tests/*.log "$1"/python/tests/*.log; do
+    local f name
+    for f in "$1"/tests/*.log "$1"/tests/daemon/*.log "$1"/python/tests/*.log; do
         [ -f "$f" ] || continue
+        name=$(basename "$f" .log)
+        case $f in "$1"/tests/daemon/*) name=daemon/$name ;; esac
         grep -hE '^[0-9]+%: Checks:|:[EF]:|skipped|^python: [0-9]+ passed|^SKIP: |^(FAIL|ERROR): test' "$f" |
-            sed "s|^|$(basename "$f" .log): |" || true
+            sed "s|^|$name: |" || true
     done
 }
 
 # Prints the whole log of each test that failed in build tree $1.
 failing_logs() {
-    grep -lE '^:test-result: (FAIL|ERROR)' "$1"/tests/*.trs "$1"/python/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' |
+    grep -lE '^:test-result: (FAIL|ERROR)' "$1"/tests/*.trs "$1"/tests/daemon/*.trs "$1"/python/tests/*.trs 2>/dev/null | sed 's/\.trs$/.log/' |
         while read -r f; do
             say "failing log: ${f#"$1"/}"
             cat "$f"

@@ -15,16 +15,23 @@
 #include "tests/check_run.h"
 
 /* Built with DCPS_EMU, a GPU suite runs under the SIMT emulator of
- * tests/cuda-emu instead (the tests/test_*_gpu_emu programs): DCPS_TEST_SIZE
- * picks the size it can afford, DCPS_TEST_EMU_SWEEP() at the top of main() runs
- * the suite under every configuration of dcps_test_emu_configs, and the test
- * sources may add emulator-only cases (tests/cuda-emu/emu_hooks.h). */
+ * tests/cuda-emu instead (the tests/test_*_gpu_emu and
+ * tests/daemon/test_*_gpu_emu programs): DCPS_TEST_SIZE picks the size it can
+ * afford, DCPS_TEST_EMU_SWEEP() at the top of main() runs the suite under every
+ * configuration of dcps_test_emu_configs, and the test sources may add
+ * emulator-only cases (tests/cuda-emu/emu_hooks.h). */
 #ifdef DCPS_EMU
 #define DCPS_TEST_SIZE(gpu, emu) (emu)
 
 /* Interleaving seeds and SM counts: the emulator's default (2), an H100's 132,
  * and an odd count; each with its own seed. */
 static const char *const dcps_test_emu_configs[][2] = {{"1", "2"}, {"2", "132"}, {"3", "7"}};
+
+/* Where the stand-in cuBLAS is, relative to the program's own folder: a suite in
+ * tests/daemon/ is built with DCPS_TEST_EMU_FAKE "../cuda-emu/fake". */
+#ifndef DCPS_TEST_EMU_FAKE
+#define DCPS_TEST_EMU_FAKE "cuda-emu/fake"
+#endif
 
 /* First makes sure that the stand-in cuBLAS of tests/cuda-emu/fake comes first
  * in LD_LIBRARY_PATH (the dynamic loader reads it at start, so the program
@@ -43,7 +50,7 @@ static inline int dcps_test_emu_sweep(void)
     }
     self[len] = '\0';
     memcpy(dir, self, (size_t)len + 1);
-    snprintf(fake, sizeof fake, "%s/cuda-emu/fake", dirname(dir));
+    snprintf(fake, sizeof fake, "%s/" DCPS_TEST_EMU_FAKE, dirname(dir));
     const char *old = getenv("LD_LIBRARY_PATH");
     if (!old || strncmp(old, fake, strlen(fake)) != 0) {
         snprintf(path, sizeof path, "%s%s%s", fake, old && *old ? ":" : "", old ? old : "");

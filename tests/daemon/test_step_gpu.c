@@ -8,8 +8,8 @@
  * dense step) is refused naming the entry, before anything is sent; an option
  * the device path does not do is refused naming the key. Without a GPU the
  * program exits 77 (SKIP); python/tests/test_extension.py checks the refusals
- * that need no GPU. Built with DCPS_EMU it is tests/test_step_gpu_emu: the same
- * cases on the SIMT emulator of tests/cuda-emu (tests/gpu_probe.h). */
+ * that need no GPU. Built with DCPS_EMU it is tests/daemon/test_step_gpu_emu: the
+ * same cases on the SIMT emulator of tests/cuda-emu (tests/gpu_probe.h). */
 #include "worker/step.h"
 
 #include <check.h>

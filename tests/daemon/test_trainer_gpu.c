@@ -8,7 +8,7 @@
  * path's accuracy in the same number of steps. Each run is rank 0 of a
  * one-worker job on two real shards, in this process (dcps_trainer_run).
  * Without a GPU and cuBLAS the program exits 77 (SKIP). Built with DCPS_EMU it
- * is tests/test_trainer_gpu_emu: the same case on the SIMT emulator of
+ * is tests/daemon/test_trainer_gpu_emu: the same case on the SIMT emulator of
  * tests/cuda-emu (tests/gpu_probe.h). */
 #include "worker/trainer.h"
 
