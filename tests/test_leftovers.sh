@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Tests clean up after themselves: a passing test leaves nothing in TMPDIR, a
 # failing one keeps its directory and prints its path once ("kept: PATH").
-# - Leaves nothing: a unit suite (tests/test_config, a directory per test), a
-#   daemon suite (tests/test_security: shards, key directories, job files), a
-#   shell test that starts a shard (tests/test_dashboard.sh) and a Python suite
-#   with real shards (python/tests/test_extension.py), each run with TMPDIR set
-#   to an empty directory that must be empty afterwards; what is left is named.
+# - Leaves nothing: unit suites (tests/test_config, a directory per test;
+#   tests/test_security, key files and --keygen), a daemon suite
+#   (tests/daemon/test_security: shards, key directories, job files), a shell
+#   test that starts a shard (tests/test_dashboard.sh) and a Python suite with
+#   real shards (python/tests/test_extension.py), each run with TMPDIR set to an
+#   empty directory that must be empty afterwards; what is left is named.
 # - Keeps what failed: a Check suite built here from tests/harness.c with one
 #   passing and one failing test, a shell script on tests/scratch.sh that exits
 #   1, and a Python suite on python/tests/harness.py with one passing and one
@@ -48,6 +49,7 @@ leaves_nothing() {
 
 leaves_nothing "tests/test_config" "$DCPS_BUILDDIR/tests/test_config"
 leaves_nothing "tests/test_security" "$DCPS_BUILDDIR/tests/test_security"
+leaves_nothing "tests/daemon/test_security" "$DCPS_BUILDDIR/tests/daemon/test_security"
 leaves_nothing "tests/test_dashboard.sh" bash "$DCPS_SRCDIR/tests/test_dashboard.sh"
 if [ -n "$PYTHON" ] && "$PYTHON" -c 'import dcps' 2>/dev/null; then
     leaves_nothing "python/tests/test_extension.py" "$PYTHON" \
