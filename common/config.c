@@ -47,13 +47,16 @@ struct key {
     const char *def;         /* parsed like any value by dcps_config_defaults */
     double lo, hi;           /* T_INT, T_DOUBLE: bounds; T_STRING: lo = minimum length */
     bool lo_open, hi_open;   /* the bound itself is outside the range */
+    bool auto_ok;            /* T_DOUBLE: "auto" is a value too (NAN) */
     const char *const *names; /* T_ENUM, T_LEVEL: the spellings, index = value */
     const char *doc;
     bool live;               /* may change while running: SIGHUP reloads it (server) */
 };
 
 static const char *const mode_names[] = {"async", "sync", "ssp", NULL};
-static const char *const opt_names[] = {"sgd", "momentum", "dcasgd", NULL};
+static const char *const opt_names[] = {"sgd", "momentum", "dcasgd", "adam", "adamw", "adagrad",
+                                        NULL};
+static const char *const delay_names[] = {"none", "constant", "adaptive", NULL};
 static const char *const push_names[] = {"dense", "topk", NULL};
 static const char *const pull_names[] = {"dense", "delta", NULL};
 static const char *const device_names[] = {"auto", "cpu", "gpu", NULL};
@@ -68,6 +71,9 @@ static const char *const level_names[] = {"err", "warning", "notice", "info", "d
     {ROW(sec, k, T_DOUBLE, f, d, doc_), .lo = lo_, .lo_open = lo_open_, .hi = hi_,              \
      .hi_open = hi_open_}
 #define ENUM(sec, k, f, d, names_, doc_) {ROW(sec, k, T_ENUM, f, d, doc_), .names = names_}
+#define AUTO_DBL(sec, k, f, lo_, lo_open_, hi_, doc_)                                          \
+    {ROW(sec, k, T_DOUBLE, f, "auto", doc_), .lo = lo_, .lo_open = lo_open_, .hi = hi_,         \
+     .auto_ok = true}
 #define STR(sec, k, f, d, doc_) {ROW(sec, k, T_STRING, f, d, doc_)}
 #define OTHER(sec, k, t, f, d, doc_) {ROW(sec, k, t, f, d, doc_)}
 
@@ -100,10 +106,28 @@ static const struct key keys[] = {
     INT("data", "epochs", epochs, "3", 1, 10000, "passes over the training set"),
     INT("data", "train_limit", train_limit, "0", 0, 1e8,
         "use the first N training examples; 0: all (emulated compute: N examples, 0: 60000)"),
-    ENUM("optimizer", "kind", opt_kind, "sgd", opt_names, "server update rule"),
+    ENUM("optimizer", "kind", opt_kind, "sgd", opt_names,
+         "server update rule, as torch.optim defines it (dcasgd: sgd with delay_compensation)"),
     {ROW("optimizer", "lr", T_DOUBLE, lr, "0.05", "learning rate"), .lo = 0, .lo_open = true,
      .hi = 10, .live = true},
     DBL("optimizer", "momentum", momentum, "0.9", 0, false, 1, true, "momentum coefficient"),
+    OTHER("optimizer", "nesterov", T_BOOL, nesterov, "false",
+          "momentum: Nesterov's form (torch.optim.SGD's nesterov)"),
+    DBL("optimizer", "beta1", beta1, "0.9", 0, false, 1, true,
+        "adam, adamw: decay of the gradient's running mean"),
+    DBL("optimizer", "beta2", beta2, "0.999", 0, false, 1, true,
+        "adam, adamw: decay of the gradient's running mean square"),
+    AUTO_DBL("optimizer", "eps", eps, 0, true, 1,
+             "adam, adamw, adagrad: added to the root mean square; auto: 1e-8, adagrad 1e-10"),
+    AUTO_DBL("optimizer", "weight_decay", weight_decay, 0, false, 1,
+             "L2 penalty added to the gradient (adamw: decoupled, w shrinks by lr times it); "
+             "auto: 0.01 for adamw, else 0"),
+    OTHER("optimizer", "lazy", T_BOOL, lazy, "false",
+          "sparse pushes move the rule's state and parameters at the pushed entries only "
+          "(as torch.optim.SparseAdam); false: as the dense rule on a gradient zero elsewhere"),
+    ENUM("optimizer", "delay_compensation", delay, "none", delay_names,
+         "DC-ASGD's correction of stale gradients before any rule: constant lambda or "
+         "adaptive (dc_ keys)"),
     DBL("optimizer", "dc_lambda", dc_lambda, "0.04", 0, false, 1e6, false,
         "DC-ASGD delay compensation strength"),
     OTHER("optimizer", "dc_adaptive", T_BOOL, dc_adaptive, "false",
@@ -224,8 +248,12 @@ static void range_text(const struct key *k, char *buf, size_t n)
 static void describe(const struct key *k, char *buf, size_t n)
 {
     switch (k->type) {
-    case T_INT:
-    case T_DOUBLE: range_text(k, buf, n); break;
+    case T_INT: range_text(k, buf, n); break;
+    case T_DOUBLE: {
+        size_t at = (size_t)snprintf(buf, n, "%s", k->auto_ok ? "auto or " : "");
+        range_text(k, buf + at, n - at);
+        break;
+    }
     case T_U64: snprintf(buf, n, "[0, %" PRIu64 "]", UINT64_MAX); break;
     case T_BOOL: snprintf(buf, n, "true or false"); break;
     case T_STRING: snprintf(buf, n, "text, %d to %zu characters", (int)k->lo, string_max(k)); break;
@@ -403,6 +431,10 @@ static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, cha
         return 0;
     }
     case T_DOUBLE: {
+        if (k->auto_ok && strcasecmp(v, "auto") == 0) {
+            *(double *)field = NAN;
+            return 0;
+        }
         double x = strtod(v, &end);
         if (end == v || *end || isspace((unsigned char)*v))
             return say(why, n, "\"%s\" is not a number", v);
@@ -664,6 +696,21 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                    "%s: [compression] momentum_correction (%g) needs [compression] "
                    "error_feedback = true: momentum correction accumulates into the residual",
                    src, cfg->momentum_correction);
+    if (cfg->nesterov && (cfg->opt_kind != DCPS_OPT_MOMENTUM || cfg->momentum == 0))
+        return say(err, errlen,
+                   "%s: [optimizer] nesterov = true needs kind = momentum with momentum > 0 "
+                   "(kind is %s, momentum %g)",
+                   src, dcps_config_optimizer_name(cfg->opt_kind), cfg->momentum);
+    if (cfg->delay != DCPS_DELAY_NONE && cfg->dc_adaptive && cfg->delay != DCPS_DELAY_ADAPTIVE)
+        return say(err, errlen,
+                   "%s: [optimizer] dc_adaptive = true contradicts delay_compensation = %s: "
+                   "give delay_compensation = adaptive, or drop dc_adaptive",
+                   src, dcps_config_delay_name(cfg->delay));
+    if (cfg->opt_kind == DCPS_OPT_ADAMW && cfg->lr * dcps_config_weight_decay(cfg) >= 1)
+        return say(err, errlen,
+                   "%s: [optimizer] lr (%g) times weight_decay (%g) must be below 1: adamw "
+                   "multiplies every parameter by 1 - lr * weight_decay each update",
+                   src, cfg->lr, dcps_config_weight_decay(cfg));
     /* With params = auto the size is checked when it is known: by a shard when
      * rank 0 says HELLO (server/router.c), by a worker program when it sets it. */
     char why[160];
@@ -788,7 +835,12 @@ static void write_value(const struct key *k, const dcps_config_t *cfg, FILE *out
     switch (k->type) {
     case T_INT: fprintf(out, " %d", *(const int *)field); break;
     case T_U64: fprintf(out, " %" PRIu64, *(const uint64_t *)field); break;
-    case T_DOUBLE: write_double(out, *(const double *)field); break;
+    case T_DOUBLE:
+        if (isnan(*(const double *)field))
+            fputs(" auto", out);
+        else
+            write_double(out, *(const double *)field);
+        break;
     case T_BOOL: fputs(*(const bool *)field ? " true" : " false", out); break;
     case T_ENUM: fprintf(out, " %s", name_of(k->names, *(const int *)field)); break;
     case T_STRING:
@@ -886,6 +938,33 @@ const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); 
 const char *dcps_config_optimizer_name(int kind) { return name_of(opt_names, kind); }
 const char *dcps_config_push_name(int push) { return name_of(push_names, push); }
 const char *dcps_config_pull_name(int pull) { return name_of(pull_names, pull); }
+const char *dcps_config_delay_name(int delay) { return name_of(delay_names, delay); }
+
+int dcps_config_rule(const dcps_config_t *cfg)
+{
+    return cfg->opt_kind == DCPS_OPT_DCASGD ? DCPS_OPT_SGD : cfg->opt_kind;
+}
+
+int dcps_config_delay(const dcps_config_t *cfg)
+{
+    if (cfg->opt_kind != DCPS_OPT_DCASGD || cfg->delay != DCPS_DELAY_NONE)
+        return cfg->delay;
+    return cfg->dc_adaptive ? DCPS_DELAY_ADAPTIVE : DCPS_DELAY_CONSTANT;
+}
+
+double dcps_config_eps(const dcps_config_t *cfg)
+{
+    if (!isnan(cfg->eps))
+        return cfg->eps;
+    return cfg->opt_kind == DCPS_OPT_ADAGRAD ? 1e-10 : 1e-8;
+}
+
+double dcps_config_weight_decay(const dcps_config_t *cfg)
+{
+    if (!isnan(cfg->weight_decay))
+        return cfg->weight_decay;
+    return cfg->opt_kind == DCPS_OPT_ADAMW ? 0.01 : 0;
+}
 
 #define WARMUP_DENSITY 0.25
 

@@ -35,7 +35,13 @@
 #define DCPS_PARAMS_AUTO_MAX ((uint64_t)1 << 30)
 
 enum dcps_mode { DCPS_MODE_ASYNC, DCPS_MODE_SYNC, DCPS_MODE_SSP };
-enum dcps_optimizer { DCPS_OPT_SGD, DCPS_OPT_MOMENTUM, DCPS_OPT_DCASGD };
+/* [optimizer] kind. dcasgd is sgd with delay compensation (dcps_config_delay). */
+enum dcps_optimizer {
+    DCPS_OPT_SGD, DCPS_OPT_MOMENTUM, DCPS_OPT_DCASGD, DCPS_OPT_ADAM, DCPS_OPT_ADAMW,
+    DCPS_OPT_ADAGRAD
+};
+/* [optimizer] delay_compensation. */
+enum dcps_delay { DCPS_DELAY_NONE, DCPS_DELAY_CONSTANT, DCPS_DELAY_ADAPTIVE };
 enum dcps_push { DCPS_PUSH_DENSE, DCPS_PUSH_TOPK };
 enum dcps_pull { DCPS_PULL_DENSE, DCPS_PULL_DELTA };
 enum dcps_device { DCPS_DEVICE_AUTO, DCPS_DEVICE_CPU, DCPS_DEVICE_GPU };
@@ -75,6 +81,12 @@ typedef struct dcps_config {
     int opt_kind; /* enum dcps_optimizer */
     double lr;
     double momentum;
+    bool nesterov;
+    double beta1, beta2;
+    double eps;          /* NAN: auto, the rule's torch default (dcps_config_eps) */
+    double weight_decay; /* NAN: auto (dcps_config_weight_decay) */
+    bool lazy;
+    int delay;           /* enum dcps_delay, as given (dcps_config_delay resolves kind = dcasgd) */
     double dc_lambda;
     bool dc_adaptive;
     double dc_ms_decay;
@@ -185,6 +197,21 @@ const char *dcps_config_mode_name(int mode);
 const char *dcps_config_optimizer_name(int kind);
 const char *dcps_config_push_name(int push);
 const char *dcps_config_pull_name(int pull);
+const char *dcps_config_delay_name(int delay);
+
+/* The update rule a shard applies: [optimizer] kind, with dcasgd read as sgd
+ * (its delay compensation is dcps_config_delay's). */
+int dcps_config_rule(const dcps_config_t *cfg);
+
+/* [optimizer] delay_compensation, or for kind = dcasgd with none given,
+ * adaptive or constant as dc_adaptive says. */
+int dcps_config_delay(const dcps_config_t *cfg);
+
+/* [optimizer] eps and weight_decay with auto resolved as torch.optim's
+ * defaults: eps 1e-10 for adagrad, else 1e-8; weight_decay 0.01 for adamw,
+ * else 0. */
+double dcps_config_eps(const dcps_config_t *cfg);
+double dcps_config_weight_decay(const dcps_config_t *cfg);
 
 /* The density of epoch `epoch` (from 1; below 1 counts as 1) under DGC's
  * warm-up over `warmup_epochs` E: for e <= E, 0.25^(1 - (e-1)/E) · density^((e-1)/E),

@@ -31,7 +31,9 @@
 #define TRAILER_SIZE 4
 #define FLAG_INITIALIZED 1u
 #define FLAG_ADAPTIVE 2u
+#define FLAG_DELAY 4u        /* format 3: delay compensation (adaptive: with FLAG_ADAPTIVE) */
 #define FORMAT_NO_SESSIONS 1 /* format 1: per rank only the highest applied seq */
+#define FORMAT_DCASGD 2      /* format 2 (and 1): kind dcasgd is sgd with delay compensation */
 
 /* The header as fields; encoded at fixed offsets by put_header. */
 typedef struct {
@@ -204,7 +206,8 @@ static void header_of(header_t *h, const dcps_config_t *cfg, const dcps_shard_st
         .kind = (uint32_t)s->kind,
         .mode = (uint32_t)mode,
         .pull = (uint32_t)cfg->pull,
-        .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->adaptive ? FLAG_ADAPTIVE : 0),
+        .flags = (s->initialized ? FLAG_INITIALIZED : 0) | (s->adaptive ? FLAG_ADAPTIVE : 0) |
+                 (s->delay != DCPS_DELAY_NONE ? FLAG_DELAY : 0),
         .version = s->version,
         .floats = s->floats,
         .payload_len = payload_size(s, format),
@@ -541,6 +544,13 @@ static void zero_floats(dcps_shard_t *s)
         memset(sp[i].p, 0, sp[i].n * sizeof *sp[i].p);
 }
 
+static const char *delay_name(uint32_t flags)
+{
+    return dcps_config_delay_name(!(flags & FLAG_DELAY)      ? DCPS_DELAY_NONE
+                                  : flags & FLAG_ADAPTIVE ? DCPS_DELAY_ADAPTIVE
+                                                          : DCPS_DELAY_CONSTANT);
+}
+
 /* Why header h (checksum good) does not fit what this shard would write, in
  * why; false if it fits. */
 static bool foreign(const header_t *h, const header_t *want, char *why, size_t n)
@@ -565,10 +575,9 @@ static bool foreign(const header_t *h, const header_t *want, char *why, size_t n
     else if (h->pull != want->pull)
         snprintf(why, n, "pull %s, this job uses %s", dcps_config_pull_name((int)h->pull),
                  dcps_config_pull_name((int)want->pull));
-    else if ((h->flags ^ want->flags) & FLAG_ADAPTIVE)
-        snprintf(why, n, "dc_adaptive %s, this job has %s",
-                 h->flags & FLAG_ADAPTIVE ? "true" : "false",
-                 want->flags & FLAG_ADAPTIVE ? "true" : "false");
+    else if ((h->flags ^ want->flags) & (FLAG_ADAPTIVE | FLAG_DELAY))
+        snprintf(why, n, "delay_compensation %s, this job has %s", delay_name(h->flags),
+                 delay_name(want->flags));
     else if (h->floats != want->floats || h->payload_len != want->payload_len)
         snprintf(why, n,
                  "state of %" PRIu64 " floats in %" PRIu64 " bytes, this shard has %" PRIu64
@@ -597,10 +606,10 @@ static int read_header(int fd, uint8_t head[HEADER_SIZE], header_t *h, off_t *si
         return dcps_say(why, n, 1, "truncated: %zd of at least %d bytes (no complete header)", got,
                         HEADER_SIZE);
     get_header(head, h);
-    if ((h->format != DCPS_CHECKPOINT_FORMAT && h->format != FORMAT_NO_SESSIONS) ||
+    if (h->format < FORMAT_NO_SESSIONS || h->format > DCPS_CHECKPOINT_FORMAT ||
         h->header_size != HEADER_SIZE)
         return dcps_say(why, n, 1,
-                        "format %u with a header of %u bytes, this dcps reads formats %d and %d "
+                        "format %u with a header of %u bytes, this dcps reads formats %d to %d "
                         "(%d)",
                         h->format, h->header_size, FORMAT_NO_SESSIONS, DCPS_CHECKPOINT_FORMAT,
                         HEADER_SIZE);
@@ -608,6 +617,15 @@ static int read_header(int fd, uint8_t head[HEADER_SIZE], header_t *h, off_t *si
     if ((stored = get32(head, HEADER_CRC_AT)) != crc)
         return dcps_say(why, n, 1, "header checksum mismatch (stored %08x, computed %08x)", stored,
                         crc);
+    /* Before format 3 the rule and its delay compensation were one kind: an
+     * sgd or momentum file had none, whatever its dc_adaptive flag said; the
+     * floats were laid out as format 3 lays out the same job's. */
+    if (h->format <= FORMAT_DCASGD) {
+        if (h->kind == DCPS_OPT_DCASGD)
+            h->kind = DCPS_OPT_SGD, h->flags |= FLAG_DELAY;
+        else
+            h->flags &= ~FLAG_ADAPTIVE;
+    }
     return 0;
 }
 

@@ -16,11 +16,13 @@
  * integers little-endian (the format is the host's memory, and dcps builds only
  * on little-endian hosts):
  *
- *   header, 128 bytes: "DCPSCKPT", format 2, header size, job id, n_params,
- *       range lo and hi, shard index, workers, optimizer kind, mode, pull,
- *       flags (initialised, dc_adaptive), version, seq, creation time (Unix
+ *   header, 128 bytes: "DCPSCKPT", format 3, header size, job id, n_params,
+ *       range lo and hi, shard index, workers, the update rule (enum
+ *       dcps_optimizer, never dcasgd), mode, pull, flags (1 initialised, 2
+ *       adaptive, 4 delay compensation), version, seq, creation time (Unix
  *       seconds), floats, payload length, and a CRC-32C of the header before it;
- *   payload: the shard's one float allocation (w, optimizer state, DC-ASGD
+ *   payload: the shard's one float allocation (w, the rule's state arrays and
+ *       the adaptive mean square, DC-ASGD
  *       backups or delta mirrors, sync sum, sync mirror, diff; shard.c's
  *       layout), every rank's session record (server/session.h: the session,
  *       its last push's seq, and flags 1 pushed, 2 applied), the push and
@@ -28,6 +30,10 @@
  *       max_ahead and every rank's clock and contributed flag;
  *   trailer: a CRC-32C (Castagnoli) of header and payload.
  *
+ * Format 2 is format 3 written before the rules were apart from delay
+ * compensation: its kind dcasgd reads as sgd with delay compensation (adaptive
+ * as its flag 2 says), and its flag 2 means nothing for the other kinds. Its
+ * floats are laid out as format 3's for the same job, so it restores exactly.
  * Format 1, written before sessions, held one word per rank instead of the
  * session record (the highest applied seq): it is still read, with every rank
  * left without a session (each says HELLO again), and logged as such.
@@ -51,7 +57,7 @@
 #include "server/consistency.h"
 #include "server/shard.h"
 
-#define DCPS_CHECKPOINT_FORMAT 2 /* 2: sessions; format 1 is read too */
+#define DCPS_CHECKPOINT_FORMAT 3 /* 3: every rule; formats 1 and 2 are read too */
 
 /* Creates dir if it is missing (its parent must exist), and checks that it is
  * a directory this process can create files in, by creating and removing a
@@ -83,8 +89,8 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
  * format 1 file); cons's round, contributions, max_ahead and every
  * rank's clock and contributed flag. Checkpoints are tried newest first; each
  * refused one (not a checkpoint, other format, truncated, checksum mismatch,
- * other job id, shard, parameter count or range, workers, optimizer, mode, pull
- * or dc_adaptive) is logged with a warning naming the file and the reason, and
+ * other job id, shard, parameter count or range, workers, rule, mode, pull
+ * or delay compensation) is logged with a warning naming the file and the reason, and
  * the next older one is tried. An unsized shard ([model] params = auto: s has
  * n_params 0) is sized by each file's n_params, which must fit the job
  * (dcps_config_check_size) and DCPS_PARAMS_AUTO_MAX, and is unsized again when

@@ -85,4 +85,81 @@ size_t dcps_add_dense_to(float *out, const float *a, const float *g, size_t n);
 size_t dcps_add_sparse_check(const float *a, uint64_t base, const uint32_t *idx, const float *v,
                              size_t k);
 
+/* --- every rule of [optimizer] kind --------------------------------------------------------
+ *
+ * The functions above are the fast paths of the rules 0.1 had (sgd, momentum
+ * and DC-ASGD without weight decay). These apply any rule, as torch.optim
+ * defines it (g the gradient after delay compensation, wd the weight decay,
+ * t the step, counted from 1):
+ *   sgd       g ← g + wd w;  w ← w − η g
+ *   momentum  g ← g + wd w;  u ← μ u + g;  w ← w − η (nesterov ? g + μ u : u)
+ *   adam      g ← g + wd w;  m ← β1 m + (1 − β1) g;  v ← β2 v + (1 − β2) g²;
+ *             w ← w − η/(1 − β1^t) · m / (√v / √(1 − β2^t) + ε)
+ *   adamw     w ← (1 − η wd) w, then adam's step with wd = 0
+ *   adagrad   g ← g + wd w;  s ← s + g²;  w ← w − η g / (√s + ε)
+ * with torch's float arithmetic: constants such as 1 − β1 and η/(1 − β1^t) are
+ * computed in double and rounded to float once, as torch passes Python floats
+ * to its kernels. The rule's state is st[0] (u, m or s) and st[1] (v).
+ *
+ * The same checked, out-of-place scheme as above: a _to function writes the
+ * new w to out and checks it and the new state without writing the state;
+ * the _state function then writes the state, given the old w. A sparse push
+ * is either the dense rule on a gradient that is zero off its entries (every
+ * parameter may move: adam's m decays, weight decay applies everywhere), or
+ * lazy: the rule at the pushed entries only, state and parameters, as
+ * torch.optim.SparseAdam does. */
+enum dcps_rule_states { DCPS_RULE_MAX_STATES = 2 };
+
+typedef struct {
+    int kind; /* enum dcps_optimizer, never dcasgd (dcps_config_rule) */
+    float momentum;
+    bool nesterov;
+    double beta1, beta2, eps, weight_decay;
+    /* of the step at hand, set by dcps_rule_at: */
+    float lr, b1, one_b1, b2, one_b2, epsf, wd;
+    float step_size; /* adam: η/(1 − β1^t); else η */
+    float bc2_sqrt;  /* adam: √(1 − β2^t) */
+    float shrink;    /* adamw: 1 − η wd */
+} dcps_rule_t;
+
+/* The rule for `kind` (never dcasgd) with the job's options. */
+dcps_rule_t dcps_rule_new(int kind, double momentum, bool nesterov, double beta1, double beta2,
+                          double eps, double weight_decay);
+
+/* Prepares r for step t (the first update is 1) with learning rate lr. */
+void dcps_rule_at(dcps_rule_t *r, double lr, uint64_t t);
+
+/* How many arrays of state the rule keeps: 0 (sgd), 1 (momentum, adagrad), 2
+ * (adam, adamw). */
+int dcps_rule_states(int kind);
+
+size_t dcps_rule_dense_to(const dcps_rule_t *r, float *out, const float *w, float *const st[2],
+                          const float *g, size_t n);
+void dcps_rule_dense_state(const dcps_rule_t *r, float *const st[2], const float *w,
+                           const float *g, size_t n);
+size_t dcps_rule_sparse_to(const dcps_rule_t *r, float *out, const float *w, float *const st[2],
+                           size_t n, uint64_t base, const uint32_t *idx, const float *v, size_t k);
+void dcps_rule_sparse_state(const dcps_rule_t *r, float *const st[2], const float *w, size_t n,
+                            uint64_t base, const uint32_t *idx, const float *v, size_t k);
+/* Lazy: the first j in [0, k) whose parameter or state would not be finite,
+ * or k; then the in-place update of those entries. */
+size_t dcps_rule_lazy_check(const dcps_rule_t *r, const float *w, float *const st[2],
+                            uint64_t base, const uint32_t *idx, const float *v, size_t k);
+void dcps_rule_lazy(const dcps_rule_t *r, float *w, float *const st[2], uint64_t base,
+                    const uint32_t *idx, const float *v, size_t k);
+
+/* Delay compensation as a transform of the gradient, before any rule:
+ * gc = g + λ g⊙g⊙(w − bak), λ constant or adaptive (ms moves as in
+ * DC-ASGD-a; ms NULL when constant). Dense: n values into gc; sparse: the k
+ * pushed entries. Returns the first position whose corrected gradient or new
+ * mean square would not be finite, or n (k); ms is not written: the
+ * dcps_dcasgd_*_state functions write it after. */
+size_t dcps_delay_dense_to(float *gc, const float *w, const float *bak, const float *ms,
+                           const float *g, size_t n, const dcps_dcasgd_t *p);
+size_t dcps_delay_sparse_to(float *gc, const float *w, const float *bak, const float *ms,
+                            uint64_t base, const uint32_t *idx, const float *v, size_t k,
+                            const dcps_dcasgd_t *p);
+void dcps_dcasgd_sparse_state(float *ms, uint64_t base, const uint32_t *idx, const float *v,
+                              size_t k, const dcps_dcasgd_t *p);
+
 #endif

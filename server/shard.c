@@ -25,7 +25,13 @@ struct dcps_shard {
     float *spare;          /* n: the update buffer, where an update writes the new w
                               (sync: a push the new sum) before it is checked; one
                               that no pull reply sends from */
-    float *state;          /* n: momentum's u or DC-ASGD-a's MS; NULL otherwise */
+    float *state;          /* states × n: the rule's state (st) then DC-ASGD-a's MS; NULL
+                              when the job keeps none */
+    float *st[DCPS_RULE_MAX_STATES]; /* the rule's arrays in state: u, m, v or adagrad's
+                                        sum; NULL past dcps_rule_states */
+    float *ms;             /* in state: the adaptive delay compensation's mean square */
+    int states;            /* arrays in state */
+    float *gc;             /* n: the delay-compensated gradient (generic rules); NULL otherwise */
     float *bak;            /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
     float *acc;            /* n: sync mode's sum of the open round (swapped with
                               spare); NULL otherwise */
@@ -41,9 +47,14 @@ struct dcps_shard {
     int delta_of; /* the mirror it advanced (−1: none), from tag delta_from */
     uint64_t delta_from;
     dcps_topk_ws_t *topk;
-    int kind; /* enum dcps_optimizer */
+    int kind;     /* the fast path (sgd, momentum, dcasgd: server/optimizer.h), or the rule */
+    int rule;     /* enum dcps_optimizer: dcps_config_rule */
+    int delay;    /* enum dcps_delay: dcps_config_delay */
+    bool generic; /* the rule goes through dcps_rule_*: no fast path applies */
+    bool lazy;    /* [optimizer] lazy */
     float momentum;
     dcps_dcasgd_t dc;
+    dcps_rule_t r;
     bool initialized; /* set by the first INIT */
     bool restored;    /* state came from a checkpoint (dcps_shard_restored) */
     bool *behind;     /* per rank: restored, and it has not pulled from this process
@@ -53,7 +64,8 @@ struct dcps_shard {
     dcps_session_t *session; /* per rank: its session and last push; this store is their
                                 one owner (server/session.h): the router reads them and
                                 binds one at HELLO, the functions below record pushes */
-    float lr;                /* from [optimizer] lr */
+    float lr;                /* from [optimizer] lr: the schedule's base */
+    float lr_now;            /* the lr of the update at hand (prepare) */
     size_t floats;           /* what a checkpoint holds, in floats: all of mem but one
                                 buffer of n (dcps_shard_spans) */
     uint64_t pushes, duplicates, pulls, dropped;
@@ -66,6 +78,20 @@ struct dcps_shard {
 
 static void own_w(dcps_shard_t *s, bool keep);
 
+/* Whether the job's rule is one of 0.1's, which have fast paths (sgd,
+ * momentum, DC-ASGD: server/optimizer.h); *kind is then the path. */
+static bool fast_path(const dcps_shard_t *s, int *kind)
+{
+    *kind = s->rule;
+    if (s->r.weight_decay != 0 || s->r.nesterov)
+        return false;
+    if (s->delay != DCPS_DELAY_NONE) {
+        *kind = DCPS_OPT_DCASGD;
+        return s->rule == DCPS_OPT_SGD;
+    }
+    return s->rule == DCPS_OPT_SGD || (s->rule == DCPS_OPT_MOMENTUM && !s->lazy);
+}
+
 /* What the job holds, in floats of n: w and sync mode's sum in the set of
  * buffers (server/snapshot.h), the rest in slices of the one allocation, in
  * this order. */
@@ -73,11 +99,12 @@ typedef struct {
     size_t state, bak, acc, mirror, diff;
 } layout_t;
 
-static size_t layout(const dcps_config_t *cfg, int kind, bool adaptive, layout_t *l)
+static size_t layout(const dcps_config_t *cfg, layout_t *l)
 {
     bool sync = cfg->mode == DCPS_MODE_SYNC, delta = cfg->pull == DCPS_PULL_DELTA;
-    l->state = kind == DCPS_OPT_MOMENTUM || (kind == DCPS_OPT_DCASGD && adaptive);
-    l->bak = !sync && (kind == DCPS_OPT_DCASGD || delta) ? (size_t)cfg->workers : 0;
+    int delay = dcps_config_delay(cfg);
+    l->state = (size_t)dcps_rule_states(dcps_config_rule(cfg)) + (delay == DCPS_DELAY_ADAPTIVE);
+    l->bak = !sync && (delay != DCPS_DELAY_NONE || delta) ? (size_t)cfg->workers : 0;
     l->acc = sync;
     l->mirror = sync && delta;
     l->diff = delta;
@@ -92,10 +119,15 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
         return NULL;
     s->index = index;
     s->workers = cfg->workers;
-    s->kind = cfg->opt_kind;
+    s->rule = dcps_config_rule(cfg);
+    s->delay = dcps_config_delay(cfg);
+    s->lazy = cfg->lazy;
     s->momentum = (float)cfg->momentum;
-    s->dc = (dcps_dcasgd_t){0, (float)cfg->dc_lambda, cfg->dc_adaptive,
+    s->dc = (dcps_dcasgd_t){0, (float)cfg->dc_lambda, s->delay == DCPS_DELAY_ADAPTIVE,
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
+    s->r = dcps_rule_new(s->rule, cfg->momentum, cfg->nesterov, cfg->beta1, cfg->beta2,
+                         dcps_config_eps(cfg), dcps_config_weight_decay(cfg));
+    s->generic = !fast_path(s, &s->kind);
     dcps_shard_set_lr(s, cfg->lr);
     s->delta_of = -1;
     s->session = calloc((size_t)cfg->workers, sizeof *s->session);
@@ -119,7 +151,9 @@ void dcps_shard_unsize(dcps_shard_t *s)
     free(s->mem);
     dcps_snapshot_drop(&s->bufs); /* freed when no reply holds a buffer any more */
     s->delta_val = s->mem = s->w = s->spare = NULL;
-    s->state = s->bak = s->acc = s->mirror = s->diff = NULL;
+    free(s->gc);
+    s->state = s->bak = s->acc = s->mirror = s->diff = s->gc = s->ms = NULL;
+    s->st[0] = s->st[1] = NULL;
     s->delta_idx = NULL;
     s->tag = NULL;
     s->delta = false;
@@ -140,7 +174,7 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
     s->n_params = n_params;
     s->range = dcps_shardmap_range(n_params, cfg->n_shards, s->index);
     s->n = (size_t)(s->range.hi - s->range.lo);
-    s->floats = s->n * layout(cfg, s->kind, s->dc.adaptive, &l);
+    s->floats = s->n * layout(cfg, &l);
     /* w, the sum, the update buffer and the reply buffers, outside what a
      * checkpoint holds, are buffers of the set; the rest is one allocation. */
     size_t rest = s->floats - s->n * (1 + l.acc);
@@ -153,7 +187,13 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
     s->acc = l.acc ? dcps_snapshot_buf(s->bufs, 2) : NULL;
     float *at = s->mem;
     s->state = l.state ? at : NULL;
+    s->states = (int)l.state;
+    for (int j = 0; j < dcps_rule_states(s->rule); j++)
+        s->st[j] = at + s->n * (size_t)j;
+    s->ms = s->dc.adaptive ? at + s->n * (l.state - 1) : NULL;
     at += s->n * l.state;
+    if (s->generic && s->delay != DCPS_DELAY_NONE && !(s->gc = malloc(s->n * sizeof *s->gc)))
+        goto fail;
     s->bak = l.bak ? at : NULL;
     at += s->n * l.bak;
     s->mirror = l.mirror ? at : NULL;
@@ -322,8 +362,9 @@ static int refuse(dcps_shard_t *s, const char *fmt, ...)
 static int refuse_param(dcps_shard_t *s, size_t i, float would, float g, const char *of)
 {
     if (isfinite(would))
-        return refuse(s, "the update would make the mean square (DC-ASGD-a) of parameter %llu "
-                         "non-finite (%s %g); nothing applied",
+        return refuse(s, "the update would make the %s state of parameter %llu non-finite "
+                         "(%s %g); nothing applied",
+                      s->generic ? dcps_config_optimizer_name(s->rule) : "DC-ASGD-a",
                       (unsigned long long)(s->range.lo + i), of, (double)g);
     return refuse(s, "the update would make parameter %llu %g (it is %g, %s %g); nothing "
                      "applied",
@@ -341,30 +382,66 @@ static float sparse_at(const dcps_shard_t *s, const uint32_t *idx, const float *
     return 0.0f;
 }
 
-/* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
- * w into spare, checked. Returns the first local position that would not be
- * finite, or n; nothing of the shard changes. */
-static size_t rule_to(dcps_shard_t *s, const float *bak, const float *g)
+/* The learning rate of the next update: the base, scaled by the schedule at
+ * the count of updates applied so far (the version). */
+static double lr_at(const dcps_shard_t *s)
 {
+    return s->lr;
+}
+
+/* Before an update: the rules' learning rate and step (adam's t: this is
+ * update version + 1). */
+static void prepare(dcps_shard_t *s)
+{
+    s->lr_now = (float)lr_at(s);
+    s->dc.lr = s->lr_now;
+    dcps_rule_at(&s->r, lr_at(s), s->version + 1);
+}
+
+/* The sentence for a gradient that delay compensation would make non-finite. */
+static int refuse_delay(dcps_shard_t *s, size_t i, float g)
+{
+    return refuse(s, "delay compensation would make the gradient of parameter %llu (%g) or "
+                     "its mean square non-finite; nothing applied",
+                  (unsigned long long)(s->range.lo + i), (double)g);
+}
+
+/* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
+ * w into spare, checked. Returns 0, or DCPS_E_NONFINITE with the sentence
+ * (`of` names g in it); nothing of the shard changes. */
+static int rule_to(dcps_shard_t *s, const float *bak, const float *g, const char *of)
+{
+    size_t bad;
     free_spare(s);
-    switch (s->kind) {
-    case DCPS_OPT_MOMENTUM:
-        return dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr, s->momentum);
-    case DCPS_OPT_DCASGD:
-        return dcps_dcasgd_dense_to(s->spare, s->w, bak, s->state, g, s->n, &s->dc);
-    default:
-        return dcps_sgd_dense_to(s->spare, s->w, g, s->n, s->lr);
+    if (s->generic && s->delay != DCPS_DELAY_NONE) {
+        bad = dcps_delay_dense_to(s->gc, s->w, bak, s->ms, g, s->n, &s->dc);
+        if (bad < s->n)
+            return refuse_delay(s, bad, g[bad]);
     }
+    if (s->generic)
+        bad = dcps_rule_dense_to(&s->r, s->spare, s->w, s->st, s->gc ? s->gc : g, s->n);
+    else if (s->kind == DCPS_OPT_MOMENTUM)
+        bad = dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr_now, s->momentum);
+    else if (s->kind == DCPS_OPT_DCASGD)
+        bad = dcps_dcasgd_dense_to(s->spare, s->w, bak, s->state, g, s->n, &s->dc);
+    else
+        bad = dcps_sgd_dense_to(s->spare, s->w, g, s->n, s->lr_now);
+    return bad < s->n ? refuse_param(s, bad, s->spare[bad], g[bad], of) : 0;
 }
 
 /* After rule_to passed: the new w becomes w, and the state moves. */
 static void rule_commit(dcps_shard_t *s, const float *g)
 {
     swap(&s->w, &s->spare);
-    if (s->kind == DCPS_OPT_MOMENTUM)
+    if (s->generic) {
+        dcps_rule_dense_state(&s->r, s->st, s->spare, s->gc ? s->gc : g, s->n);
+        if (s->ms)
+            dcps_dcasgd_dense_state(s->ms, g, s->n, &s->dc);
+    } else if (s->kind == DCPS_OPT_MOMENTUM) {
         dcps_momentum_dense_state(s->state, g, s->n, s->momentum);
-    else if (s->kind == DCPS_OPT_DCASGD)
+    } else if (s->kind == DCPS_OPT_DCASGD) {
         dcps_dcasgd_dense_state(s->state, g, s->n, &s->dc);
+    }
 }
 
 /* Mirror number `mi`: worker mi's backup, or the shared one of sync mode. */
@@ -462,11 +539,52 @@ void *dcps_shard_share(dcps_shard_t *s, const float *values)
 
 int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
-    size_t bad = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g);
-    if (bad < s->n)
-        return refuse_param(s, bad, s->spare[bad], g[bad], "gradient");
+    prepare(s);
+    int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g, "gradient");
+    if (rc)
+        return rc;
     rule_commit(s, g);
     applied(s, rank, seq);
+    return 0;
+}
+
+/* A sparse push with a rule of dcps_rule_*: delay compensation of its
+ * entries, then the rule, lazy (its entries in place, checked first) or not
+ * (out of place, as dense). Returns 0 or DCPS_E_NONFINITE, nothing changed. */
+static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx, const float *v,
+                          size_t k)
+{
+    const uint64_t lo = s->range.lo;
+    const float *g = v;
+    size_t bad;
+    if (s->gc) {
+        bad = dcps_delay_sparse_to(s->gc, s->w, bak, s->ms, lo, idx, v, k, &s->dc);
+        if (bad < k)
+            return refuse_delay(s, idx[bad] - lo, v[bad]);
+        g = s->gc;
+    }
+    if (s->lazy) {
+        bad = dcps_rule_lazy_check(&s->r, s->w, s->st, lo, idx, g, k);
+        if (bad < k) {
+            /* The rule on copies of that one entry, for the sentence. */
+            const size_t i = idx[bad] - lo;
+            float wi = s->w[i], a = s->st[0] ? s->st[0][i] : 0, b = s->st[1] ? s->st[1][i] : 0;
+            float *const one[2] = {s->st[0] ? &a : NULL, s->st[1] ? &b : NULL};
+            dcps_rule_lazy(&s->r, &wi, one, idx[bad], &idx[bad], &g[bad], 1);
+            return refuse_param(s, i, wi, v[bad], "gradient");
+        }
+        own_w(s, true);
+        dcps_rule_lazy(&s->r, s->w, s->st, lo, idx, g, k);
+    } else {
+        free_spare(s);
+        bad = dcps_rule_sparse_to(&s->r, s->spare, s->w, s->st, s->n, lo, idx, g, k);
+        if (bad < s->n)
+            return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad), "gradient");
+        swap(&s->w, &s->spare);
+        dcps_rule_sparse_state(&s->r, s->st, s->spare, s->n, lo, idx, g, k);
+    }
+    if (s->ms)
+        dcps_dcasgd_sparse_state(s->ms, lo, idx, v, k, &s->dc);
     return 0;
 }
 
@@ -477,6 +595,14 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
     size_t bad;
     if (k == 0)
         return 0; /* no update (shard.h) */
+    prepare(s);
+    if (s->generic) {
+        int rc = generic_sparse(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, idx, v, k);
+        if (rc)
+            return rc;
+        applied(s, rank, seq);
+        return 0;
+    }
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
         /* It moves every parameter (u decays everywhere): out of place, as dense. */
@@ -505,13 +631,13 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
         break;
     }
     default:
-        bad = dcps_sgd_sparse_check(s->w, lo, idx, v, k, s->lr);
+        bad = dcps_sgd_sparse_check(s->w, lo, idx, v, k, s->lr_now);
         if (bad < k) {
             size_t i = idx[bad] - lo;
-            return refuse_param(s, i, s->w[i] - s->lr * v[bad], v[bad], "gradient");
+            return refuse_param(s, i, s->w[i] - s->lr_now * v[bad], v[bad], "gradient");
         }
         own_w(s, true);
-        dcps_sgd_sparse(s->w, lo, idx, v, k, s->lr);
+        dcps_sgd_sparse(s->w, lo, idx, v, k, s->lr_now);
     }
     applied(s, rank, seq);
     return 0;
@@ -558,11 +684,10 @@ int dcps_shard_apply_round(dcps_shard_t *s, int pushes)
     const float scale = 1.0f / (float)pushes;
     for (size_t i = 0; i < s->n; i++)
         s->acc[i] *= scale;
+    prepare(s);
     /* Every worker computed this round's gradient on the same parameters: w,
      * or with delta pulls the shared mirror. */
-    size_t bad = rule_to(s, s->mirror ? s->mirror : s->w, s->acc);
-    if (bad < s->n) {
-        refuse_param(s, bad, s->spare[bad], s->acc[bad], "the round's mean gradient");
+    if (rule_to(s, s->mirror ? s->mirror : s->w, s->acc, "the round's mean gradient")) {
         dcps_shard_clear_round(s);
         s->rounds_refused++;
         return DCPS_E_NONFINITE;
@@ -630,7 +755,7 @@ size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS]
         return 0;
     out[k++] = (dcps_span_t){s->w, n};
     if (s->state)
-        out[k++] = (dcps_span_t){s->state, n};
+        out[k++] = (dcps_span_t){s->state, n * (size_t)s->states};
     if (s->bak)
         out[k++] = (dcps_span_t){s->bak, n * (size_t)s->workers};
     if (s->acc)
@@ -700,7 +825,7 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     const size_t vec = s->n * sizeof *s->w;
     size_t tags = s->tag ? (s->mirror ? 1 : (size_t)s->workers) : 0;
     out->parameters = vec;
-    out->optimizer_state = s->state ? vec : 0;
+    out->optimizer_state = vec * (size_t)s->states + (s->gc ? vec : 0);
     out->worker_backups = s->bak ? vec * (size_t)s->workers : 0;
     out->sync_sum = s->acc ? vec : 0;
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
@@ -727,7 +852,8 @@ dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s)
         .range = s->range,
         .n = s->n,
         .workers = s->workers,
-        .kind = s->kind,
+        .kind = s->rule,
+        .delay = s->delay,
         .adaptive = s->dc.adaptive,
         .lr = s->lr,
         .initialized = s->initialized,

@@ -298,8 +298,9 @@ typedef struct {
     dcps_range_t range;
     size_t n;          /* hi − lo */
     int workers;
-    int kind;          /* enum dcps_optimizer */
-    bool adaptive;     /* DC-ASGD-a */
+    int kind;          /* the rule: enum dcps_optimizer, never dcasgd (dcps_config_rule) */
+    int delay;         /* enum dcps_delay: dcps_config_delay */
+    bool adaptive;     /* delay = adaptive */
     float lr;
     bool initialized;  /* by the first INIT, or a checkpoint */
     bool restored;     /* from a checkpoint (dcps_shard_restored) */

@@ -403,6 +403,20 @@ static void put32(uint8_t *b, size_t at, uint32_t v)
     memcpy(b + at, &v, 4);
 }
 
+/* Rewrites the header h (128 bytes) as formats 1 and 2 had it: a job with delay
+ * compensation had kind dcasgd (2), and flags knew no bit 4; format at 8. */
+static void as_old_header(uint8_t *h, uint32_t format)
+{
+    uint32_t flags;
+    memcpy(&flags, h + 68, 4);
+    if (flags & 4u) {
+        put32(h, 56, 2);
+        put32(h, 68, flags & ~4u);
+    }
+    put32(h, 8, format);
+    put32(h, 124, dcps_checkpoint_crc32c(0, h, 124));
+}
+
 /* Rewrites the checkpoint at path, of shard s, as format 1 wrote it: one word
  * per rank (the highest applied seq) where format 2 has a session record of
  * three (session, seq, flags). The header is 128 bytes: format at 8, payload
@@ -428,8 +442,7 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     memcpy(&payload, out + 104, 8);
     payload -= 16 * workers;
     memcpy(out + 104, &payload, 8);
-    put32(out, 8, 1);
-    put32(out, 124, dcps_checkpoint_crc32c(0, out, 124));
+    as_old_header(out, 1);
     put32(out, m, dcps_checkpoint_crc32c(0, out, m));
     m += 4;
     f = fopen(path, "wb");
@@ -437,6 +450,41 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     ck_assert_uint_eq(fwrite(out, 1, m, f), m);
     fclose(f);
 }
+
+/* Format 2 (0.1 and 0.2's) is read as it was written: kind dcasgd is sgd with
+ * adaptive delay compensation, and everything comes back, sessions too. */
+START_TEST(format_2_checkpoint_restores_exactly)
+{
+    box_t a, b;
+    char p[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    train(&a, 0, 9);
+    save(&a, 3, p);
+    FILE *f = fopen(p, "r+b");
+    uint8_t h[128];
+    ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
+    ck_assert_uint_eq(h[56], DCPS_OPT_SGD);
+    as_old_header(h, 2);
+    ck_assert_uint_eq(h[56], DCPS_OPT_DCASGD);
+    /* The trailer's CRC covers the header: recompute it over the whole file. */
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    static uint8_t all[1 << 16];
+    ck_assert_int_lt(size, (long)sizeof all);
+    rewind(f);
+    ck_assert_uint_eq(fread(all, 1, (size_t)size, f), (size_t)size);
+    memcpy(all, h, sizeof h);
+    put32(all, (size_t)size - 4, dcps_checkpoint_crc32c(0, all, (size_t)size - 4));
+    rewind(f);
+    ck_assert_uint_eq(fwrite(all, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    assert_same_but(&a, &b, true);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
 
 START_TEST(format_1_checkpoint_is_read_without_sessions)
 {
@@ -465,14 +513,14 @@ START_TEST(format_1_checkpoint_is_read_without_sessions)
     FILE *f = fopen(p, "r+b");
     uint8_t h[128];
     ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
-    put32(h, 8, 3);
+    put32(h, 8, 4);
     put32(h, 124, dcps_checkpoint_crc32c(0, h, 124));
     fseek(f, 0, SEEK_SET);
     ck_assert_uint_eq(fwrite(h, 1, sizeof h, f), sizeof h);
     fclose(f);
     box_free(&b);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), DCPS_E_DATA);
-    ck_assert_msg(strstr(err, "format 3 with a header of 128 bytes, this dcps reads formats 1 and 2"),
+    ck_assert_msg(strstr(err, "format 4 with a header of 128 bytes, this dcps reads formats 1 to 3"),
                   "%s", err);
     box_free(&a);
     box_free(&b);
@@ -508,10 +556,12 @@ START_TEST(checkpoint_of_another_job_shard_size_or_rule_is_refused)
     expect_refused("servers.shards=tcp://127.0.0.1:1",
                    "range [0, 128) of 220 parameters, this shard serves [0, 220) of 220");
     expect_refused("job.workers=4", "3 workers, this job has 4");
-    expect_refused("optimizer.kind=momentum", "optimizer dcasgd, this job uses momentum");
+    expect_refused("optimizer.kind=momentum", "optimizer sgd, this job uses momentum");
+    expect_refused("optimizer.kind=adam", "optimizer sgd, this job uses adam");
     expect_refused("job.mode=ssp", "mode async, this job runs ssp");
     expect_refused("compression.pull=dense", "pull delta, this job uses dense");
-    expect_refused("optimizer.dc_adaptive=false", "dc_adaptive true, this job has false");
+    expect_refused("optimizer.dc_adaptive=false",
+                   "delay_compensation adaptive, this job has constant");
     /* Another shard's file under this shard's name. */
     char other[1200];
     snprintf(other, sizeof other, "%s/shard-1-0000000009-v000000000006.ckpt", ckdir());
@@ -737,6 +787,7 @@ int main(void)
     tcase_add_test(tc, truncated_checkpoint_is_refused);
     tcase_add_test(tc, sessions_and_last_pushes_survive_a_restore);
     tcase_add_test(tc, format_1_checkpoint_is_read_without_sessions);
+    tcase_add_test(tc, format_2_checkpoint_restores_exactly);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);
