@@ -8,28 +8,32 @@
 #   dcasgd_c  mode = async, kind = dcasgd, constant lambda (LAMBDA_C)
 #   dcasgd_a  mode = async, kind = dcasgd, adaptive lambda0 = 2
 #   sync      mode = sync,  kind = sgd (the mean of the WORKERS gradients per step)
+# or, with -k KIND (adam, adamw, adagrad, momentum), the same four for that rule:
+#   KIND, dc_KIND_c and dc_KIND_a (delay_compensation = constant, adaptive: the
+#   same lambdas) and sync_KIND.
 # and writes under OUT: rank 0's metrics CSV of every run, final.csv (one row per
 # run: the final test accuracy after the closing barrier, which every rank
 # evaluates on the same parameters, and the shard's staleness), summary.csv (mean
 # and standard deviation over the seeds) and test_acc.png (gnuplot).
 #
 # usage: bench/staleness.sh [-w WORKERS] [-e EPOCHS] [-l LR] [-c LAMBDA_C] [-s "SEEDS"]
-#                           [-o OUT]   (programs from $BUILD, default build/)
+#                           [-k KIND] [-o OUT]   (programs from $BUILD, default build/)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$root/build}
-WORKERS=16 EPOCHS=5 LR=0.1 LAMBDA_C=0.04 SEEDS="1 2 3"
+WORKERS=16 EPOCHS=5 LR=0.1 LAMBDA_C=0.04 SEEDS="1 2 3" KIND=sgd
 OUT=$root/bench/results/$(date +%F)/staleness
-while getopts w:e:l:c:s:o: opt; do
+while getopts w:e:l:c:s:k:o: opt; do
     case $opt in
     w) WORKERS=$OPTARG ;;
     e) EPOCHS=$OPTARG ;;
     l) LR=$OPTARG ;;
     c) LAMBDA_C=$OPTARG ;;
     s) SEEDS=$OPTARG ;;
+    k) KIND=$OPTARG ;;
     o) OUT=$OPTARG ;;
-    *) sed -n 2,20p "$0" >&2; exit 2 ;;
+    *) sed -n 2,23p "$0" >&2; exit 2 ;;
     esac
 done
 . "$root/bench/lib.sh"
@@ -39,17 +43,28 @@ done
 mkdir -p "$OUT"
 bench_job "$OUT/job.ini" staleness "$WORKERS" 1 "$EPOCHS" "$LR" 784,128,10
 
-declare -A scheme=(
-    [asgd]="job.mode=async optimizer.kind=sgd"
-    [dcasgd_c]="job.mode=async optimizer.kind=dcasgd optimizer.dc_lambda=$LAMBDA_C"
-    [dcasgd_a]="job.mode=async optimizer.kind=dcasgd optimizer.dc_adaptive=true optimizer.dc_lambda=2"
-    [sync]="job.mode=sync optimizer.kind=sgd"
-)
-order="asgd dcasgd_c dcasgd_a sync"
+if [ "$KIND" = sgd ]; then
+    declare -A scheme=(
+        [asgd]="job.mode=async optimizer.kind=sgd"
+        [dcasgd_c]="job.mode=async optimizer.kind=dcasgd optimizer.dc_lambda=$LAMBDA_C"
+        [dcasgd_a]="job.mode=async optimizer.kind=dcasgd optimizer.dc_adaptive=true optimizer.dc_lambda=2"
+        [sync]="job.mode=sync optimizer.kind=sgd"
+    )
+    order="asgd dcasgd_c dcasgd_a sync"
+else
+    k=optimizer.kind=$KIND dc=optimizer.delay_compensation
+    declare -A scheme=(
+        [$KIND]="job.mode=async $k"
+        [dc_${KIND}_c]="job.mode=async $k $dc=constant optimizer.dc_lambda=$LAMBDA_C"
+        [dc_${KIND}_a]="job.mode=async $k $dc=adaptive optimizer.dc_lambda=2"
+        [sync_$KIND]="job.mode=sync $k"
+    )
+    order="$KIND dc_${KIND}_c dc_${KIND}_a sync_$KIND"
+fi
 
 {
     echo "# $(bench_machine);" \
-        "$WORKERS workers on one shard, $EPOCHS epochs, lr $LR, batch 64, MLP 784-128-10"
+        "$WORKERS workers on one shard, $EPOCHS epochs, rule $KIND, lr $LR, batch 64, MLP 784-128-10"
     echo "scheme,seed,test_acc,test_loss,elapsed_s,worker_staleness_mean,worker_staleness_max,shard_staleness_mean,shard_staleness_max"
 } >"$OUT/final.csv"
 

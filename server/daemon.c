@@ -117,18 +117,20 @@ static void announce(const dcps_daemon_t *d)
 {
     const dcps_config_t *cfg = d->cfg;
     const dcps_shard_stats_t s = dcps_shard_stats(d->shard);
+    char rule[64];
+    snprintf(rule, sizeof rule, "%s%s%s", dcps_config_optimizer_name(dcps_config_rule(cfg)),
+             dcps_config_delay(cfg) ? " with delay compensation " : "",
+             dcps_config_delay(cfg) ? dcps_config_delay_name(dcps_config_delay(cfg)) : "");
     if (s.n_params)
         DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d serves parameters [%" PRIu64
                     ", %" PRIu64 ") of %" PRIu64 " at %s; %d workers, optimizer %s, mode %s",
                     cfg->job_name, cfg->job_id, s.index, cfg->n_shards, s.range.lo, s.range.hi,
-                    s.n_params, d->endpoint, cfg->workers,
-                    dcps_config_optimizer_name(cfg->opt_kind), dcps_config_mode_name(cfg->mode));
+                    s.n_params, d->endpoint, cfg->workers, rule, dcps_config_mode_name(cfg->mode));
     else
         DCPS_NOTICE("job %s (id %" PRIu64 "): shard %d of %d at %s waits for rank 0 to size the "
                     "model ([model] params = auto); %d workers, optimizer %s, mode %s",
                     cfg->job_name, cfg->job_id, s.index, cfg->n_shards, d->endpoint,
-                    cfg->workers, dcps_config_optimizer_name(cfg->opt_kind),
-                    dcps_config_mode_name(cfg->mode));
+                    cfg->workers, rule, dcps_config_mode_name(cfg->mode));
     log_memory(d->shard, "start");
     dcps_notify("READY=1\nSTATUS=serving shard %d at %s", s.index, d->endpoint);
 }
