@@ -436,11 +436,12 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     m = records;
     for (size_t r = 0; r < workers; r++, m += 8)
         memcpy(out + m, in + records + 24 * r + 8, 8); /* the seq */
-    memcpy(out + m, in + rest, n - 4 - rest);
-    m += n - 4 - rest;
+    /* Without format 3's last word (the count of group table words, 0). */
+    memcpy(out + m, in + rest, n - 4 - 8 - rest);
+    m += n - 4 - 8 - rest;
     uint64_t payload;
     memcpy(&payload, out + 104, 8);
-    payload -= 16 * workers;
+    payload -= 16 * workers + 8;
     memcpy(out + 104, &payload, 8);
     as_old_header(out, 1);
     put32(out, m, dcps_checkpoint_crc32c(0, out, m));
@@ -465,6 +466,10 @@ START_TEST(format_2_checkpoint_restores_exactly)
     uint8_t h[128];
     ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
     ck_assert_uint_eq(h[56], DCPS_OPT_SGD);
+    uint64_t payload; /* without format 3's last word, the group table's (0 words) */
+    memcpy(&payload, h + 104, 8);
+    payload -= 8;
+    memcpy(h + 104, &payload, 8);
     as_old_header(h, 2);
     ck_assert_uint_eq(h[56], DCPS_OPT_DCASGD);
     /* The trailer's CRC covers the header: recompute it over the whole file. */
@@ -475,8 +480,10 @@ START_TEST(format_2_checkpoint_restores_exactly)
     rewind(f);
     ck_assert_uint_eq(fread(all, 1, (size_t)size, f), (size_t)size);
     memcpy(all, h, sizeof h);
+    size -= 8;
     put32(all, (size_t)size - 4, dcps_checkpoint_crc32c(0, all, (size_t)size - 4));
-    rewind(f);
+    fclose(f);
+    f = fopen(p, "wb");
     ck_assert_uint_eq(fwrite(all, 1, (size_t)size, f), (size_t)size);
     fclose(f);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
