@@ -488,7 +488,7 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
         return not_ready(why, whylen);
     /* The DENSE frame, then the group table after it, if any. */
     dcps_msg_t values = *m;
-    if (values.nframes > 1)
+    if (values.nframes > 1 && m->frame[1].kind == DCPS_FRAME_GROUP_RANGES)
         values.nframes = 1;
     if ((rc = dcps_codec_dense(&values, s.n, &w, why, whylen)) != 0)
         return rc;
