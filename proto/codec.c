@@ -24,7 +24,7 @@ const char *dcps_msg_type_name(uint32_t type)
 
 static size_t dtype_size(uint32_t dtype)
 {
-    return dtype == DCPS_DTYPE_F32 || dtype == DCPS_DTYPE_U32 ? 4 : 0;
+    return dtype == DCPS_DTYPE_F32 || dtype == DCPS_DTYPE_U32 ? 4 : dtype == DCPS_DTYPE_F64 ? 8 : 0;
 }
 
 int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
@@ -128,7 +128,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     for (size_t i = 0; i < nframes; i++) {
         const Dcps__FrameDesc *d = h->frames[i];
         size_t sz = dtype_size(d->dtype);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_VALUES || sz == 0)
+        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_GROUP_OPTIONS || sz == 0)
             FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
                  d->dtype);
         if (d->count > SIZE_MAX / sz || d->bytes != d->count * sz || d->bytes != frames[i].len)
@@ -209,7 +209,9 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
 {
     static const char *const kinds[] = {[DCPS_FRAME_DENSE] = "DENSE",
                                         [DCPS_FRAME_INDICES] = "INDICES",
-                                        [DCPS_FRAME_VALUES] = "VALUES"};
+                                        [DCPS_FRAME_VALUES] = "VALUES",
+                                        [DCPS_FRAME_GROUP_RANGES] = "GROUP_RANGES",
+                                        [DCPS_FRAME_GROUP_OPTIONS] = "GROUP_OPTIONS"};
     if (m->nframes <= 0) {
         snprintf(buf, len, "no frames");
         return buf;
@@ -218,7 +220,7 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
     for (int i = 0; i < m->nframes && at >= 0 && (size_t)at < len; i++) {
         uint32_t k = m->frame[i].kind;
         at += snprintf(buf + at, len - (size_t)at, "%s%s", i ? ", " : "",
-                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_VALUES ? kinds[k] : "unknown");
+                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_GROUP_OPTIONS ? kinds[k] : "unknown");
     }
     if (at >= 0 && (size_t)at < len)
         snprintf(buf + at, len - (size_t)at, ")");
@@ -300,6 +302,33 @@ out:
     return rc;
 }
 
+int dcps_codec_groups(const dcps_msg_t *m, int first, const uint32_t **ranges, size_t *n_ranges,
+                      const double **opts, size_t *n_groups, char *why, size_t whylen)
+{
+    char got[96];
+    int rc = 0;
+    *n_ranges = *n_groups = 0;
+    if (m->nframes == first)
+        return 0;
+    const dcps_frame_desc_t *f = &m->frame[first];
+    if (m->nframes != first + 2 || f[0].kind != DCPS_FRAME_GROUP_RANGES ||
+        f[1].kind != DCPS_FRAME_GROUP_OPTIONS)
+        FAIL(DCPS_E_FRAMECOUNT,
+             "%s carries %s: a group table is a GROUP_RANGES frame then a GROUP_OPTIONS frame%s",
+             dcps_msg_type_name(m->type), frames_of(m, got, sizeof got),
+             first ? ", after the DENSE frame" : "");
+    if (f[0].dtype != DCPS_DTYPE_U32 || f[1].dtype != DCPS_DTYPE_F64 || f[0].count % 2 ||
+        f[1].count % 2)
+        FAIL(DCPS_E_FRAMELEN, "a group table's frames are uint32 (end, group) pairs and float64 "
+                              "(lr_factor, weight_decay) pairs");
+    *ranges = m->payload[first].data;
+    *n_ranges = (size_t)(f[0].count / 2);
+    *opts = m->payload[first + 1].data;
+    *n_groups = (size_t)(f[1].count / 2);
+out:
+    return rc;
+}
+
 static int push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                 const float **values, size_t *k, bool check_dense, char *why, size_t whylen)
 {
@@ -350,7 +379,7 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  *   flags          0      0      D|E    0       0         0     0      0
  *   want           0      0      D      0       0         0     0      0
  *   initialized, workers, error_code, error_text: 0 in every request
- *   frames         none   push   none   none    none      none  dense  none   FRAMECOUNT
+ *   frames         groups push   none   none    none      none  dense  none   FRAMECOUNT
  *
  *   =2, req, <P  required: the protocol version 2; present; a rank below the job's
  *                workers. Checked by dcps_codec_unpack and the router.
@@ -371,7 +400,9 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  *                density; above the shard's most, k_max: clamped).
  *   push, dense  one DENSE frame of the range, or INDICES then VALUES (PUSH); one
  *                DENSE frame (INIT): FRAMECOUNT, FRAMELEN, SIZE, RANGE, ORDER,
- *                NONFINITE (dcps_codec_push, dcps_codec_dense).
+ *                NONFINITE (dcps_codec_push, dcps_codec_dense); INIT may add a
+ *                group table (dcps_codec_groups).
+ *   groups       none, or a group table (dcps_codec_groups): FRAMECOUNT, FRAMELEN.
  *   none         no payload frame: FRAMECOUNT.
  * Fields this version does not know are ignored, within DCPS_HEADER_MAX. */
 
@@ -382,7 +413,7 @@ static const struct {
     bool step, version; /* step and param_version mean something */
     bool frames;        /* it carries a payload (its shape: the handler's check) */
 } requests[DCPS_MSG_TYPE_END] = {
-    [DCPS_MSG_HELLO] = {true, 0, false, false, false},
+    [DCPS_MSG_HELLO] = {true, 0, false, false, true},
     [DCPS_MSG_PUSH] = {true, 0, true, true, true},
     [DCPS_MSG_PULL] = {true, DCPS_FLAG_DELTA | DCPS_FLAG_EXACT, true, true, false},
     [DCPS_MSG_BARRIER] = {true, 0, true, false, false},

@@ -39,8 +39,16 @@ enum dcps_msg_type {
     DCPS_MSG_TYPE_END
 };
 
-enum dcps_frame_kind { DCPS_FRAME_DENSE = 1, DCPS_FRAME_INDICES = 2, DCPS_FRAME_VALUES = 3 };
-enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2 };
+/* GROUP_RANGES and GROUP_OPTIONS: a parameter group table (server/groups.h),
+ * after INIT's DENSE frame or as HELLO's payload. */
+enum dcps_frame_kind {
+    DCPS_FRAME_DENSE = 1,
+    DCPS_FRAME_INDICES = 2,
+    DCPS_FRAME_VALUES = 3,
+    DCPS_FRAME_GROUP_RANGES = 4,
+    DCPS_FRAME_GROUP_OPTIONS = 5
+};
+enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2, DCPS_DTYPE_F64 = 3 };
 
 /* Header flags. */
 #define DCPS_FLAG_DUPLICATE 1u /* PUSH_ACK/INIT ack: already applied, not applied again */
@@ -145,6 +153,16 @@ int dcps_codec_dense_to(const dcps_msg_t *m, uint64_t count, float *dst, char *w
  * Sets idx, values (borrowed) and k. */
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                       const float **values, size_t *k, char *why, size_t whylen);
+
+/* A parameter group table carried from frame `first` on: none when the
+ * message has exactly `first` frames (*n_ranges and *n_groups 0), else a
+ * GROUP_RANGES frame of uint32 (end, group) pairs then a GROUP_OPTIONS frame
+ * of float64 (lr_factor, weight_decay) pairs, and nothing after (else
+ * FRAMECOUNT; other dtypes or odd counts: FRAMELEN). The table's contents are
+ * the server's to check (server/groups.h). Sets the borrowed arrays and their
+ * pair counts. */
+int dcps_codec_groups(const dcps_msg_t *m, int first, const uint32_t **ranges, size_t *n_ranges,
+                      const double **opts, size_t *n_groups, char *why, size_t whylen);
 
 /* A PUSH's payload, whichever of its two shapes it has: one DENSE frame of
  * `count` = hi − lo finite values (*idx set to NULL, *k to count), or INDICES

@@ -418,6 +418,59 @@ out:
     return result;
 }
 
+/* set_groups(ranges, options): ranges a sequence of ints, (end, group) pairs;
+ * options a sequence of floats, (lr_factor, weight_decay) pairs. */
+static PyObject *Step_set_groups(StepObject *self, PyObject *args)
+{
+    PyObject *ranges, *options, *rs = NULL, *os = NULL, *result = NULL;
+    uint32_t *r = NULL;
+    double *o = NULL;
+    if (!PyArg_ParseTuple(args, "OO:set_groups", &ranges, &options))
+        return NULL;
+    if (!(rs = PySequence_Fast(ranges, "ranges must be a sequence of int")) ||
+        !(os = PySequence_Fast(options, "options must be a sequence of float")))
+        goto out;
+    Py_ssize_t nr = PySequence_Fast_GET_SIZE(rs), no = PySequence_Fast_GET_SIZE(os);
+    if (nr % 2 || no % 2) {
+        PyErr_SetString(PyExc_ValueError, "ranges and options are sequences of pairs");
+        goto out;
+    }
+    r = PyMem_Calloc((size_t)nr + 1, sizeof *r);
+    o = PyMem_Calloc((size_t)no + 1, sizeof *o);
+    if (!r || !o) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(rs, i));
+        if (PyErr_Occurred())
+            goto out;
+        if (v > UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a group range's end or group exceeds 2**32 - 1");
+            goto out;
+        }
+        r[i] = (uint32_t)v;
+    }
+    for (Py_ssize_t i = 0; i < no; i++) {
+        o[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(os, i));
+        if (o[i] == -1.0 && PyErr_Occurred())
+            goto out;
+    }
+    if (enter(self) != 0)
+        goto out;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcps_step_set_groups(self->step, r, (size_t)nr / 2, o, (size_t)no / 2);
+    Py_END_ALLOW_THREADS
+    result = done(self, rc);
+out:
+    PyMem_Free(o);
+    PyMem_Free(r);
+    Py_XDECREF(os);
+    Py_XDECREF(rs);
+    return result;
+}
+
 static PyObject *Step_stats(StepObject *self, PyObject *unused)
 {
     (void)unused;
@@ -486,10 +539,13 @@ static PyObject *Step_get_job(StepObject *self, void *closure)
     (void)closure;
     static const char *const modes[] = {"async", "sync", "ssp"};
     const dcps_job_t *j = &self->job;
-    return Py_BuildValue("{sisisssisisisKsn}", "rank", j->rank, "workers", j->workers, "mode",
-                         modes[j->mode], "batch_size", j->batch_size, "epochs", j->epochs,
-                         "log_every", j->log_every, "seed", (unsigned long long)j->seed, "n",
-                         (Py_ssize_t)j->n);
+    return Py_BuildValue("{sisisssisisisKsnsssdsdsdsdsdsdsN}", "rank", j->rank, "workers",
+                         j->workers, "mode", modes[j->mode], "batch_size", j->batch_size,
+                         "epochs", j->epochs, "log_every", j->log_every, "seed",
+                         (unsigned long long)j->seed, "n", (Py_ssize_t)j->n, "optimizer",
+                         j->optimizer, "lr", j->lr, "momentum", j->momentum, "beta1", j->beta1,
+                         "beta2", j->beta2, "eps", j->eps, "weight_decay", j->weight_decay,
+                         "nesterov", PyBool_FromLong(j->nesterov));
 }
 
 static PyMethodDef Step_methods[] = {
@@ -512,6 +568,9 @@ static PyMethodDef Step_methods[] = {
      "dcps.NoGPUError without a usable GPU."},
     {"set_names", (PyCFunction)Step_set_names, METH_VARARGS,
      "set_names(offsets, names): name the tensors of the flat vector for errors."},
+    {"set_groups", (PyCFunction)Step_set_groups, METH_VARARGS,
+     "set_groups(ranges, options): the job's parameter groups, (end, group) pairs over the "
+     "flat vector and (lr_factor, weight_decay) pairs; before start()."},
     {"stats", (PyCFunction)Step_stats, METH_NOARGS, "stats(): the client's counters."},
     {"summary", (PyCFunction)(void (*)(void))Step_summary, METH_VARARGS | METH_KEYWORDS,
      "summary(test_acc=nan, test_loss=nan, train_loss=nan, epochs=0, samples=0, device=None): "

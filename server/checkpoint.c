@@ -184,6 +184,21 @@ static size_t tail_size(int workers, uint32_t format)
     return (shard_words(workers, format) + DCPS_CONSISTENCY_WORDS(workers)) * 8;
 }
 
+/* Format 3 ends its payload with the shard's parameter groups: a word count w,
+ * then w words of dcps_groups_save (w = 0: no groups). Their bytes, for s. */
+static size_t groups_bytes(const dcps_shard_t *s, uint32_t format)
+{
+    const dcps_groups_t *g = dcps_shard_groups(s);
+    return format >= 3 ? 8 * (1 + (g ? dcps_groups_words(g) : 0)) : 0;
+}
+
+/* The most bytes a group table may take in a file of a shard of n parameters. */
+static size_t groups_bytes_max(size_t n)
+{
+    return 8 * (3 + 2 * (size_t)DCPS_GROUPS_MAX +
+                3 * (n < DCPS_GROUP_RANGES_MAX ? n : DCPS_GROUP_RANGES_MAX));
+}
+
 static size_t payload_size(const dcps_shard_stats_t *s, uint32_t format)
 {
     return s->floats * sizeof(float) + tail_size(s->workers, format);
@@ -405,7 +420,8 @@ uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
 {
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     return HEADER_SIZE + (uint64_t)st.floats * sizeof(float) +
-           tail_size(st.workers, DCPS_CHECKPOINT_FORMAT) + sizeof(uint32_t);
+           tail_size(st.workers, DCPS_CHECKPOINT_FORMAT) + groups_bytes(s, DCPS_CHECKPOINT_FORMAT) +
+           sizeof(uint32_t);
 }
 
 /* Writes tmp, a new file: the header, the shard's floats, the tail and the
@@ -464,6 +480,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
 {
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     const size_t tsize = tail_size(st.workers, DCPS_CHECKPOINT_FORMAT);
+    const size_t gbytes = groups_bytes(s, DCPS_CHECKPOINT_FORMAT);
     char name[96], final[DCPS_PATH_MAX + 128], tmp[DCPS_PATH_MAX + 128];
     uint64_t *tail = NULL;
     entry_t *e;
@@ -488,6 +505,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         n = room;
     }
     header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
+    h.payload_len += gbytes;
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);
     snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", st.index, h.seq,
@@ -497,13 +515,16 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
         goto out;
     }
-    if (!(tail = malloc(tsize))) {
+    if (!(tail = malloc(tsize + gbytes))) {
         rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
         goto out;
     }
     dcps_shard_save(s, tail);
     dcps_consistency_save(cons, tail + shard_words(st.workers, DCPS_CHECKPOINT_FORMAT));
-    if ((rc = write_tmp(tmp, &h, s, tail, tsize, err, errlen)) != 0 ||
+    tail[tsize / 8] = gbytes / 8 - 1;
+    if (dcps_shard_groups(s))
+        dcps_groups_save(dcps_shard_groups(s), tail + tsize / 8 + 1);
+    if ((rc = write_tmp(tmp, &h, s, tail, tsize + gbytes, err, errlen)) != 0 ||
         (rc = publish(dir, tmp, final, path, pathlen, err, errlen)) != 0)
         goto out;
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
@@ -684,6 +705,13 @@ static bool fits(const header_t *h, off_t size, const dcps_config_t *cfg, const 
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     header_t want;
     header_of(&want, cfg, &st, mode, h->format);
+    if (h->format >= 3) { /* a group table of any size it may have, word by word */
+        const uint64_t base = want.payload_len + 8;
+        want.payload_len = base;
+        if (h->payload_len >= base && h->payload_len - base <= groups_bytes_max(st.n) &&
+            (h->payload_len - base) % 8 == 0)
+            want.payload_len = h->payload_len;
+    }
     if (foreign(h, &want, why, n))
         return false;
     uint64_t expect = HEADER_SIZE + h->payload_len + TRAILER_SIZE;
@@ -695,6 +723,28 @@ static bool fits(const header_t *h, off_t size, const dcps_config_t *cfg, const 
         return false;
     }
     return true;
+}
+
+/* The group table of a format 3 file (w words: their count, then them) into
+ * s. Returns 0, 1 with why if they are no table for s, or DCPS_E_NOMEM. */
+static int load_groups(dcps_shard_t *s, const uint64_t *w, size_t words, char *why, size_t n)
+{
+    size_t used = 0;
+    int err;
+    if (w[0] != words - 1)
+        return dcps_say(why, n, 1, "its group table's length does not fit the file");
+    if (w[0] == 0)
+        return 0;
+    dcps_groups_t *g = dcps_groups_load(w + 1, words - 1, dcps_shard_stats(s).n, &used, &err,
+                                        why, n);
+    if (!g)
+        return err == DCPS_E_NOMEM ? err : 1;
+    if (used != words - 1) {
+        dcps_groups_destroy(&g);
+        return dcps_say(why, n, 1, "its group table's length does not fit the file");
+    }
+    err = dcps_shard_set_groups(s, &g, why, n);
+    return err == DCPS_E_NOMEM ? err : err ? 1 : 0;
 }
 
 /* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with
@@ -720,7 +770,10 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         rc = rc ? rc : 1;
         goto out;
     }
-    size_t tsize = tail_size(dcps_shard_stats(s).workers, h.format);
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    size_t tsize = tail_size(st.workers, h.format);
+    size_t gbytes = h.payload_len - payload_size(&st, h.format); /* fits checked it */
+    tsize += gbytes;
     if (!(tail = malloc(tsize))) {
         rc = DCPS_E_NOMEM;
         goto out;
@@ -734,6 +787,8 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         rc = dcps_say(why, n, 1, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
         goto out;
     }
+    if (gbytes && (rc = load_groups(s, tail + (tsize - gbytes) / 8, gbytes / 8, why, n)) != 0)
+        goto out;
     dcps_shard_load(s, h.version, (h.flags & FLAG_INITIALIZED) != 0, tail, stride(h.format));
     dcps_consistency_load(c, tail + shard_words(h.workers, h.format));
     if (h.format == FORMAT_NO_SESSIONS)

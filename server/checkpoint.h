@@ -27,7 +27,8 @@
  *       layout), every rank's session record (server/session.h: the session,
  *       its last push's seq, and flags 1 pushed, 2 applied), the push and
  *       pull counters, the staleness histogram, then the consistency model's round, contributions,
- *       max_ahead and every rank's clock and contributed flag;
+ *       max_ahead and every rank's clock and contributed flag, then (format 3) the
+ *       parameter groups: a word count w and w words of dcps_groups_save (0: none);
  *   trailer: a CRC-32C (Castagnoli) of header and payload.
  *
  * Format 2 is format 3 written before the rules were apart from delay

@@ -345,9 +345,42 @@ static int learn_size(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
     return 0;
 }
 
+/* The group table a request carries from frame `first` on (dcps_codec_groups),
+ * parsed for this shard (server/groups.h) into *g; *g stays NULL when it
+ * carries none. Returns 0, or the code with why. */
+static int groups_of(dcps_router_t *r, const dcps_msg_t *m, int first, dcps_groups_t **g,
+                     char *why, size_t whylen)
+{
+    const uint32_t *ranges = NULL;
+    const double *opts = NULL;
+    size_t n_ranges, n_groups;
+    int rc = dcps_codec_groups(m, first, &ranges, &n_ranges, &opts, &n_groups, why, whylen);
+    *g = NULL;
+    if (rc != 0 || (n_ranges == 0 && n_groups == 0 && m->nframes == first))
+        return rc;
+    const dcps_shard_stats_t s = shard_now(r);
+    *g = dcps_groups_parse(ranges, n_ranges, opts, n_groups, s.n_params, s.range, &rc, why,
+                           whylen);
+    return rc;
+}
+
+/* A rank's group table against the job's, once the shard has the job's (rank
+ * 0's INIT, or a checkpoint): a rank that gives none is not checked (it
+ * trains with the job's groups, as a client without groups does). */
+static int groups_match(dcps_router_t *r, const dcps_msg_t *m, int first, char *why,
+                        size_t whylen)
+{
+    dcps_groups_t *g;
+    int rc = groups_of(r, m, first, &g, why, whylen);
+    if (rc == 0 && g && shard_now(r).initialized)
+        rc = dcps_groups_compare(dcps_shard_groups(r->shard), g, m->rank, why, whylen);
+    dcps_groups_destroy(&g);
+    return rc;
+}
+
 /* What a HELLO must fit before it binds anything (docs/protocol.md 7.2, checks
- * 1 to 4): a session, this shard, and the model's size, which an unsized shard
- * learns from rank 0 here. */
+ * 1 to 5): a session, this shard, the model's size, which an unsized shard
+ * learns from rank 0 here, and the rank's parameter groups, if it gives any. */
 static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
 {
     const dcps_shard_stats_t s = shard_now(r);
@@ -371,7 +404,7 @@ static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
                  (unsigned long long)m->n_params, (unsigned long long)n);
         return DCPS_E_SIZE;
     }
-    return 0;
+    return groups_match(r, m, 0, why, whylen);
 }
 
 /* HELLO binds the rank to the session it names (server/session.h): the first
@@ -453,8 +486,25 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     const dcps_shard_stats_t s = shard_now(r);
     if (!s.n_params) /* unsized: nothing to initialise, and no HELLO came first */
         return not_ready(why, whylen);
-    if ((rc = dcps_codec_dense(m, s.n, &w, why, whylen)) != 0)
+    /* The DENSE frame, then the group table after it, if any. */
+    dcps_msg_t values = *m;
+    if (values.nframes > 1 && m->frame[1].kind == DCPS_FRAME_GROUP_RANGES)
+        values.nframes = 1;
+    if ((rc = dcps_codec_dense(&values, s.n, &w, why, whylen)) != 0)
         return rc;
+    if (s.initialized) { /* answered DUPLICATE, its table checked as a HELLO's */
+        if ((rc = groups_match(r, m, 1, why, whylen)) != 0)
+            return rc;
+    } else {
+        dcps_groups_t *g;
+        if ((rc = groups_of(r, m, 1, &g, why, whylen)) != 0)
+            return rc;
+        if (g && (rc = dcps_shard_set_groups(r->shard, &g, why, whylen)) != 0)
+            return rc;
+        if (dcps_shard_groups(r->shard))
+            DCPS_INFO("rank 0's parameter groups: %u, in %zu segments of this shard's range",
+                      dcps_shard_groups(r->shard)->n_groups, dcps_shard_groups(r->shard)->n_segs);
+    }
     int set = dcps_shard_init(r->shard, w);
     if (set) {
         DCPS_INFO("parameters initialised by rank 0 (%zu values)", s.n);

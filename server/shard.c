@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/snapshot.h"
 
@@ -55,6 +56,9 @@ struct dcps_shard {
     float momentum;
     dcps_dcasgd_t dc;
     dcps_rule_t r;
+    dcps_groups_t *groups; /* the job's parameter groups (this range's part), or NULL */
+    dcps_rule_t *gr;       /* per group: r with its weight decay, prepared at its lr */
+    dcps_group_seg_t whole; /* without groups: the one segment [0, n) of rule r */
     bool initialized; /* set by the first INIT */
     bool restored;    /* state came from a checkpoint (dcps_shard_restored) */
     bool *behind;     /* per rank: restored, and it has not pulled from this process
@@ -161,6 +165,10 @@ void dcps_shard_unsize(dcps_shard_t *s)
     s->delta_of = -1;
     s->range = (dcps_range_t){0, 0};
     s->n_params = 0;
+    dcps_groups_destroy(&s->groups); /* a table is of one size */
+    free(s->gr);
+    s->gr = NULL;
+    s->generic = !fast_path(s, &s->kind);
 }
 
 int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params)
@@ -239,6 +247,8 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     if (!s)
         return;
     dcps_shard_unsize(s);
+    dcps_groups_destroy(&s->groups);
+    free(s->gr);
     free(s->behind);
     free(s->session);
     free(s);
@@ -396,6 +406,33 @@ static void prepare(dcps_shard_t *s)
     s->lr_now = (float)lr_at(s);
     s->dc.lr = s->lr_now;
     dcps_rule_at(&s->r, lr_at(s), s->version + 1);
+    for (uint32_t j = 0; s->groups && j < s->groups->n_groups; j++)
+        dcps_rule_at(&s->gr[j], lr_at(s) * s->groups->opt[j].lr_factor, s->version + 1);
+}
+
+/* The segments the rule runs over, each with its rule: the groups' in this
+ * range, or without groups one segment [0, n) of the job's rule. */
+static size_t segments(dcps_shard_t *s, const dcps_group_seg_t **seg)
+{
+    if (s->groups) {
+        *seg = s->groups->seg;
+        return s->groups->n_segs;
+    }
+    s->whole = (dcps_group_seg_t){0, s->n, 0};
+    *seg = &s->whole;
+    return 1;
+}
+
+static const dcps_rule_t *rule_of(const dcps_shard_t *s, const dcps_group_seg_t *seg)
+{
+    return s->groups ? &s->gr[seg->group] : &s->r;
+}
+
+/* The rule's state arrays from local offset a on. */
+static void state_at(const dcps_shard_t *s, size_t a, float *st[DCPS_RULE_MAX_STATES])
+{
+    for (int j = 0; j < DCPS_RULE_MAX_STATES; j++)
+        st[j] = s->st[j] ? s->st[j] + a : NULL;
 }
 
 /* The sentence for a gradient that delay compensation would make non-finite. */
@@ -418,9 +455,21 @@ static int rule_to(dcps_shard_t *s, const float *bak, const float *g, const char
         if (bad < s->n)
             return refuse_delay(s, bad, g[bad]);
     }
-    if (s->generic)
-        bad = dcps_rule_dense_to(&s->r, s->spare, s->w, s->st, s->gc ? s->gc : g, s->n);
-    else if (s->kind == DCPS_OPT_MOMENTUM)
+    if (s->generic) {
+        const float *gg = s->gc ? s->gc : g;
+        const dcps_group_seg_t *seg;
+        const size_t segs = segments(s, &seg);
+        bad = s->n;
+        for (size_t j = 0; j < segs && bad == s->n; j++) {
+            const size_t a = seg[j].lo, m = seg[j].hi - a;
+            float *st[DCPS_RULE_MAX_STATES];
+            state_at(s, a, st);
+            const size_t at = dcps_rule_dense_to(rule_of(s, &seg[j]), s->spare + a, s->w + a, st,
+                                                 gg + a, m);
+            if (at < m)
+                bad = a + at;
+        }
+    } else if (s->kind == DCPS_OPT_MOMENTUM)
         bad = dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr_now, s->momentum);
     else if (s->kind == DCPS_OPT_DCASGD)
         bad = dcps_dcasgd_dense_to(s->spare, s->w, bak, s->state, g, s->n, &s->dc);
@@ -434,7 +483,15 @@ static void rule_commit(dcps_shard_t *s, const float *g)
 {
     swap(&s->w, &s->spare);
     if (s->generic) {
-        dcps_rule_dense_state(&s->r, s->st, s->spare, s->gc ? s->gc : g, s->n);
+        const float *gg = s->gc ? s->gc : g;
+        const dcps_group_seg_t *seg;
+        const size_t segs = segments(s, &seg);
+        for (size_t j = 0; j < segs; j++) {
+            const size_t a = seg[j].lo;
+            float *st[DCPS_RULE_MAX_STATES];
+            state_at(s, a, st);
+            dcps_rule_dense_state(rule_of(s, &seg[j]), st, s->spare + a, gg + a, seg[j].hi - a);
+        }
         if (s->ms)
             dcps_dcasgd_dense_state(s->ms, g, s->n, &s->dc);
     } else if (s->kind == DCPS_OPT_MOMENTUM) {
@@ -548,15 +605,32 @@ int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const f
     return 0;
 }
 
+/* The entries of a sparse push (k global indices, ascending) that fall in
+ * segment seg: [*j0, returned). */
+static size_t entries_in(const dcps_shard_t *s, const dcps_group_seg_t *seg, const uint32_t *idx,
+                         size_t k, size_t *j0)
+{
+    size_t j = *j0;
+    while (j < k && idx[j] - s->range.lo < seg->lo)
+        j++;
+    *j0 = j;
+    while (j < k && idx[j] - s->range.lo < seg->hi)
+        j++;
+    return j;
+}
+
 /* A sparse push with a rule of dcps_rule_*: delay compensation of its
- * entries, then the rule, lazy (its entries in place, checked first) or not
- * (out of place, as dense). Returns 0 or DCPS_E_NONFINITE, nothing changed. */
+ * entries, then the rule, once per segment (parameter groups) with its
+ * options: lazy (its entries in place, checked first) or not (out of place,
+ * as dense). Returns 0 or DCPS_E_NONFINITE, nothing changed. */
 static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx, const float *v,
                           size_t k)
 {
     const uint64_t lo = s->range.lo;
     const float *g = v;
-    size_t bad;
+    const dcps_group_seg_t *seg;
+    const size_t segs = segments(s, &seg);
+    size_t bad, j0, j1;
     if (s->gc) {
         bad = dcps_delay_sparse_to(s->gc, s->w, bak, s->ms, lo, idx, v, k, &s->dc);
         if (bad < k)
@@ -564,24 +638,51 @@ static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx
         g = s->gc;
     }
     if (s->lazy) {
-        bad = dcps_rule_lazy_check(&s->r, s->w, s->st, lo, idx, g, k);
-        if (bad < k) {
-            /* The rule on copies of that one entry, for the sentence. */
-            const size_t i = idx[bad] - lo;
-            float wi = s->w[i], a = s->st[0] ? s->st[0][i] : 0, b = s->st[1] ? s->st[1][i] : 0;
-            float *const one[2] = {s->st[0] ? &a : NULL, s->st[1] ? &b : NULL};
-            dcps_rule_lazy(&s->r, &wi, one, idx[bad], &idx[bad], &g[bad], 1);
-            return refuse_param(s, i, wi, v[bad], "gradient");
+        j0 = 0;
+        for (size_t q = 0; q < segs; q++, j0 = j1) {
+            const dcps_rule_t *r = rule_of(s, &seg[q]);
+            j1 = entries_in(s, &seg[q], idx, k, &j0);
+            bad = j0 + dcps_rule_lazy_check(r, s->w, s->st, lo, idx + j0, g + j0, j1 - j0);
+            if (bad < j1) {
+                /* The rule on copies of that one entry, for the sentence. */
+                const size_t i = idx[bad] - lo;
+                float wi = s->w[i], a = s->st[0] ? s->st[0][i] : 0,
+                      b = s->st[1] ? s->st[1][i] : 0;
+                float *const one[2] = {s->st[0] ? &a : NULL, s->st[1] ? &b : NULL};
+                dcps_rule_lazy(r, &wi, one, idx[bad], &idx[bad], &g[bad], 1);
+                return refuse_param(s, i, wi, v[bad], "gradient");
+            }
         }
         own_w(s, true);
-        dcps_rule_lazy(&s->r, s->w, s->st, lo, idx, g, k);
+        j0 = 0;
+        for (size_t q = 0; q < segs; q++, j0 = j1) {
+            j1 = entries_in(s, &seg[q], idx, k, &j0);
+            dcps_rule_lazy(rule_of(s, &seg[q]), s->w, s->st, lo, idx + j0, g + j0, j1 - j0);
+        }
     } else {
         free_spare(s);
-        bad = dcps_rule_sparse_to(&s->r, s->spare, s->w, s->st, s->n, lo, idx, g, k);
-        if (bad < s->n)
-            return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad), "gradient");
+        j0 = 0;
+        for (size_t q = 0; q < segs; q++, j0 = j1) {
+            const size_t a = seg[q].lo, m = seg[q].hi - a;
+            float *st[DCPS_RULE_MAX_STATES];
+            state_at(s, a, st);
+            j1 = entries_in(s, &seg[q], idx, k, &j0);
+            bad = a + dcps_rule_sparse_to(rule_of(s, &seg[q]), s->spare + a, s->w + a, st, m,
+                                          lo + a, idx + j0, g + j0, j1 - j0);
+            if (bad < a + m)
+                return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad),
+                                    "gradient");
+        }
         swap(&s->w, &s->spare);
-        dcps_rule_sparse_state(&s->r, s->st, s->spare, s->n, lo, idx, g, k);
+        j0 = 0;
+        for (size_t q = 0; q < segs; q++, j0 = j1) {
+            const size_t a = seg[q].lo;
+            float *st[DCPS_RULE_MAX_STATES];
+            state_at(s, a, st);
+            j1 = entries_in(s, &seg[q], idx, k, &j0);
+            dcps_rule_sparse_state(rule_of(s, &seg[q]), st, s->spare + a, seg[q].hi - a, lo + a,
+                                   idx + j0, g + j0, j1 - j0);
+        }
     }
     if (s->ms)
         dcps_dcasgd_sparse_state(s->ms, lo, idx, v, k, &s->dc);
@@ -818,6 +919,50 @@ void dcps_shard_set_lr(dcps_shard_t *s, double lr)
 {
     s->lr = (float)lr;
     s->dc.lr = (float)lr;
+}
+
+int dcps_shard_set_groups(dcps_shard_t *s, dcps_groups_t **gp, char *why, size_t whylen)
+{
+    dcps_groups_t *g = *gp;
+    int rc = 0;
+    *gp = NULL;
+    if (s->groups || s->initialized) {
+        rc = dcps_say(why, whylen, DCPS_E_STATE,
+                      "the shard has its parameters already; groups are set with them");
+        goto out;
+    }
+    for (uint32_t j = 0; s->rule == DCPS_OPT_ADAMW && j < g->n_groups; j++)
+        if (s->lr * g->opt[j].lr_factor * g->opt[j].weight_decay >= 1) {
+            rc = dcps_say(why, whylen, DCPS_E_FIELD,
+                          "parameter group %u: lr %g times its lr_factor %g and weight_decay %g "
+                          "must be below 1: adamw multiplies every parameter by 1 - lr * "
+                          "weight_decay each update",
+                          j, (double)s->lr, g->opt[j].lr_factor, g->opt[j].weight_decay);
+            goto out;
+        }
+    dcps_rule_t *gr = malloc(g->n_groups * sizeof *gr);
+    if (!gr || (s->delay != DCPS_DELAY_NONE && !s->gc && s->n &&
+                !(s->gc = malloc(s->n * sizeof *s->gc)))) {
+        free(gr);
+        rc = dcps_say(why, whylen, DCPS_E_NOMEM, "out of memory for the parameter groups");
+        goto out;
+    }
+    for (uint32_t j = 0; j < g->n_groups; j++) {
+        gr[j] = s->r;
+        gr[j].weight_decay = g->opt[j].weight_decay;
+    }
+    s->gr = gr;
+    s->groups = g;
+    g = NULL;
+    s->generic = true; /* the fast paths know one rule for the whole range */
+out:
+    dcps_groups_destroy(&g);
+    return rc;
+}
+
+const dcps_groups_t *dcps_shard_groups(const dcps_shard_t *s)
+{
+    return s->groups;
 }
 
 void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)

@@ -90,6 +90,7 @@
 #include "common/config.h"
 #include "common/shardmap.h"
 #include "kernels/topk.h"
+#include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/session.h"
 
@@ -286,6 +287,20 @@ void dcps_shard_save(const dcps_shard_t *s, uint64_t *words);
  * caller then marks the shard restored (dcps_shard_restored). */
 void dcps_shard_load(dcps_shard_t *s, uint64_t version, bool initialized, const uint64_t *words,
                      size_t stride);
+
+/* Parameter groups (server/groups.h): from now on the rule runs once per
+ * segment of g in this range, with the group's weight decay and the shard's
+ * lr times its lr_factor (the generic rules, even for sgd and momentum, whose
+ * fast paths know one rule). Set before the parameters, at rank 0's INIT or
+ * from a checkpoint. Takes g (and clears *g) whatever it returns: 0;
+ * DCPS_E_STATE if the shard has groups or parameters already; DCPS_E_FIELD if
+ * a group's lr times lr_factor times weight_decay is 1 or more with adamw;
+ * DCPS_E_NOMEM. A sentence goes to why; nothing changes unless it returns 0.
+ * dcps_shard_unsize drops the groups with the size. */
+int dcps_shard_set_groups(dcps_shard_t *s, dcps_groups_t **g, char *why, size_t whylen);
+
+/* The shard's groups, or NULL: borrowed until the shard is unsized or freed. */
+const dcps_groups_t *dcps_shard_groups(const dcps_shard_t *s);
 
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);

@@ -436,11 +436,12 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     m = records;
     for (size_t r = 0; r < workers; r++, m += 8)
         memcpy(out + m, in + records + 24 * r + 8, 8); /* the seq */
-    memcpy(out + m, in + rest, n - 4 - rest);
-    m += n - 4 - rest;
+    /* Without format 3's last word (the count of group table words, 0). */
+    memcpy(out + m, in + rest, n - 4 - 8 - rest);
+    m += n - 4 - 8 - rest;
     uint64_t payload;
     memcpy(&payload, out + 104, 8);
-    payload -= 16 * workers;
+    payload -= 16 * workers + 8;
     memcpy(out + 104, &payload, 8);
     as_old_header(out, 1);
     put32(out, m, dcps_checkpoint_crc32c(0, out, m));
@@ -450,6 +451,35 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     ck_assert_uint_eq(fwrite(out, 1, m, f), m);
     fclose(f);
 }
+
+/* A shard's parameter groups go into format 3 and come back: the restored
+ * shard has the same table and applies it (the same w after the same pushes). */
+START_TEST(parameter_groups_are_saved_and_restored)
+{
+    box_t a, b;
+    char p[1024];
+    box_new(&a, NULL, 0);
+    const dcps_shard_stats_t st = dcps_shard_stats(a.s);
+    const uint32_t ranges[] = {100, 0, (uint32_t)st.n_params, 1};
+    const double opts[] = {1, 0.1, 0.5, 0};
+    int e;
+    dcps_groups_t *g = dcps_groups_parse(ranges, 2, opts, 2, st.n_params, st.range, &e, err,
+                                         sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    ck_assert_int_eq(dcps_shard_set_groups(a.s, &g, err, sizeof err), 0);
+    box_init(&a);
+    train(&a, 0, 9);
+    save(&a, 3, p);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    ck_assert_ptr_nonnull(dcps_shard_groups(b.s));
+    ck_assert_int_eq(dcps_groups_compare(dcps_shard_groups(a.s), dcps_shard_groups(b.s), 0, err,
+                                         sizeof err),
+                     0);
+    assert_same_but(&a, &b, true);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
 
 /* Format 2 (0.1 and 0.2's) is read as it was written: kind dcasgd is sgd with
  * adaptive delay compensation, and everything comes back, sessions too. */
@@ -465,6 +495,10 @@ START_TEST(format_2_checkpoint_restores_exactly)
     uint8_t h[128];
     ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
     ck_assert_uint_eq(h[56], DCPS_OPT_SGD);
+    uint64_t payload; /* without format 3's last word, the group table's (0 words) */
+    memcpy(&payload, h + 104, 8);
+    payload -= 8;
+    memcpy(h + 104, &payload, 8);
     as_old_header(h, 2);
     ck_assert_uint_eq(h[56], DCPS_OPT_DCASGD);
     /* The trailer's CRC covers the header: recompute it over the whole file. */
@@ -475,8 +509,10 @@ START_TEST(format_2_checkpoint_restores_exactly)
     rewind(f);
     ck_assert_uint_eq(fread(all, 1, (size_t)size, f), (size_t)size);
     memcpy(all, h, sizeof h);
+    size -= 8;
     put32(all, (size_t)size - 4, dcps_checkpoint_crc32c(0, all, (size_t)size - 4));
-    rewind(f);
+    fclose(f);
+    f = fopen(p, "wb");
     ck_assert_uint_eq(fwrite(all, 1, (size_t)size, f), (size_t)size);
     fclose(f);
     ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
@@ -788,6 +824,7 @@ int main(void)
     tcase_add_test(tc, sessions_and_last_pushes_survive_a_restore);
     tcase_add_test(tc, format_1_checkpoint_is_read_without_sessions);
     tcase_add_test(tc, format_2_checkpoint_restores_exactly);
+    tcase_add_test(tc, parameter_groups_are_saved_and_restored);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);

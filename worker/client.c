@@ -80,6 +80,10 @@ struct dcps_client {
     bool heartbeat_running;
     atomic_bool heartbeat_stop;
     dcps_client_stats_t stats;
+    /* dcps_client_set_groups: the table every HELLO and INIT carries */
+    uint32_t *group_ranges; /* n_ranges (end, group) pairs */
+    double *group_opts;     /* n_groups (lr_factor, weight_decay) pairs */
+    size_t n_ranges, n_groups;
     /* [security] curve: the keys every socket gets; wiped on close. */
     uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
@@ -641,6 +645,20 @@ static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
     return 0;
 }
 
+/* Adds the parameter group table, if the worker has one, as m's next two
+ * frames (docs/protocol.md, "Parameter groups"). */
+static void add_groups(const dcps_client_t *c, dcps_msg_t *m)
+{
+    if (!c->n_groups)
+        return;
+    m->frame[m->nframes] = (dcps_frame_desc_t){DCPS_FRAME_GROUP_RANGES, DCPS_DTYPE_U32,
+                                               2 * c->n_ranges};
+    m->payload[m->nframes++] = (dcps_buf_t){c->group_ranges, 2 * c->n_ranges * sizeof(uint32_t)};
+    m->frame[m->nframes] = (dcps_frame_desc_t){DCPS_FRAME_GROUP_OPTIONS, DCPS_DTYPE_F64,
+                                               2 * c->n_groups};
+    m->payload[m->nframes++] = (dcps_buf_t){c->group_opts, 2 * c->n_groups * sizeof(double)};
+}
+
 /* How often a HELLO is asked again while a shard waits for rank 0 to size the
  * model (NOTREADY), at most. */
 #define NOTREADY_EVERY_MS 100
@@ -666,8 +684,10 @@ static int hello(dcps_client_t *c)
     bool told = false;
     for (;;) {
         slots_all(c, slots, DCPS_MSG_HELLO, DCPS_MSG_WELCOME);
-        for (int s = 0; s < c->cfg.n_shards; s++)
+        for (int s = 0; s < c->cfg.n_shards; s++) {
             slots[s].req.n_params = c->cfg.n_params;
+            add_groups(c, &slots[s].req);
+        }
         rc = exchange(c, slots, on_welcome, &first, c->cfg.timeout_ms, c->cfg.retries + 1);
         if (rc == DCPS_E_LIVE && dcps_now_ms() <= until) {
             nanosleep(&(struct timespec){c->cfg.heartbeat_ms / 1000,
@@ -850,6 +870,8 @@ void dcps_client_close(dcps_client_t **cp)
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     explicit_bzero(c->secret_key, sizeof c->secret_key);
+    free(c->group_ranges);
+    free(c->group_opts);
     free(c);
     *cp = NULL;
 }
@@ -890,8 +912,29 @@ int dcps_client_init(dcps_client_t *c, const float *params)
         const dcps_range_t *r = &c->conn[s].range;
         slots[s].active = !c->conn[s].initialized;
         set_dense(&slots[s].req, params + r->lo, r->hi - r->lo);
+        add_groups(c, &slots[s].req);
     }
     return exchange(c, slots, on_init_ack, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+}
+
+int dcps_client_set_groups(dcps_client_t *c, const uint32_t *ranges, size_t n_ranges,
+                           const double *opts, size_t n_groups)
+{
+    uint32_t *r = NULL;
+    double *o = NULL;
+    if (n_ranges == 0 || n_groups == 0)
+        return fail(c, DCPS_E_INVAL, "a group table has at least one range and one group");
+    if (!(r = malloc(2 * n_ranges * sizeof *r)) || !(o = malloc(2 * n_groups * sizeof *o))) {
+        free(r);
+        return fail(c, DCPS_E_NOMEM, "out of memory for the group table");
+    }
+    memcpy(r, ranges, 2 * n_ranges * sizeof *r);
+    memcpy(o, opts, 2 * n_groups * sizeof *o);
+    free(c->group_ranges);
+    free(c->group_opts);
+    c->group_ranges = r, c->group_opts = o;
+    c->n_ranges = n_ranges, c->n_groups = n_groups;
+    return hello(c);
 }
 
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)

@@ -95,6 +95,17 @@ int dcps_client_initialized(const dcps_client_t *c);
  * that already have parameters keep them. Only rank 0 may call it. */
 int dcps_client_init(dcps_client_t *c, const float *params);
 
+/* Gives the job's parameter groups (docs/protocol.md, "Parameter groups"):
+ * n_ranges (end, group) pairs tiling [0, n) in the model's order, and n_groups
+ * (lr_factor, weight_decay) pairs. Copied; every later HELLO carries them, and
+ * rank 0's INIT sets them on the shards. Says HELLO again at once, so a table
+ * that differs from the one the shards have (rank 0's, or a checkpoint's) is
+ * refused now: DCPS_E_FIELD, with the shard's sentence naming the first group
+ * that differs in dcps_client_error. Call it before
+ * dcps_client_init or dcps_client_wait_ready. */
+int dcps_client_set_groups(dcps_client_t *c, const uint32_t *ranges, size_t n_ranges,
+                           const double *opts, size_t n_groups);
+
 /* Waits until every shard has parameters (rank 0 initialises them), asking
  * again every 50 ms, for at most timeout_ms. */
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);

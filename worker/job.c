@@ -23,7 +23,15 @@ void dcps_job_get(const dcps_step_t *s, dcps_job_t *out)
                         .epochs = in.cfg->epochs,
                         .log_every = in.cfg->log_every,
                         .seed = in.cfg->seed,
-                        .n = in.n};
+                        .n = in.n,
+                        .optimizer = dcps_config_optimizer_name(dcps_config_rule(in.cfg)),
+                        .lr = in.cfg->lr,
+                        .momentum = in.cfg->momentum,
+                        .beta1 = in.cfg->beta1,
+                        .beta2 = in.cfg->beta2,
+                        .eps = dcps_config_eps(in.cfg),
+                        .weight_decay = dcps_config_weight_decay(in.cfg),
+                        .nesterov = in.cfg->nesterov};
 }
 
 uint32_t dcps_job_share(uint64_t seed, int epoch, int rank, int workers, uint32_t n,

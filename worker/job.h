@@ -10,6 +10,7 @@
 #ifndef DCPS_WORKER_JOB_H
 #define DCPS_WORKER_JOB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,11 @@ typedef struct {
     int rank, workers, mode, batch_size, epochs, log_every;
     uint64_t seed;
     size_t n;
+    /* [optimizer], resolved (auto keys given their value): what dcps.torch
+     * compares a param group's torch.optim options with */
+    const char *optimizer; /* the rule's name (never dcasgd) */
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+    bool nesterov;
 } dcps_job_t;
 
 /* Fills out with the values of the job that step s was opened with. */

@@ -267,6 +267,16 @@ void dcps_step_close(dcps_step_t **sp)
     *sp = NULL;
 }
 
+int dcps_step_set_groups(dcps_step_t *s, const uint32_t *ranges, size_t n_ranges,
+                         const double *opts, size_t n_groups)
+{
+    if (s->state != NEW)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "parameter groups are given before dcps_step_start");
+    int rc = dcps_client_set_groups(s->client, ranges, n_ranges, opts, n_groups);
+    return rc == 0 ? 0 : fail(s, rc, "parameter groups");
+}
+
 int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const *names,
                         size_t count)
 {

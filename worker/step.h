@@ -64,6 +64,17 @@ void dcps_step_close(dcps_step_t **s);
 int dcps_step_set_names(dcps_step_t *s, const size_t *offsets, const char *const *names,
                         size_t count);
 
+/* Parameter groups (torch.optim's param_groups; docs/pytorch.md): n_ranges
+ * (end, group) pairs tiling [0, n) of the flat vector in order, and n_groups
+ * (lr_factor, weight_decay) pairs. The shards apply each group's weight decay
+ * and lr (the shards' lr, which the schedule scales, times lr_factor) to its
+ * ranges. Rank 0's table goes to the shards with its INIT; every rank's is
+ * compared with it (dcps_client_set_groups): a table that differs is refused
+ * with DCPS_E_FIELD and a sentence naming the first group that differs. Call
+ * it before dcps_step_start. */
+int dcps_step_set_groups(dcps_step_t *s, const uint32_t *ranges, size_t n_ranges,
+                         const double *opts, size_t n_groups);
+
 /* Device arrays: from now on params and grad (of start, run and finish) are
  * CUDA device pointers on the current device, used in order on `stream` (a
  * cudaStream_t; NULL is the legacy default stream). Call it before

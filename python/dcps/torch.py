@@ -35,7 +35,7 @@ import torch
 
 from . import ArrayError, ConfigError, StateError, Step, share
 
-__all__ = ["Worker", "shard"]
+__all__ = ["Worker", "shard", "decay_groups"]
 
 _current = None  # the Worker shard() uses when none is given
 
@@ -58,9 +58,18 @@ class Worker:
     on one CUDA device (then the device path, see the module's text; without a
     usable GPU or with a job option the device path does not do, the Step
     refuses with dcps.NoGPUError or dcps.ConfigError naming the key).
+
+    ``param_groups``: torch.optim's structure, a list of dicts each with
+    ``"params"`` (the group's parameters) and optionally ``"weight_decay"``
+    (absolute) and ``"lr_factor"`` (a factor of the shards' lr) or ``"lr"``
+    (absolute, taken as the factor lr / [optimizer] lr). Every parameter of the
+    model must be in exactly one group. The shards apply each group's options
+    to its parameters (docs/pytorch.md, "Parameter groups"); rank 0 sets the
+    groups, and every rank's must be the same. ``decay_groups(model)`` builds
+    the usual split.
     """
 
-    def __init__(self, model, job=None, rank=None, overrides=()):
+    def __init__(self, model, job=None, rank=None, overrides=(), param_groups=None):
         global _current
         if job is None:
             job = _env("DCPS_JOB", "job file")
@@ -115,6 +124,9 @@ class Worker:
                 at += k
         self._step = Step(os.fspath(job), rank, n, overrides)
         self._step.set_names(offsets, names)
+        if param_groups is not None:
+            ranges, options = _group_table(named, param_groups, self._step.job)
+            self._step.set_groups(ranges, options)
         if self._cuda:
             # Device pointers on the current stream; the buffers never move.
             self._stream = None
@@ -263,6 +275,120 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# torch.optim's per-group keys that dcps applies once for the whole job: a
+# group may carry one only with the job's value ([optimizer] key, or the
+# value torch's default means: dcps does not do amsgrad, maximize, ...).
+_JOB_KEYS = {
+    "momentum": lambda j: j["momentum"],
+    "nesterov": lambda j: j["nesterov"],
+    "betas": lambda j: (j["beta1"], j["beta2"]),
+    "eps": lambda j: j["eps"],
+    "dampening": lambda j: 0,
+    "amsgrad": lambda j: False,
+    "maximize": lambda j: False,
+    "capturable": lambda j: False,
+    "differentiable": lambda j: False,
+    "lr_decay": lambda j: 0,
+    "initial_accumulator_value": lambda j: 0,
+}
+# Keys of how torch runs the step on a device, which mean nothing here.
+_IGNORED_KEYS = {"foreach", "fused"}
+
+
+def _group_table(named, param_groups, job):
+    """The group table of param_groups over the flat order of named (the
+    model's parameters as Worker flattens them): (end, group) pairs of the
+    ranges, merged where neighbours share a group, and (lr_factor,
+    weight_decay) pairs per group. Raises ValueError naming the group or
+    the parameter for what it cannot honour."""
+    if isinstance(param_groups, dict) or not hasattr(param_groups, "__iter__"):
+        raise ValueError("param_groups is a list of dicts, as torch.optim takes")
+    groups = list(param_groups)
+    if not groups:
+        raise ValueError("param_groups is empty: every parameter must be in one group")
+    name_of = {id(p): name for name, p in named}
+    group_of, options = {}, []
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or "params" not in g:
+            raise ValueError(f"param_groups[{i}] is not a dict with \"params\"")
+        params = g["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        for p in params:
+            if id(p) not in name_of:
+                raise ValueError(f"param_groups[{i}] holds a tensor that is not a parameter "
+                                 "of the model")
+            if id(p) in group_of:
+                raise ValueError(f"parameter {name_of[id(p)]} is in param_groups"
+                                 f"[{group_of[id(p)]}] and param_groups[{i}]: each parameter "
+                                 "is in one group")
+            group_of[id(p)] = i
+        for key, value in g.items():
+            if key in ("params", "lr", "lr_factor", "weight_decay") or key in _IGNORED_KEYS:
+                continue
+            if key not in _JOB_KEYS:
+                raise ValueError(f"param_groups[{i}] has {key!r}, which dcps does not take per "
+                                 "group (it takes params, lr or lr_factor, weight_decay)")
+            want = _JOB_KEYS[key](job)
+            have = tuple(value) if isinstance(value, (list, tuple)) else value
+            if have != want:
+                raise ValueError(f"param_groups[{i}] has {key} = {value!r}, the job's is "
+                                 f"{want!r}: the shards apply one {key} to every group "
+                                 "(set it in the job file's [optimizer])")
+        if "lr" in g and "lr_factor" in g:
+            raise ValueError(f"param_groups[{i}] has both lr and lr_factor: give one")
+        factor = float(g["lr"]) / job["lr"] if "lr" in g else float(g.get("lr_factor", 1.0))
+        wd = float(g.get("weight_decay", job["weight_decay"]))
+        if not (math.isfinite(factor) and 0 < factor <= 1000):
+            raise ValueError(f"param_groups[{i}]: its lr factor {factor:g} (lr / the job's lr "
+                             f"{job['lr']:g}) must be above 0 and at most 1000")
+        if not (math.isfinite(wd) and 0 <= wd <= 1):
+            raise ValueError(f"param_groups[{i}]: weight_decay {wd:g} must be from 0 to 1")
+        options += [factor, wd]
+    ranges, at = [], 0
+    for name, p in named:
+        if id(p) not in group_of:
+            raise ValueError(f"parameter {name} is in no group of param_groups: every "
+                             "parameter of the model must be in one")
+        at += p.numel()
+        g = group_of[id(p)]
+        if ranges and ranges[-1] == g:
+            ranges[-2] = at
+        else:
+            ranges += [at, g]
+    return ranges, options
+
+
+# Modules whose parameters decay_groups never decays.
+_NORMS = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm,
+          torch.nn.LocalResponseNorm)
+
+
+def decay_groups(model, weight_decay=None):
+    """The usual split of ``model``'s parameters for AdamW: ``[{"params":
+    decay}, {"params": no_decay, "weight_decay": 0.0}]``, ready for
+    ``Worker(param_groups=...)`` or ``torch.optim.AdamW``. No decay for
+    parameters of one dimension or none (biases, norm scales and shifts) and
+    for every parameter of a normalisation layer (BatchNorm*, InstanceNorm*,
+    LayerNorm, GroupNorm); everything else decays, embeddings included, as
+    nanoGPT's configure_optimizers and timm's param_groups_weight_decay do.
+    ``weight_decay``: the decaying group's (default: the job's [optimizer]
+    weight_decay, so the key is left out)."""
+    in_norm = set()
+    for m in model.modules():
+        if isinstance(m, _NORMS):
+            in_norm.update(id(p) for p in m.parameters(recurse=False))
+    decay, no_decay, seen = [], [], set()
+    for _, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        (no_decay if p.ndim <= 1 or id(p) in in_norm else decay).append(p)
+    first = {"params": decay}
+    if weight_decay is not None:
+        first["weight_decay"] = float(weight_decay)
+    return [first, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def _parse_final(line):

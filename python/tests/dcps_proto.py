@@ -140,6 +140,17 @@ def dense(values):
     return [frame(pb.FRAME_DENSE, np.asarray(values, dtype=np.float32))]
 
 
+def groups(ranges, options):
+    """A parameter group table (section 14): GROUP_RANGES, uint32 (end, group)
+    pairs, then GROUP_OPTIONS, float64 (lr_factor, weight_decay) pairs."""
+    r = np.asarray(ranges, dtype="<u4").reshape(-1)
+    o = np.asarray(options, dtype="<f8").reshape(-1)
+    return [(dict(kind=pb.FRAME_GROUP_RANGES, dtype=pb.DTYPE_UINT32, count=r.size,
+                  bytes=r.nbytes), r.tobytes()),
+            (dict(kind=pb.FRAME_GROUP_OPTIONS, dtype=pb.DTYPE_FLOAT64, count=o.size,
+                  bytes=o.nbytes), o.tobytes())]
+
+
 def sparse(indices, values):
     return [frame(pb.FRAME_INDICES, np.asarray(indices, dtype=np.uint32)),
             frame(pb.FRAME_VALUES, np.asarray(values, dtype=np.float32))]

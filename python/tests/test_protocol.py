@@ -553,6 +553,31 @@ class Errors(Case):
         self.assertIsNotNone(r, "no reply")
         return r
 
+    def test_parameter_groups_that_do_not_tile_the_model_or_differ_are_field(self):
+        """Section 14: rank 0's INIT carries the table; one that does not cover
+        the model is refused, one that does is kept; a HELLO with other
+        groups is then refused naming the group."""
+        c = self.joined(0, 0)
+        lo, hi = P.shard_range(N, 2, 0)
+        w = self.w0[lo:hi]
+        r = c.request(pb.INIT, P.dense(w) + P.groups([[100, 0], [N - 1, 1]],
+                                                     [[1, 0.1], [1, 0]]), check=False)
+        self.assertError(r, "FIELD", f"the group table covers parameters [0, {N - 1}), the "
+                                     f"model has {N}: every parameter must be in one group")
+        r = c.request(pb.INIT, P.dense(w) + P.groups([[100, 0]], [[1, 0.1]])[:1], check=False)
+        self.assertError(r, "FRAMECOUNT", "INIT carries 2 frames (DENSE, GROUP_RANGES): a group "
+                                          "table is a GROUP_RANGES frame then a GROUP_OPTIONS "
+                                          "frame, after the DENSE frame")
+        table = P.groups([[100, 0], [N, 1]], [[1, 0.1], [1, 0]])
+        self.assertEqual(c.request(pb.INIT, P.dense(w) + table).type, pb.PUSH_ACK)
+        other = self.conn(1, 0)
+        r = other.request(pb.HELLO, P.groups([[100, 0], [N, 1]], [[1, 0.1], [0.5, 0]]),
+                          shard=0, n_params=N, check=False)
+        self.assertError(r, "FIELD", "parameter group 1 differs from rank 0's: rank 1 gives "
+                                     "it lr_factor 0.5, rank 0 gave 1")
+        r = other.request(pb.HELLO, table, shard=0, n_params=N)
+        self.assertEqual(r.type, pb.WELCOME)
+
     def test_header(self):
         c = self.conn()
         for hdr, text in ((b"", "header of 0 bytes: a header is 1 to 4096 bytes, unknown fields "
@@ -647,10 +672,10 @@ class Errors(Case):
         def described(kind, dtype, count, nbytes, data):
             return [(dict(kind=kind, dtype=dtype, count=count, bytes=nbytes), data)]
         data = ones.tobytes()
-        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 4 or dtype 1", pb.PUSH,
-                     described(4, 1, 512, 2048, data), step=0)
-        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 3", pb.PUSH,
-                     described(1, 3, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 6 or dtype 1", pb.PUSH,
+                     described(6, 1, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 4", pb.PUSH,
+                     described(1, 4, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2047 bytes, frame "
                      "has 2047 bytes", pb.PUSH, described(1, 1, 512, 2047, data[:2047]), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2048 bytes, frame "
