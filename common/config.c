@@ -405,6 +405,29 @@ static int parse_params(uint64_t *field, const char *v, char *why, size_t n)
 }
 
 /* Parses v as key k into cfg. Returns 0, or DCPS_E_CONFIG with what is wrong in why. */
+/* A T_DOUBLE value: a finite number in the key's range, or "auto" (NAN) where
+ * the key takes it. */
+static int parse_double(const struct key *k, double *field, const char *v, char *why, size_t n)
+{
+    char *end;
+    if (k->auto_ok && strcasecmp(v, "auto") == 0) {
+        *field = NAN;
+        return 0;
+    }
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || isspace((unsigned char)*v))
+        return say(why, n, "\"%s\" is not a number", v);
+    if (errno == ERANGE)
+        return say(why, n, "value %s cannot be represented as a double", v);
+    if (!isfinite(x))
+        return say(why, n, "\"%s\" is not a finite number", v);
+    if (!in_range(k, x))
+        return out_of_range(k, v, why, n);
+    *field = x;
+    return 0;
+}
+
 static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, char *why, size_t n)
 {
     char *field = (char *)cfg + k->off, *end;
@@ -430,23 +453,7 @@ static int set_value(dcps_config_t *cfg, const struct key *k, const char *v, cha
         *(uint64_t *)field = x;
         return 0;
     }
-    case T_DOUBLE: {
-        if (k->auto_ok && strcasecmp(v, "auto") == 0) {
-            *(double *)field = NAN;
-            return 0;
-        }
-        double x = strtod(v, &end);
-        if (end == v || *end || isspace((unsigned char)*v))
-            return say(why, n, "\"%s\" is not a number", v);
-        if (errno == ERANGE)
-            return say(why, n, "value %s cannot be represented as a double", v);
-        if (!isfinite(x))
-            return say(why, n, "\"%s\" is not a finite number", v);
-        if (!in_range(k, x))
-            return out_of_range(k, v, why, n);
-        *(double *)field = x;
-        return 0;
-    }
+    case T_DOUBLE: return parse_double(k, (double *)field, v, why, n);
     case T_BOOL: {
         static const char *const spell[] = {"false", "true", "no", "yes", "off", "on", "0", "1"};
         for (int i = 0; i < 8; i++)
