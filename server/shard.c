@@ -398,12 +398,13 @@ static void prepare(dcps_shard_t *s)
     dcps_rule_at(&s->r, lr_at(s), s->version + 1);
 }
 
-/* The sentence for a gradient that delay compensation would make non-finite. */
-static int refuse_delay(dcps_shard_t *s, size_t i, float g)
+/* The sentence for a gradient that delay compensation would make non-finite
+ * (`of` names g, as refuse_param's). */
+static int refuse_delay(dcps_shard_t *s, size_t i, float g, const char *of)
 {
-    return refuse(s, "delay compensation would make the gradient of parameter %llu (%g) or "
-                     "its mean square non-finite; nothing applied",
-                  (unsigned long long)(s->range.lo + i), (double)g);
+    return refuse(s, "delay compensation would make the gradient of parameter %llu or its "
+                     "mean square non-finite (%s %g); nothing applied",
+                  (unsigned long long)(s->range.lo + i), of, (double)g);
 }
 
 /* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
@@ -416,7 +417,7 @@ static int rule_to(dcps_shard_t *s, const float *bak, const float *g, const char
     if (s->generic && s->delay != DCPS_DELAY_NONE) {
         bad = dcps_delay_dense_to(s->gc, s->w, bak, s->ms, g, s->n, &s->dc);
         if (bad < s->n)
-            return refuse_delay(s, bad, g[bad]);
+            return refuse_delay(s, bad, g[bad], of);
     }
     if (s->generic)
         bad = dcps_rule_dense_to(&s->r, s->spare, s->w, s->st, s->gc ? s->gc : g, s->n);
@@ -560,7 +561,7 @@ static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx
     if (s->gc) {
         bad = dcps_delay_sparse_to(s->gc, s->w, bak, s->ms, lo, idx, v, k, &s->dc);
         if (bad < k)
-            return refuse_delay(s, idx[bad] - lo, v[bad]);
+            return refuse_delay(s, idx[bad] - lo, v[bad], "gradient");
         g = s->gc;
     }
     if (s->lazy) {

@@ -354,21 +354,40 @@ END_TEST
 
 /* --- parameters stay finite ------------------------------------------------------------ */
 
+/* The rules the finite tests run: 0.1's, then the rules of torch.optim,
+ * lazy and not, and one with delay compensation before it. */
+static const struct {
+    const char *name;
+    const char *set[3];
+} rules[] = {
+    {"sgd", {"optimizer.kind=sgd"}},
+    {"momentum", {"optimizer.kind=momentum"}},
+    {"dcasgd_c", {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=false"}},
+    {"dcasgd_a", {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"}},
+    {"adam", {"optimizer.kind=adam"}},
+    {"adamw lazy", {"optimizer.kind=adamw", "optimizer.lazy=true"}},
+    {"adagrad", {"optimizer.kind=adagrad"}},
+    {"nesterov weight_decay",
+     {"optimizer.kind=momentum", "optimizer.nesterov=true", "optimizer.weight_decay=0.01"}},
+    {"adam delay_compensation",
+     {"optimizer.kind=adam", "optimizer.delay_compensation=adaptive", "optimizer.lazy=true"}},
+};
+enum { RULES = sizeof rules / sizeof rules[0] };
+
 /* A shard of shard.c's test job (72 parameters, 3 workers, one shard) with
- * rule `kind` ("sgd", "momentum", "dcasgd_c", "dcasgd_a") in `mode`, lr 0.1. */
-static dcps_shard_t *rule_shard(const char *kind, const char *mode)
+ * rules[rule] in `mode`, lr 0.1. */
+static dcps_shard_t *rule_shard(int rule, const char *mode)
 {
     dcps_config_t *cfg = malloc(sizeof *cfg);
-    char err[512], k[64], m[64];
-    bool dc = strncmp(kind, "dcasgd", 6) == 0;
-    snprintf(k, sizeof k, "optimizer.kind=%s", dc ? "dcasgd" : kind);
+    char err[512], m[64];
     snprintf(m, sizeof m, "job.mode=%s", mode);
-    const char *ov[] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
-                        "optimizer.lr=0.1", k, m,
-                        strcmp(kind, "dcasgd_a") == 0 ? "optimizer.dc_adaptive=true"
-                                                      : "optimizer.dc_adaptive=false"};
+    const char *ov[8] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
+                         "optimizer.lr=0.1", m};
+    size_t n = 5;
+    for (int j = 0; j < 3 && rules[rule].set[j]; j++)
+        ov[n++] = rules[rule].set[j];
     ck_assert_ptr_nonnull(cfg);
-    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 7, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, n, err, sizeof err) == 0, "%s", err);
     int rc = 0;
     dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
     free(cfg);
@@ -382,17 +401,24 @@ static dcps_shard_t *rule_shard(const char *kind, const char *mode)
 
 /* What a refused update must leave as it was. */
 typedef struct {
-    float w[72], state[72], acc[72];
+    float w[72], state[3 * 72], acc[72]; /* state: the rule's arrays, then DC's mean square */
     uint64_t version, pushes, stale_count;
     dcps_session_t session[3];
 } snap_t;
+
+/* Floats of state the shard s of 72 parameters keeps (view.state). */
+static size_t state_floats(const dcps_shard_t *s)
+{
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    return 72 * (size_t)(dcps_rule_states(st.kind) + st.adaptive);
+}
 
 static void snap(const dcps_shard_t *s, snap_t *t)
 {
     memset(t, 0, sizeof *t);
     memcpy(t->w, dcps_shard_view(s).w, sizeof t->w);
     if (dcps_shard_view(s).state)
-        memcpy(t->state, dcps_shard_view(s).state, sizeof t->state);
+        memcpy(t->state, dcps_shard_view(s).state, state_floats(s) * sizeof(float));
     if (dcps_shard_view(s).acc)
         memcpy(t->acc, dcps_shard_view(s).acc, sizeof t->acc);
     t->version = dcps_shard_stats(s).version;
@@ -408,8 +434,6 @@ static void assert_all_finite(const float *x, size_t n)
         ck_assert_msg(isfinite(x[i]), "element %zu is %g", i, (double)x[i]);
 }
 
-static const char *const rules[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
-
 /* Issue 18: ten pushes of −FLT_MAX at lr 0.1 made every parameter +Inf. Now,
  * for every rule and both payloads (dense, and sparse of every entry), the push
  * that would make a parameter non-finite is refused with a sentence naming it,
@@ -417,9 +441,9 @@ static const char *const rules[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
  * staleness. Every later one too (nothing moved), and pulls serve finite w. */
 START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
 {
-    const char *kind = rules[_i / 2];
+    const char *kind = rules[_i / 2].name;
     const bool sparse = _i % 2;
-    dcps_shard_t *s = rule_shard(kind, "async");
+    dcps_shard_t *s = rule_shard(_i / 2, "async");
     float g[72];
     uint32_t idx[72];
     for (uint32_t i = 0; i < 72; i++)
@@ -445,11 +469,11 @@ START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
         }
         assert_all_finite(dcps_shard_view(s).w, 72);
         if (dcps_shard_view(s).state)
-            assert_all_finite(dcps_shard_view(s).state, 72);
+            assert_all_finite(dcps_shard_view(s).state, state_floats(s));
     }
     ck_assert_msg(refused > 0, "%s: no push refused", kind);
     ck_assert_uint_eq(dcps_shard_stats(s).pushes, (uint64_t)accepted);
-    if (accepted) /* DC-ASGD may refuse the first push already (g⊙g overflows) */
+    if (accepted) /* DC-ASGD, adam and adagrad refuse the first push already (g⊙g overflows) */
         ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted),
                          DCPS_SEQ_APPLIED);
     ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted + 1),
@@ -468,9 +492,9 @@ END_TEST
  * version stay, the sum is cleared, rounds_refused counts it). */
 START_TEST(sync_refuses_a_sum_and_a_round_that_would_not_be_finite)
 {
-    const char *kind = rules[_i / 2];
+    const char *kind = rules[_i / 2].name;
     const bool sparse = _i % 2;
-    dcps_shard_t *s = rule_shard(kind, "sync");
+    dcps_shard_t *s = rule_shard(_i / 2, "sync");
     float g[72];
     uint32_t idx[72];
     for (uint32_t i = 0; i < 72; i++)
@@ -530,7 +554,7 @@ START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
     char why[64];
     static const uint32_t no_idx[1] = {0};
     static const float no_val[1] = {0};
-    dcps_shard_t *s = rule_shard("momentum", "async");
+    dcps_shard_t *s = rule_shard(1, "async"); /* momentum */
     snap_t before, after;
     snap(s, &before);
     ck_assert_int_eq(dcps_shard_push(s, false, 1, 5, 0, no_idx, no_val, 0, why,
@@ -540,7 +564,7 @@ START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
     ck_assert(memcmp(&before, &after, sizeof before) == 0); /* momentum did not decay */
     dcps_shard_destroy(&s);
 
-    s = rule_shard("sgd", "sync");
+    s = rule_shard(0, "sync"); /* sgd */
     float g[72] = {0};
     g[3] = 8;
     const float w3 = dcps_shard_view(s).w[3];
@@ -561,7 +585,7 @@ END_TEST
  * wherever they are, and add up to floats. */
 START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
 {
-    dcps_shard_t *s = rule_shard("momentum", "sync");
+    dcps_shard_t *s = rule_shard(1, "sync"); /* momentum */
     dcps_span_t sp[DCPS_SHARD_SPANS];
     float g[72];
     for (int i = 0; i < 72; i++)
@@ -671,7 +695,8 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
         ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, n * sizeof(float)) == 0,
                       "step %d: w differs", step);
         if (dcps_shard_view(a).state)
-            ck_assert_mem_eq(dcps_shard_view(a).state, dcps_shard_view(b).state, n * sizeof(float));
+            ck_assert_mem_eq(dcps_shard_view(a).state, dcps_shard_view(b).state,
+                             state_floats(a) * sizeof(float));
         ck_assert_uint_eq(dcps_shard_stats(a).version, dcps_shard_stats(b).version);
         for (int j = 0; j < nh; j++)
             ck_assert_msg(memcmp(h[j].buf, h[j].sent, n * sizeof(float)) == 0,
@@ -747,8 +772,9 @@ static Suite *shard_suite(void)
 
     tc = tcase_create("finite");
     tcase_add_loop_test(tc, pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows, 0,
-                        8);
-    tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0, 8);
+                        2 * RULES);
+    tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0,
+                        2 * RULES);
     tcase_add_test(tc, empty_sparse_push_is_no_update_but_counts_in_a_sync_round);
     tcase_add_test(tc, spans_follow_w_and_the_sum_and_add_up_to_floats);
     suite_add_tcase(s, tc);
