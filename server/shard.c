@@ -64,7 +64,9 @@ struct dcps_shard {
     dcps_session_t *session; /* per rank: its session and last push; this store is their
                                 one owner (server/session.h): the router reads them and
                                 binds one at HELLO, the functions below record pushes */
-    float lr;                /* from [optimizer] lr: the schedule's base */
+    double lr;               /* from [optimizer] lr: the schedule's base, kept in double
+                                as torch.optim keeps a Python float (adam's step size is
+                                computed from it in double, then rounded once) */
     float lr_now;            /* the lr of the update at hand (prepare) */
     size_t floats;           /* what a checkpoint holds, in floats: all of mem but one
                                 buffer of n (dcps_shard_spans) */
@@ -608,8 +610,8 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
     case DCPS_OPT_MOMENTUM:
         /* It moves every parameter (u decays everywhere): out of place, as dense. */
         free_spare(s);
-        bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k, s->lr,
-                                      s->momentum);
+        bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k,
+                                      s->lr_now, s->momentum);
         if (bad < s->n)
             return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad),
                                 "gradient");
@@ -817,7 +819,7 @@ dcps_shard_view_t dcps_shard_view(const dcps_shard_t *s)
 
 void dcps_shard_set_lr(dcps_shard_t *s, double lr)
 {
-    s->lr = (float)lr;
+    s->lr = lr;
     s->dc.lr = (float)lr;
 }
 
@@ -856,7 +858,7 @@ dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s)
         .kind = s->rule,
         .delay = s->delay,
         .adaptive = s->dc.adaptive,
-        .lr = s->lr,
+        .lr = (float)s->lr,
         .initialized = s->initialized,
         .restored = s->restored,
         .delta = s->delta,

@@ -3,7 +3,8 @@
  * (server/session.h), sparse pushes equal to the dense push of the same
  * vector, DC-ASGD's backup per worker, the memory it reports; updates that
  * would make a parameter non-finite refused with nothing changed; a
- * checkpoint's spans; pull replies that send w without a copy. */
+ * checkpoint's spans; pull replies that send w without a copy. The rules of
+ * torch.optim on the shard: adam's step size as torch computes it. */
 #include "server/shard.h"
 
 #include <check.h>
@@ -608,6 +609,61 @@ START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
 }
 END_TEST
 
+/* ---- every rule of [optimizer] kind (issue 27) ----------------------------------------- */
+
+/* A shard of 72 parameters (one shard, 2 workers, async) of the job with
+ * these overrides on top, initialised with w0 (72 values). */
+static dcps_shard_t *opt_shard(const char *const *set, size_t k, const float *w0)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    char err[512];
+    const char *ov[16] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1",
+                          "job.workers=2"};
+    ck_assert_uint_le(k, 13);
+    memcpy(ov + 3, set, k * sizeof *set);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 3 + k, err, sizeof err) == 0, "%s", err);
+    int rc = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
+    free(cfg);
+    ck_assert_msg(s != NULL, "%s", dcps_strerror(rc));
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    return s;
+}
+
+/* torch.optim.Adam computes its step size lr / (1 − β1^t) from the Python
+ * float lr, in double, and rounds it to float once; so does the shard, from
+ * [optimizer] lr as read. (It used to start from lr rounded to float: at lr
+ * 0.001, steps 1 and 3 then took a step size one ulp off torch's.) Three
+ * steps against torch's float arithmetic, written out. */
+START_TEST(adam_step_size_is_computed_from_the_lr_in_double_as_torch_does)
+{
+    const char *set[] = {"optimizer.kind=adam", "optimizer.lr=0.001"};
+    float w[72], m[72] = {0}, v[72] = {0}, g[72];
+    for (int i = 0; i < 72; i++)
+        w[i] = 0.01f * (float)(i % 13) - 0.05f;
+    dcps_shard_t *s = opt_shard(set, 2, w);
+    const double lr = 0.001;
+    ck_assert((float)(lr / (1 - 0.9)) != (float)((double)(float)lr / (1 - 0.9)));
+    for (uint64_t t = 1; t <= 3; t++) {
+        const float step_size = (float)(lr / (1 - pow(0.9, (double)t)));
+        const float bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)t));
+        for (int i = 0; i < 72; i++) {
+            g[i] = 0.5f * (float)((i * 7 + (int)t) % 11) - 2.5f;
+            m[i] = m[i] * 0.9f + (float)(1 - 0.9) * g[i];                /* exp_avg */
+            v[i] = v[i] * 0.999f + (float)(1 - 0.999) * g[i] * g[i];     /* exp_avg_sq */
+            const float denom = sqrtf(v[i]) / bc2_sqrt + (float)1e-8;    /* denom */
+            w[i] = w[i] + -step_size * m[i] / denom;                      /* addcdiv_ */
+        }
+        ck_assert_int_eq(dcps_shard_apply_dense(s, 0, t, g), 0);
+        assert_floats(dcps_shard_view(s).w, w, 72);
+        ck_assert_mem_eq(dcps_shard_view(s).state, m, sizeof m);
+        ck_assert_mem_eq(dcps_shard_view(s).state + 72, v, sizeof v);
+    }
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
 /* ---- pull replies without a copy (dcps_shard_share) -------------------------------- */
 
 /* The jobs the next test runs: each update rule, async and sync. */
@@ -777,6 +833,10 @@ static Suite *shard_suite(void)
                         2 * RULES);
     tcase_add_test(tc, empty_sparse_push_is_no_update_but_counts_in_a_sync_round);
     tcase_add_test(tc, spans_follow_w_and_the_sum_and_add_up_to_floats);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("every rule");
+    tcase_add_test(tc, adam_step_size_is_computed_from_the_lr_in_double_as_torch_does);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("replies without a copy");
