@@ -4,7 +4,10 @@
  * vector, DC-ASGD's backup per worker, the memory it reports; updates that
  * would make a parameter non-finite refused with nothing changed; a
  * checkpoint's spans; pull replies that send w without a copy. The rules of
- * torch.optim on the shard: adam's step size as torch computes it. */
+ * torch.optim on the shard: adam's step size as torch computes it, kind =
+ * dcasgd as sgd with delay compensation, delay compensation before momentum,
+ * and refusals of updates that would make a parameter or its state
+ * non-finite. */
 #include "server/shard.h"
 
 #include <check.h>
@@ -664,9 +667,196 @@ START_TEST(adam_step_size_is_computed_from_the_lr_in_double_as_torch_does)
 }
 END_TEST
 
+/* Runs the same 24 updates from two workers on shards a and b (pulls now and
+ * then, so that the workers' backups differ from w; dense and sparse pushes)
+ * and checks after each that both hold the same bits: w and state. */
+static void same_run(dcps_shard_t *a, dcps_shard_t *b)
+{
+    const size_t floats = state_floats(a) * sizeof(float);
+    const uint32_t idx[5] = {0, 5, 9, 40, 71};
+    float g[72];
+    char why[DCPS_SHARD_WHY_MAX];
+    ck_assert_uint_eq(state_floats(a), state_floats(b));
+    for (int step = 0; step < 24; step++) {
+        const uint32_t rank = (uint32_t)step % 2;
+        if (step % 3 != 2) {
+            dcps_pull_t pa, pb;
+            dcps_shard_pull(a, rank, false, 0, 0, false, &pa);
+            dcps_shard_pull(b, rank, false, 0, 0, false, &pb);
+        }
+        for (int i = 0; i < 72; i++)
+            g[i] = 0.25f * (float)((i * 5 + step * 3) % 9) - 1.0f;
+        const uint32_t *pi = step % 4 == 3 ? idx : NULL;
+        const size_t k = pi ? 5 : 72;
+        const uint64_t seq = (uint64_t)step / 2 + 1;
+        ck_assert_int_eq(dcps_shard_push(a, false, rank, seq, 0, pi, g, k, why, sizeof why), 0);
+        ck_assert_int_eq(dcps_shard_push(b, false, rank, seq, 0, pi, g, k, why, sizeof why), 0);
+        ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, sizeof g) == 0,
+                      "step %d: w differs", step);
+        ck_assert_msg(memcmp(dcps_shard_view(a).state, dcps_shard_view(b).state, floats) == 0,
+                      "step %d: state differs", step);
+    }
+}
+
+/* kind = dcasgd is sgd with delay compensation: each spelling of DC-ASGD-a,
+ * and of DC-ASGD-c, gives the same shard, bit for bit. */
+START_TEST(dcasgd_is_sgd_with_delay_compensation_bit_for_bit)
+{
+    const char *const spell[][5] = {
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=adaptive"},
+        {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"},
+        {"optimizer.kind=dcasgd", "optimizer.delay_compensation=adaptive"},
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=adaptive", "optimizer.dc_adaptive=1"},
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=constant"},
+        {"optimizer.kind=dcasgd"},
+    };
+    const bool adaptive = _i < 3;
+    const int first = adaptive ? 0 : 4, second = adaptive ? 1 + _i : 5;
+    float w0[72];
+    for (int i = 0; i < 72; i++)
+        w0[i] = 0.125f * (float)(i % 9) - 0.5f;
+    const char *common[] = {"optimizer.lr=0.1", "optimizer.dc_lambda=0.5",
+                            "optimizer.dc_ms_decay=0.9"};
+    const char *set_a[8], *set_b[8];
+    size_t ka = 0, kb = 0;
+    for (int j = 0; j < 3; j++)
+        set_a[ka++] = set_b[kb++] = common[j];
+    for (int j = 0; j < 5 && spell[first][j]; j++)
+        set_a[ka++] = spell[first][j];
+    for (int j = 0; j < 5 && spell[second][j]; j++)
+        set_b[kb++] = spell[second][j];
+    dcps_shard_t *a = opt_shard(set_a, ka, w0), *b = opt_shard(set_b, kb, w0);
+    for (dcps_shard_t *s = a; s; s = s == a ? b : NULL) {
+        ck_assert_int_eq(dcps_shard_stats(s).kind, DCPS_OPT_SGD);
+        ck_assert_int_eq(dcps_shard_stats(s).delay,
+                         adaptive ? DCPS_DELAY_ADAPTIVE : DCPS_DELAY_CONSTANT);
+        ck_assert_int_eq(dcps_shard_stats(s).adaptive, adaptive);
+    }
+    same_run(a, b);
+    ck_assert_msg(memcmp(dcps_shard_view(a).w, w0, sizeof w0) != 0, "nothing moved");
+    dcps_shard_destroy(&a);
+    dcps_shard_destroy(&b);
+}
+END_TEST
+
+/* Delay compensation before another rule: momentum with constant λ is
+ * momentum (torch.optim.SGD's) applied to gc = g + λ g⊙g⊙(w − w_bak(m)),
+ * w_bak(m) what worker m last pulled; a sparse push corrects its entries
+ * (gc is 0 where g is). Against a reference written here, in torch's order
+ * of float operations; the correction is not zero (the reference without it
+ * ends elsewhere). */
+START_TEST(momentum_with_constant_delay_compensation_is_momentum_of_the_corrected_gradient)
+{
+    const char *set[] = {"optimizer.kind=momentum", "optimizer.momentum=0.9",
+                         "optimizer.lr=0.05", "optimizer.delay_compensation=constant",
+                         "optimizer.dc_lambda=0.5"};
+    const float lr = 0.05f, mu = 0.9f, lambda = 0.5f;
+    float w[72], u[72] = {0}, bak[2][72], plain[72], plain_u[72] = {0}, g[72];
+    const uint32_t idx[4] = {2, 5, 33, 70};
+    char why[DCPS_SHARD_WHY_MAX];
+    for (int i = 0; i < 72; i++)
+        w[i] = plain[i] = bak[0][i] = bak[1][i] = 0.125f * (float)(i % 9) - 0.5f;
+    dcps_shard_t *s = opt_shard(set, 5, w); /* INIT sets every backup to w0 */
+    ck_assert_int_eq(dcps_shard_stats(s).delay, DCPS_DELAY_CONSTANT);
+    for (int step = 0; step < 20; step++) {
+        const uint32_t rank = (uint32_t)step % 2;
+        if (step % 3 == 0) { /* rank pulls: its backup is w now */
+            dcps_pull_t p;
+            dcps_shard_pull(s, rank, false, 0, 0, false, &p);
+            memcpy(bak[rank], w, sizeof w);
+        }
+        const bool sparse = step % 5 == 4;
+        float dense[72] = {0};
+        for (int i = 0; i < 72; i++)
+            g[i] = 0.25f * (float)((i * 7 + step * 5) % 13) - 1.5f;
+        for (int i = 0; i < 72; i++)
+            dense[i] = sparse ? 0 : g[i];
+        for (int j = 0; sparse && j < 4; j++)
+            dense[idx[j]] = g[j];
+        for (int i = 0; i < 72; i++) {
+            const float gc = dense[i] + lambda * dense[i] * dense[i] * (w[i] - bak[rank][i]);
+            u[i] = mu * u[i] + gc; /* buf.mul_(momentum).add_(d_p) */
+            w[i] = w[i] + -lr * u[i]; /* param.add_(buf, alpha=-lr) */
+            plain_u[i] = mu * plain_u[i] + dense[i];
+            plain[i] = plain[i] + -lr * plain_u[i];
+        }
+        ck_assert_int_eq(dcps_shard_push(s, false, rank, (uint64_t)step / 2 + 1, 0,
+                                         sparse ? idx : NULL, g, sparse ? 4 : 72,
+                                         why, sizeof why),
+                         0);
+        assert_floats(dcps_shard_view(s).w, w, 72);
+        ck_assert_mem_eq(dcps_shard_view(s).state, u, sizeof u);
+    }
+    ck_assert_msg(memcmp(plain, w, sizeof w) != 0, "the correction changed nothing");
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* A generic rule refuses a push that would make a parameter, or its state
+ * alone, non-finite: adam's v and adagrad's sum overflow while the parameter
+ * stays finite (the step divides by √Inf), nesterov momentum overflows the
+ * parameter, and adaptive delay compensation its mean square. Dense, sparse
+ * non-lazy and lazy: DCPS_E_NONFINITE, a sentence naming the parameter, and
+ * nothing changed (w, every state array, version, counters, sessions), after a
+ * push that made the state nonzero; the next good push is applied. */
+START_TEST(generic_rules_refuse_a_push_that_would_make_a_parameter_or_its_state_non_finite)
+{
+    static const struct {
+        const char *set[3];
+        float big;
+        const char *says;
+    } cases[] = {
+        {{"optimizer.kind=adam"}, 1e21f, "adam state of parameter 5 non-finite"},
+        {{"optimizer.kind=adagrad"}, 2e19f, "adagrad state of parameter 5 non-finite"},
+        {{"optimizer.kind=momentum", "optimizer.nesterov=true"}, -FLT_MAX,
+         "would make parameter 5 inf"},
+        {{"optimizer.kind=adamw", "optimizer.delay_compensation=adaptive"}, 1e20f,
+         "delay compensation would make the gradient of parameter 5 or its mean square "
+         "non-finite"},
+    };
+    const int form = _i % 3; /* dense, sparse, sparse lazy */
+    const char *set[6] = {"optimizer.lr=0.1", form == 2 ? "optimizer.lazy=true"
+                                                        : "optimizer.lazy=false"};
+    size_t k = 2;
+    for (int j = 0; j < 3 && cases[_i / 3].set[j]; j++)
+        set[k++] = cases[_i / 3].set[j];
+    float w0[72], g[72];
+    const uint32_t idx[5] = {1, 5, 9, 30, 71};
+    for (int i = 0; i < 72; i++)
+        w0[i] = 0.125f * (float)(i % 9) - 0.5f, g[i] = 0.5f - 0.125f * (float)(i % 5);
+    dcps_shard_t *s = opt_shard(set, k, w0);
+    char why[DCPS_SHARD_WHY_MAX];
+    const uint32_t *pi = form ? idx : NULL;
+    const size_t n = form ? 5 : 72;
+    dcps_pull_t p;
+    dcps_shard_pull(s, 1, false, 0, 0, false, &p);
+    ck_assert_int_eq(dcps_shard_push(s, false, 0, 1, 0, pi, g, n, why, sizeof why), 0);
+    snap_t before, after;
+    snap(s, &before);
+    float bad[72];
+    memcpy(bad, g, sizeof bad);
+    if (form) /* the sparse values are v[j] for idx[j]: 5 and 9 */
+        bad[1] = bad[2] = cases[_i / 3].big;
+    else
+        bad[5] = bad[9] = cases[_i / 3].big;
+    ck_assert_int_eq(dcps_shard_push(s, false, 1, 1, 0, pi, bad, n, why, sizeof why),
+                     DCPS_E_NONFINITE);
+    ck_assert_msg(strstr(why, cases[_i / 3].says) && strstr(why, "nothing applied"), "%s", why);
+    snap(s, &after);
+    ck_assert_msg(memcmp(&before, &after, sizeof before) == 0, "a refused push changed the shard");
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 1), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_shard_push(s, false, 1, 1, 0, pi, g, n, why, sizeof why), 0);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, before.version + 1);
+    assert_all_finite(dcps_shard_view(s).w, 72);
+    assert_all_finite(dcps_shard_view(s).state, state_floats(s));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
 /* ---- pull replies without a copy (dcps_shard_share) -------------------------------- */
 
-/* The jobs the next test runs: each update rule, async and sync. */
+/* The jobs the next test runs: each update rule, async and sync; the rules of
+ * torch.optim lazy (in place) and not (out of place). */
 static const char *const held_jobs[][3] = {
     {"job.mode=async", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
     {"job.mode=async", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
@@ -674,6 +864,10 @@ static const char *const held_jobs[][3] = {
     {"job.mode=async", "optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"},
     {"job.mode=sync", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
     {"job.mode=sync", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
+    {"job.mode=async", "optimizer.kind=adam", "optimizer.lazy=true"},
+    {"job.mode=async", "optimizer.kind=adamw", "optimizer.lazy=false"},
+    {"job.mode=sync", "optimizer.kind=adagrad", "optimizer.lazy=true"},
+    {"job.mode=async", "optimizer.kind=momentum", "optimizer.delay_compensation=constant"},
 };
 
 static dcps_shard_t *held_shard(int job_i)
@@ -837,6 +1031,12 @@ static Suite *shard_suite(void)
 
     tc = tcase_create("every rule");
     tcase_add_test(tc, adam_step_size_is_computed_from_the_lr_in_double_as_torch_does);
+    tcase_add_loop_test(tc, dcasgd_is_sgd_with_delay_compensation_bit_for_bit, 0, 4);
+    tcase_add_test(tc,
+                   momentum_with_constant_delay_compensation_is_momentum_of_the_corrected_gradient);
+    tcase_add_loop_test(
+        tc, generic_rules_refuse_a_push_that_would_make_a_parameter_or_its_state_non_finite, 0,
+        12);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("replies without a copy");
