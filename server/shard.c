@@ -68,7 +68,9 @@ struct dcps_shard {
     dcps_session_t *session; /* per rank: its session and last push; this store is their
                                 one owner (server/session.h): the router reads them and
                                 binds one at HELLO, the functions below record pushes */
-    float lr;                /* from [optimizer] lr: the schedule's base */
+    double lr;               /* from [optimizer] lr: the schedule's base, kept in double
+                                as torch.optim keeps a Python float (adam's step size is
+                                computed from it in double, then rounded once) */
     float lr_now;            /* the lr of the update at hand (prepare) */
     size_t floats;           /* what a checkpoint holds, in floats: all of mem but one
                                 buffer of n (dcps_shard_spans) */
@@ -435,12 +437,13 @@ static void state_at(const dcps_shard_t *s, size_t a, float *st[DCPS_RULE_MAX_ST
         st[j] = s->st[j] ? s->st[j] + a : NULL;
 }
 
-/* The sentence for a gradient that delay compensation would make non-finite. */
-static int refuse_delay(dcps_shard_t *s, size_t i, float g)
+/* The sentence for a gradient that delay compensation would make non-finite
+ * (`of` names g, as refuse_param's). */
+static int refuse_delay(dcps_shard_t *s, size_t i, float g, const char *of)
 {
-    return refuse(s, "delay compensation would make the gradient of parameter %llu (%g) or "
-                     "its mean square non-finite; nothing applied",
-                  (unsigned long long)(s->range.lo + i), (double)g);
+    return refuse(s, "delay compensation would make the gradient of parameter %llu or its "
+                     "mean square non-finite (%s %g); nothing applied",
+                  (unsigned long long)(s->range.lo + i), of, (double)g);
 }
 
 /* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
@@ -453,7 +456,7 @@ static int rule_to(dcps_shard_t *s, const float *bak, const float *g, const char
     if (s->generic && s->delay != DCPS_DELAY_NONE) {
         bad = dcps_delay_dense_to(s->gc, s->w, bak, s->ms, g, s->n, &s->dc);
         if (bad < s->n)
-            return refuse_delay(s, bad, g[bad]);
+            return refuse_delay(s, bad, g[bad], of);
     }
     if (s->generic) {
         const float *gg = s->gc ? s->gc : g;
@@ -634,7 +637,7 @@ static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx
     if (s->gc) {
         bad = dcps_delay_sparse_to(s->gc, s->w, bak, s->ms, lo, idx, v, k, &s->dc);
         if (bad < k)
-            return refuse_delay(s, idx[bad] - lo, v[bad]);
+            return refuse_delay(s, idx[bad] - lo, v[bad], "gradient");
         g = s->gc;
     }
     if (s->lazy) {
@@ -708,8 +711,8 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
     case DCPS_OPT_MOMENTUM:
         /* It moves every parameter (u decays everywhere): out of place, as dense. */
         free_spare(s);
-        bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k, s->lr,
-                                      s->momentum);
+        bad = dcps_momentum_sparse_to(s->spare, s->w, s->state, s->n, lo, idx, v, k,
+                                      s->lr_now, s->momentum);
         if (bad < s->n)
             return refuse_param(s, bad, s->spare[bad], sparse_at(s, idx, v, k, bad),
                                 "gradient");
@@ -917,7 +920,7 @@ dcps_shard_view_t dcps_shard_view(const dcps_shard_t *s)
 
 void dcps_shard_set_lr(dcps_shard_t *s, double lr)
 {
-    s->lr = (float)lr;
+    s->lr = lr;
     s->dc.lr = (float)lr;
 }
 
@@ -1000,7 +1003,7 @@ dcps_shard_stats_t dcps_shard_stats(const dcps_shard_t *s)
         .kind = s->rule,
         .delay = s->delay,
         .adaptive = s->dc.adaptive,
-        .lr = s->lr,
+        .lr = (float)s->lr,
         .initialized = s->initialized,
         .restored = s->restored,
         .delta = s->delta,

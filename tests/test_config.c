@@ -9,6 +9,7 @@
 #include "tests/scratch.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -791,6 +792,201 @@ START_TEST(momentum_correction_needs_error_feedback)
 }
 END_TEST
 
+/* --- [optimizer]: the rules of torch.optim (issue 27) ---------------------------------- */
+
+START_TEST(optimizer_defaults_are_torch_optims)
+{
+    dcps_config_defaults(&cfg);
+    ck_assert(!cfg.nesterov);
+    ck_assert_double_eq(cfg.beta1, 0.9);
+    ck_assert_double_eq(cfg.beta2, 0.999);
+    ck_assert(isnan(cfg.eps));          /* auto */
+    ck_assert(isnan(cfg.weight_decay)); /* auto */
+    ck_assert(!cfg.lazy);
+    ck_assert_int_eq(cfg.delay, DCPS_DELAY_NONE);
+    /* auto: torch.optim's defaults for the rule */
+    const struct {
+        int kind;
+        double eps, wd;
+    } want[] = {{DCPS_OPT_SGD, 1e-8, 0},      {DCPS_OPT_MOMENTUM, 1e-8, 0},
+                {DCPS_OPT_ADAM, 1e-8, 0},     {DCPS_OPT_ADAMW, 1e-8, 0.01},
+                {DCPS_OPT_ADAGRAD, 1e-10, 0}, {DCPS_OPT_DCASGD, 1e-8, 0}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        cfg.opt_kind = want[i].kind;
+        ck_assert_double_eq(dcps_config_eps(&cfg), want[i].eps);
+        ck_assert_double_eq(dcps_config_weight_decay(&cfg), want[i].wd);
+    }
+    /* given: as given, for every rule */
+    expect_ok("[optimizer]\nkind = adamw\neps = 1e-6\nweight_decay = 0\n");
+    ck_assert_double_eq(dcps_config_eps(&cfg), 1e-6);
+    ck_assert_double_eq(dcps_config_weight_decay(&cfg), 0);
+    expect_ok("[optimizer]\nkind = adagrad\neps = AUTO\nweight_decay = auto\n");
+    ck_assert_double_eq(dcps_config_eps(&cfg), 1e-10);
+    ck_assert_double_eq(dcps_config_weight_decay(&cfg), 0);
+}
+END_TEST
+
+START_TEST(optimizer_keys_outside_their_range_are_refused)
+{
+    expect_set_error("optimizer.eps=0",
+                     "--set \"optimizer.eps=0\": [optimizer] eps: value 0 is outside (0, 1]");
+    expect_set_error("optimizer.eps=-1e-8",
+                     "--set \"optimizer.eps=-1e-8\": [optimizer] eps: value -1e-8 is outside (0, 1]");
+    expect_set_error("optimizer.eps=2",
+                     "--set \"optimizer.eps=2\": [optimizer] eps: value 2 is outside (0, 1]");
+    expect_set_error("optimizer.eps=tiny",
+                     "--set \"optimizer.eps=tiny\": [optimizer] eps: \"tiny\" is not a number");
+    expect_set_error("optimizer.eps=nan",
+                     "--set \"optimizer.eps=nan\": [optimizer] eps: \"nan\" is not a finite number");
+    expect_set_error("optimizer.weight_decay=-0.01",
+                     "--set \"optimizer.weight_decay=-0.01\": [optimizer] weight_decay: value "
+                     "-0.01 is outside [0, 1]");
+    expect_set_error("optimizer.weight_decay=1.5",
+                     "--set \"optimizer.weight_decay=1.5\": [optimizer] weight_decay: value 1.5 "
+                     "is outside [0, 1]");
+    expect_set_error("optimizer.beta1=1",
+                     "--set \"optimizer.beta1=1\": [optimizer] beta1: value 1 is outside [0, 1)");
+    expect_set_error("optimizer.beta2=-0.5",
+                     "--set \"optimizer.beta2=-0.5\": [optimizer] beta2: value -0.5 is outside "
+                     "[0, 1)");
+    expect_set_error("optimizer.lazy=sometimes",
+                     "--set \"optimizer.lazy=sometimes\": [optimizer] lazy: \"sometimes\" is not a "
+                     "boolean (true/false, yes/no, on/off, 1/0)");
+    expect_set_error("optimizer.nesterov=2",
+                     "--set \"optimizer.nesterov=2\": [optimizer] nesterov: \"2\" is not a boolean "
+                     "(true/false, yes/no, on/off, 1/0)");
+    expect_set_error("optimizer.delay_compensation=yes",
+                     "--set \"optimizer.delay_compensation=yes\": [optimizer] delay_compensation: "
+                     "\"yes\" is not one of none, constant, adaptive");
+    expect_file_error("[optimizer]\nkind = adam\nbeta2 = 0.999\neps = 0\n",
+                      ":4: [optimizer] eps: value 0 is outside (0, 1]");
+    /* the bounds themselves, where they are in the range */
+    const char *ok[] = {"optimizer.kind=adam", "optimizer.eps=1", "optimizer.weight_decay=1",
+                        "optimizer.beta1=0", "optimizer.beta2=0.999999"};
+    ck_assert_int_eq(load(NULL, 5, ok), 0);
+    ck_assert_double_eq(cfg.eps, 1);
+    ck_assert_double_eq(cfg.weight_decay, 1);
+    ck_assert_double_eq(cfg.beta1, 0);
+}
+END_TEST
+
+START_TEST(unknown_optimizer_kind_lists_the_valid_ones)
+{
+    expect_file_error("[optimizer]\nkind = lamb\n",
+                      ":2: [optimizer] kind: \"lamb\" is not one of sgd, momentum, dcasgd, adam, "
+                      "adamw, adagrad");
+    expect_set_error("optimizer.kind=SparseAdam",
+                     "--set \"optimizer.kind=SparseAdam\": [optimizer] kind: \"SparseAdam\" is "
+                     "not one of sgd, momentum, dcasgd, adam, adamw, adagrad");
+    const char *kinds[] = {"sgd", "momentum", "dcasgd", "adam", "adamw", "adagrad"};
+    for (int i = 0; i < 6; i++) {
+        char arg[64];
+        const char *ov[] = {arg};
+        snprintf(arg, sizeof arg, "optimizer.kind=%s", kinds[i]);
+        ck_assert_int_eq(load(NULL, 1, ov), 0);
+        ck_assert_str_eq(dcps_config_optimizer_name(cfg.opt_kind), kinds[i]);
+    }
+}
+END_TEST
+
+START_TEST(nesterov_needs_momentum_and_names_the_keys)
+{
+    expect_file_error("[optimizer]\nkind = sgd\nnesterov = true\n",
+                      ": [optimizer] nesterov = true needs kind = momentum with momentum > 0 "
+                      "(kind is sgd, momentum 0.9)");
+    expect_file_error("[optimizer]\nkind = adam\nnesterov = true\n",
+                      ": [optimizer] nesterov = true needs kind = momentum with momentum > 0 "
+                      "(kind is adam, momentum 0.9)");
+    const char *ov[] = {"optimizer.kind=momentum", "optimizer.momentum=0",
+                        "optimizer.nesterov=yes"};
+    ck_assert_int_eq(load(NULL, 3, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "--set: [optimizer] nesterov = true needs kind = momentum with "
+                          "momentum > 0 (kind is momentum, momentum 0)");
+    expect_ok("[optimizer]\nkind = momentum\nmomentum = 0.5\nnesterov = true\n");
+    ck_assert(cfg.nesterov);
+}
+END_TEST
+
+START_TEST(adamw_lr_times_weight_decay_must_be_below_1)
+{
+    expect_file_error("[optimizer]\nkind = adamw\nlr = 2\nweight_decay = 0.5\n",
+                      ": [optimizer] lr (2) times weight_decay (0.5) must be below 1: adamw "
+                      "multiplies every parameter by 1 - lr * weight_decay each update");
+    /* auto: 0.01, so lr 10 gives 0.1 and passes; weight decay 0.1 at lr 10 does not */
+    expect_ok("[optimizer]\nkind = adamw\nlr = 10\n");
+    expect_file_error("[optimizer]\nkind = adamw\nlr = 10\nweight_decay = 0.1\n",
+                      ": [optimizer] lr (10) times weight_decay (0.1) must be below 1: adamw "
+                      "multiplies every parameter by 1 - lr * weight_decay each update");
+    expect_ok("[optimizer]\nkind = adamw\nlr = 1.25\nweight_decay = 0.75\n"); /* 0.9375 */
+    /* L2 weight decay (the other rules) multiplies nothing: no such limit */
+    expect_ok("[optimizer]\nkind = adam\nlr = 2\nweight_decay = 0.5\n");
+}
+END_TEST
+
+START_TEST(dc_adaptive_contradicting_delay_compensation_is_refused)
+{
+    expect_file_error("[optimizer]\ndelay_compensation = constant\ndc_adaptive = true\n",
+                      ": [optimizer] dc_adaptive = true contradicts delay_compensation = constant: "
+                      "give delay_compensation = adaptive, or drop dc_adaptive");
+    expect_file_error(
+        "[optimizer]\nkind = dcasgd\ndelay_compensation = constant\ndc_adaptive = true\n",
+        ": [optimizer] dc_adaptive = true contradicts delay_compensation = constant: give "
+        "delay_compensation = adaptive, or drop dc_adaptive");
+    /* kind = dcasgd is sgd with delay compensation: dc_adaptive picks which,
+     * unless delay_compensation says it; they may agree. */
+    const struct {
+        const char *text;
+        int rule, delay;
+    } ok[] = {
+        {"[optimizer]\nkind = dcasgd\n", DCPS_OPT_SGD, DCPS_DELAY_CONSTANT},
+        {"[optimizer]\nkind = dcasgd\ndc_adaptive = true\n", DCPS_OPT_SGD, DCPS_DELAY_ADAPTIVE},
+        {"[optimizer]\nkind = dcasgd\ndelay_compensation = adaptive\n", DCPS_OPT_SGD,
+         DCPS_DELAY_ADAPTIVE},
+        {"[optimizer]\ndelay_compensation = adaptive\ndc_adaptive = true\n", DCPS_OPT_SGD,
+         DCPS_DELAY_ADAPTIVE},
+        {"[optimizer]\nkind = adam\ndelay_compensation = constant\n", DCPS_OPT_ADAM,
+         DCPS_DELAY_CONSTANT},
+        {"[optimizer]\nkind = momentum\n", DCPS_OPT_MOMENTUM, DCPS_DELAY_NONE},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        expect_ok(ok[i].text);
+        ck_assert_int_eq(dcps_config_rule(&cfg), ok[i].rule);
+        ck_assert_int_eq(dcps_config_delay(&cfg), ok[i].delay);
+    }
+    ck_assert_str_eq(dcps_config_delay_name(DCPS_DELAY_ADAPTIVE), "adaptive");
+}
+END_TEST
+
+START_TEST(optimizer_keys_write_and_load_back)
+{
+    const char *sets[][7] = {
+        {"optimizer.kind=adamw", "optimizer.beta1=0.8", "optimizer.beta2=0.99",
+         "optimizer.eps=1e-6", "optimizer.weight_decay=0.1", "optimizer.lazy=true",
+         "optimizer.delay_compensation=adaptive"},
+        {"optimizer.kind=momentum", "optimizer.nesterov=true", "optimizer.eps=auto",
+         "optimizer.weight_decay=auto", "optimizer.momentum=0.5", "optimizer.lr=0.3",
+         "optimizer.delay_compensation=constant"},
+    };
+    for (int i = 0; i < 2; i++) {
+        dcps_config_t want;
+        char written[160];
+        ck_assert_int_eq(dcps_config_load(&want, NULL, sets[i], 7, err, sizeof err), 0);
+        snprintf(written, sizeof written, "%s/written.ini", dir);
+        FILE *f = fopen(written, "w");
+        ck_assert_ptr_nonnull(f);
+        dcps_config_write(&want, f);
+        fclose(f);
+        int rc = dcps_config_load(&cfg, written, NULL, 0, err, sizeof err);
+        ck_assert_msg(rc == 0, "reload failed: %s", err);
+        ck_assert_mem_eq(&cfg, &want, sizeof cfg);
+        unlink(written);
+    }
+    ck_assert(cfg.nesterov);
+    ck_assert(isnan(cfg.eps));
+    ck_assert_int_eq(cfg.delay, DCPS_DELAY_CONSTANT);
+}
+END_TEST
+
 START_TEST(server_public_key_must_be_empty_or_40_z85_characters)
 {
     expect_file_error("[security]\nserver_public_key = abc\n",
@@ -1099,6 +1295,13 @@ int main(void)
     tcase_add_test(tc, density_warmup_falls_from_a_quarter_to_the_density);
     tcase_add_test(tc, dgc_and_pipeline_keys_outside_their_range_are_refused);
     tcase_add_test(tc, momentum_correction_needs_error_feedback);
+    tcase_add_test(tc, optimizer_defaults_are_torch_optims);
+    tcase_add_test(tc, optimizer_keys_outside_their_range_are_refused);
+    tcase_add_test(tc, unknown_optimizer_kind_lists_the_valid_ones);
+    tcase_add_test(tc, nesterov_needs_momentum_and_names_the_keys);
+    tcase_add_test(tc, adamw_lr_times_weight_decay_must_be_below_1);
+    tcase_add_test(tc, dc_adaptive_contradicting_delay_compensation_is_refused);
+    tcase_add_test(tc, optimizer_keys_write_and_load_back);
     tcase_add_test(tc, server_public_key_must_be_empty_or_40_z85_characters);
     tcase_add_test(tc, job_name_must_not_be_empty);
     tcase_add_test(tc, override_beats_the_file_and_the_last_override_wins);

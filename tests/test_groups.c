@@ -137,8 +137,8 @@ static void init(dcps_shard_t *s, float *w)
  * [0, 64), wd 0 at lr 0.02 on [64, 72); m, v their state. */
 static void reference(float *w, float *m, float *v, const float *g, uint64_t t)
 {
-    /* the shard keeps [optimizer] lr as a float (dcps_shard_set_lr) */
-    const double wd[2] = {0.1, 0}, lr[2] = {(double)0.01f, (double)0.01f * 2};
+    /* the shard keeps [optimizer] lr in double, as torch keeps a Python float */
+    const double wd[2] = {0.1, 0}, lr[2] = {0.01, 0.01 * 2};
     const size_t lo[2] = {0, 64}, hi[2] = {64, 72};
     float out[72];
     for (int k = 0; k < 2; k++) {

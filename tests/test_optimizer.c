@@ -1,8 +1,13 @@
 /* Tests for server/optimizer: the update rules against values worked out by
  * hand (chosen so that every intermediate is exact in float32), sparse rules
  * against the dense rule of the same vector, and the checked out-of-place
- * forms against the in-place rules. The shard store that runs them is
- * tests/test_shard.c's. */
+ * forms against the in-place rules. Every rule of [optimizer] kind (sgd,
+ * momentum with nesterov, adam, adamw, adagrad, with weight decay), dense and
+ * lazy, against torch.optim's formulas computed in double; non-lazy sparse
+ * pushes bit for bit the dense rule; their checks; delay compensation before
+ * sgd bit for bit DC-ASGD. The shard store that runs them is
+ * tests/test_shard.c's; python/tests/test_optim.py compares them with
+ * torch.optim itself. */
 #include "server/optimizer.h"
 
 #include <check.h>
@@ -10,9 +15,12 @@
 #include "tests/check_run.h"
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/rng.h"
 
 static void assert_floats(const float *got, const float *want, size_t n)
@@ -322,6 +330,303 @@ START_TEST(checked_rules_report_the_first_position_that_would_not_be_finite)
 }
 END_TEST
 
+/* --- every rule of [optimizer] kind (dcps_rule_*) --------------------------------------- */
+
+/* The options of one rule, as the job gives them: constants chosen so that
+ * every term counts (an eps as large as √v, a weight decay that moves w). */
+typedef struct {
+    const char *name;
+    int kind;
+    double momentum;
+    bool nesterov;
+    double beta1, beta2, eps, wd;
+} rule_case_t;
+
+static const rule_case_t rule_cases[] = {
+    {"sgd", DCPS_OPT_SGD, 0, false, 0, 0, 0, 0},
+    {"sgd weight_decay", DCPS_OPT_SGD, 0, false, 0, 0, 0, 0.1},
+    {"momentum", DCPS_OPT_MOMENTUM, 0.7, false, 0, 0, 0, 0},
+    {"momentum nesterov weight_decay", DCPS_OPT_MOMENTUM, 0.7, true, 0, 0, 0, 0.1},
+    {"adam", DCPS_OPT_ADAM, 0, false, 0.8, 0.9, 0.1, 0},
+    {"adam weight_decay", DCPS_OPT_ADAM, 0, false, 0.9, 0.999, 1e-8, 0.1},
+    {"adamw", DCPS_OPT_ADAMW, 0, false, 0.8, 0.9, 0.1, 0.1},
+    {"adagrad", DCPS_OPT_ADAGRAD, 0, false, 0, 0, 0.1, 0},
+    {"adagrad weight_decay", DCPS_OPT_ADAGRAD, 0, false, 0, 0, 1e-10, 0.1},
+};
+enum { RULE_CASES = sizeof rule_cases / sizeof rule_cases[0] };
+
+static dcps_rule_t rule_of(const rule_case_t *c)
+{
+    return dcps_rule_new(c->kind, c->momentum, c->nesterov, c->beta1, c->beta2, c->eps, c->wd);
+}
+
+/* One entry of the rule as torch.optim's documentation writes it, in double:
+ * w, its state a (u, m or the sum) and b (v), gradient g, learning rate lr, t
+ * the step (from 1). Written from torch.optim's formulas, not from
+ * optimizer.c. */
+static void ref_step(const rule_case_t *c, double lr, uint64_t t, double *w, double *a,
+                     double *b, double g)
+{
+    if (c->kind == DCPS_OPT_ADAMW)
+        *w *= 1 - lr * c->wd; /* decoupled: the gradient does not see it */
+    else
+        g += c->wd * *w;
+    switch (c->kind) {
+    case DCPS_OPT_SGD: *w -= lr * g; break;
+    case DCPS_OPT_MOMENTUM:
+        *a = c->momentum * *a + g;
+        *w -= lr * (c->nesterov ? g + c->momentum * *a : *a);
+        break;
+    case DCPS_OPT_ADAM:
+    case DCPS_OPT_ADAMW: {
+        *a = c->beta1 * *a + (1 - c->beta1) * g;
+        *b = c->beta2 * *b + (1 - c->beta2) * g * g;
+        const double bc1 = 1 - pow(c->beta1, (double)t), bc2 = 1 - pow(c->beta2, (double)t);
+        *w -= lr / bc1 * *a / (sqrt(*b) / sqrt(bc2) + c->eps);
+        break;
+    }
+    case DCPS_OPT_ADAGRAD:
+        *a += g * g;
+        *w -= lr * g / (sqrt(*a) + c->eps);
+        break;
+    default: ck_abort_msg("no such rule %d", c->kind);
+    }
+}
+
+/* Float against the double reference: each step rounds a handful of float
+ * operations (a relative 2^-24 each); over 20 steps at lr 0.1 they add up to
+ * below 1e-6 of the values' scale (about 1; measured: under 3e-7), so 1e-5
+ * is float rounding with room, and far below what a wrong term would give
+ * (a term missing or misplaced moves values by 1e-3 or more). */
+#define REF_TOL 1e-5
+
+static void assert_near(const char *what, const char *rule, int step, size_t i, float got,
+                        double want)
+{
+    ck_assert_msg(fabs((double)got - want) <= REF_TOL * (1 + fabs(want)),
+                  "%s, step %d: %s[%zu] is %.9g, the reference %.9g", rule, step, what, i,
+                  (double)got, want);
+}
+
+/* Lazy sparse pushes (_i even) and dense pushes (_i odd) of each rule, 20
+ * steps from a fresh state, against ref_step in double. Lazy: the rule runs at
+ * the pushed entries only, with the shard's step t; every other parameter and
+ * its state keep their bits. */
+START_TEST(rules_lazy_and_dense_follow_torch_optims_formulas_in_double)
+{
+    enum { N = 64, BASE = 1000 };
+    const rule_case_t *c = &rule_cases[_i / 2];
+    const bool lazy = _i % 2 == 0;
+    float w[N], a[N] = {0}, b[N] = {0}, out[N], g[N], v[N];
+    double wd_[N], ad[N] = {0}, bd[N] = {0};
+    uint32_t idx[N];
+    const int states = dcps_rule_states(c->kind);
+    float *const st[2] = {states > 0 ? a : NULL, states > 1 ? b : NULL};
+    dcps_rule_t r = rule_of(c);
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 27 + (uint64_t)_i);
+    for (int i = 0; i < N; i++)
+        wd_[i] = w[i] = dcps_rng_normal(&rng);
+    double worst = 0;
+    for (int t = 1; t <= 20; t++) {
+        float w_was[N], a_was[N], b_was[N];
+        memcpy(w_was, w, sizeof w), memcpy(a_was, a, sizeof a), memcpy(b_was, b, sizeof b);
+        dcps_rule_at(&r, 0.1, (uint64_t)t);
+        size_t k = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            /* lazy: about a third of the entries, every one at step 7 */
+            g[i] = 0;
+            if (!lazy || t == 7 || dcps_rng_below(&rng, 3) == 0) {
+                g[i] = dcps_rng_normal(&rng);
+                idx[k] = BASE + i, v[k] = g[i], k++;
+            }
+        }
+        if (lazy) {
+            ck_assert_uint_eq(dcps_rule_lazy_check(&r, w, st, BASE, idx, v, k), k);
+            dcps_rule_lazy(&r, w, st, BASE, idx, v, k);
+        } else {
+            ck_assert_uint_eq(dcps_rule_dense_to(&r, out, w, st, g, N), N);
+            dcps_rule_dense_state(&r, st, w, g, N);
+            memcpy(w, out, sizeof w);
+        }
+        for (size_t j = 0; j < k; j++)
+            ref_step(c, 0.1, (uint64_t)t, &wd_[idx[j] - BASE], &ad[idx[j] - BASE],
+                     &bd[idx[j] - BASE], v[j]);
+        size_t j = 0;
+        for (size_t i = 0; i < N; i++) {
+            if (j < k && idx[j] - BASE == i) {
+                j++;
+                assert_near("w", c->name, t, i, w[i], wd_[i]);
+                assert_near("state 0", c->name, t, i, a[i], ad[i]);
+                assert_near("state 1", c->name, t, i, b[i], bd[i]);
+                worst = fmax(worst, fabs(w[i] - wd_[i]) / (1 + fabs(wd_[i])));
+            } else { /* not pushed (lazy): the same bits */
+                ck_assert_msg(w[i] == w_was[i] && a[i] == a_was[i] && b[i] == b_was[i] &&
+                                  signbit(w[i]) == signbit(w_was[i]),
+                              "%s, step %d: entry %zu was not pushed but changed", c->name, t, i);
+            }
+        }
+    }
+    printf("%s %s: largest difference from the double reference %.3g (bound %g)\n", c->name,
+           lazy ? "lazy" : "dense", worst, REF_TOL);
+}
+END_TEST
+
+/* Non-lazy sparse pushes are the dense rule on a gradient that is zero off
+ * the pushed entries: the same bits, parameters and state, step after step;
+ * and a parameter not pushed moves where the rule's state or weight decay
+ * moves it (sgd and adagrad without weight decay leave it as it is). */
+START_TEST(non_lazy_sparse_rules_equal_the_dense_rule_on_the_densified_gradient)
+{
+    enum { N = 301, BASE = 4000000000u };
+    const rule_case_t *c = &rule_cases[_i];
+    static float w0[N], s0[N], w1[N], w2[N], s1[2][N], s2[2][N], out1[N], out2[N], g[N], v[N];
+    static uint32_t idx[N];
+    static bool pushed[N];
+    memset(s1, 0, sizeof s1), memset(s2, 0, sizeof s2), memset(pushed, 0, sizeof pushed);
+    const int states = dcps_rule_states(c->kind);
+    float *const st1[2] = {states > 0 ? s1[0] : NULL, states > 1 ? s1[1] : NULL};
+    float *const st2[2] = {states > 0 ? s2[0] : NULL, states > 1 ? s2[1] : NULL};
+    dcps_rule_t r = rule_of(c);
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 99 + (uint64_t)_i);
+    for (int i = 0; i < N; i++)
+        w1[i] = w2[i] = dcps_rng_normal(&rng);
+    w1[17] = w2[17] = -0.0f; /* never pushed: weight decay leaves −0 as it is */
+    for (int t = 1; t <= 30; t++) {
+        dcps_rule_at(&r, 0.05, (uint64_t)t);
+        memcpy(w0, w1, sizeof w0), memcpy(s0, s1[0], sizeof s0); /* before the step */
+        memset(pushed, 0, sizeof pushed);
+        size_t k = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            g[i] = 0;
+            /* the first and last entries every time, one in 8 of the rest;
+             * a pushed −0 is a −0 in the dense gradient too */
+            if (i == 0 || i == N - 1 || (i != 17 && dcps_rng_below(&rng, 8) == 0)) {
+                g[i] = t % 5 == 0 && i == 0 ? -0.0f : dcps_rng_normal(&rng);
+                idx[k] = BASE + i, v[k] = g[i], k++;
+                pushed[i] = true;
+            }
+        }
+        ck_assert_uint_eq(dcps_rule_sparse_to(&r, out1, w1, st1, N, BASE, idx, v, k), N);
+        dcps_rule_sparse_state(&r, st1, w1, N, BASE, idx, v, k);
+        ck_assert_uint_eq(dcps_rule_dense_to(&r, out2, w2, st2, g, N), N);
+        dcps_rule_dense_state(&r, st2, w2, g, N);
+        memcpy(w1, out1, sizeof w1), memcpy(w2, out2, sizeof w2);
+        ck_assert_msg(memcmp(w1, w2, sizeof w1) == 0, "%s, step %d: parameters differ", c->name,
+                      t);
+        ck_assert_msg(memcmp(s1, s2, sizeof s1) == 0, "%s, step %d: state differs", c->name, t);
+    }
+    /* The last step's entries not pushed: moved where the rule's state or
+     * weight decay moves them, kept their bits otherwise. */
+    const bool decays = c->kind == DCPS_OPT_MOMENTUM || c->kind == DCPS_OPT_ADAM ||
+                        c->kind == DCPS_OPT_ADAMW;
+    int still = 0, moved = 0;
+    for (int i = 0; i < N; i++)
+        if (!pushed[i]) {
+            const bool moves = (c->wd != 0 && w0[i] != 0) || (decays && s0[i] != 0);
+            ck_assert_msg((w1[i] != w0[i]) == moves, "%s: entry %d, not pushed, is %g (was %g)",
+                          c->name, i, (double)w1[i], (double)w0[i]);
+            still += !moves, moved += moves;
+        }
+    ck_assert_int_gt(decays || c->wd != 0 ? moved : still, 100);
+}
+END_TEST
+
+/* Each generic rule's checks name the first entry whose new parameter or new
+ * state would not be finite, and write no state: adam's v and adagrad's sum
+ * overflow while the parameter stays finite (the step divides by √Inf);
+ * nesterov momentum and sgd with weight decay overflow the parameter. Dense
+ * and non-lazy sparse report the local position, lazy the pushed entry. */
+START_TEST(rule_checks_name_the_first_entry_whose_parameter_or_state_would_not_be_finite)
+{
+    static const struct {
+        rule_case_t c;
+        float big;       /* the gradient at the bad entries */
+        bool w_finite;   /* the parameter stays finite there: only the state overflows */
+    } cases[] = {
+        {{"adam", DCPS_OPT_ADAM, 0, false, 0.9, 0.999, 1e-8, 0}, 1e21f, true},
+        {{"adamw", DCPS_OPT_ADAMW, 0, false, 0.9, 0.999, 1e-8, 0.01}, -1e21f, true},
+        {{"adagrad", DCPS_OPT_ADAGRAD, 0, false, 0, 0, 1e-10, 0}, 2e19f, true},
+        {{"nesterov", DCPS_OPT_MOMENTUM, 0.9, true, 0, 0, 0, 0.01}, -FLT_MAX, false},
+        {{"sgd weight_decay", DCPS_OPT_SGD, 0, false, 0, 0, 0, 0.01}, -FLT_MAX, false},
+    };
+    const rule_case_t *c = &cases[_i].c;
+    enum { N = 8, BASE = 100 };
+    float w[N] = {1, -2, 3, -4, 5, -6, 7, -8}, a[N], b[N], out[N], g[N] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int i = 0; i < N; i++)
+        a[i] = 0.5f, b[i] = 0.25f;
+    float a_was[N], b_was[N], w_was[N];
+    memcpy(a_was, a, sizeof a), memcpy(b_was, b, sizeof b), memcpy(w_was, w, sizeof w);
+    const int states = dcps_rule_states(c->kind);
+    float *const st[2] = {states > 0 ? a : NULL, states > 1 ? b : NULL};
+    dcps_rule_t r = rule_of(c);
+    dcps_rule_at(&r, 10, 3);
+    g[6] = g[3] = cases[_i].big;
+    ck_assert_uint_eq(dcps_rule_dense_to(&r, out, w, st, g, N), 3);
+    ck_assert_msg(isfinite(out[3]) == cases[_i].w_finite, "%s: out[3] = %g", c->name,
+                  (double)out[3]);
+    const uint32_t idx[3] = {BASE + 1, BASE + 3, BASE + 6};
+    const float v[3] = {1, cases[_i].big, cases[_i].big};
+    ck_assert_uint_eq(dcps_rule_sparse_to(&r, out, w, st, N, BASE, idx, v, 3), 3);
+    ck_assert_uint_eq(dcps_rule_lazy_check(&r, w, st, BASE, idx, v, 3), 1);
+    ck_assert_mem_eq(a, a_was, sizeof a);
+    ck_assert_mem_eq(b, b_was, sizeof b);
+    ck_assert_mem_eq(w, w_was, sizeof w);
+    /* without the bad entries, everything is finite */
+    ck_assert_uint_eq(dcps_rule_lazy_check(&r, w, st, BASE, idx, v, 1), 1);
+    g[6] = g[3] = 1;
+    ck_assert_uint_eq(dcps_rule_dense_to(&r, out, w, st, g, N), N);
+}
+END_TEST
+
+/* Delay compensation as a transform: the corrected gradient handed to the
+ * generic sgd rule gives DC-ASGD's in-place rule (0.1's kind = dcasgd) bit for
+ * bit, dense and sparse, constant and adaptive λ, parameters and mean square. */
+START_TEST(delay_transform_then_sgd_is_dcasgd_bit_for_bit)
+{
+    enum { N = 97, K = 20, BASE = 500 };
+    const dcps_dcasgd_t p = {0.1f, _i % 2 ? 2.0f : 0.3f, _i % 2 == 1, 0.9f, 1e-7f};
+    const bool sparse = _i >= 2;
+    static float w1[N], w2[N], ms1[N], ms2[N], bak[N], g[N], gc[N], out[N], v[K];
+    static uint32_t idx[K];
+    float *const none[2] = {NULL, NULL};
+    dcps_rule_t sgd = dcps_rule_new(DCPS_OPT_SGD, 0, false, 0.9, 0.999, 1e-8, 0);
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 1000 + (uint64_t)_i);
+    for (int i = 0; i < N; i++) {
+        w1[i] = w2[i] = dcps_rng_normal(&rng);
+        bak[i] = w1[i] + 0.1f * dcps_rng_normal(&rng);
+        ms1[i] = ms2[i] = 0;
+    }
+    for (int t = 1; t <= 25; t++) {
+        dcps_rule_at(&sgd, p.lr, (uint64_t)t);
+        for (int i = 0; i < N; i++)
+            g[i] = dcps_rng_normal(&rng);
+        for (int j = 0; j < K; j++) {
+            idx[j] = (uint32_t)(BASE + j * 4 + (int)dcps_rng_below(&rng, 4));
+            v[j] = dcps_rng_normal(&rng);
+        }
+        if (sparse) {
+            ck_assert_uint_eq(dcps_delay_sparse_to(gc, w1, bak, ms1, BASE, idx, v, K, &p), K);
+            ck_assert_uint_eq(dcps_rule_lazy_check(&sgd, w1, none, BASE, idx, gc, K), K);
+            dcps_rule_lazy(&sgd, w1, none, BASE, idx, gc, K);
+            dcps_dcasgd_sparse_state(ms1, BASE, idx, v, K, &p);
+            dcps_dcasgd_sparse(w2, bak, ms2, BASE, idx, v, K, &p);
+        } else {
+            ck_assert_uint_eq(dcps_delay_dense_to(gc, w1, bak, ms1, g, N, &p), N);
+            ck_assert_uint_eq(dcps_rule_dense_to(&sgd, out, w1, none, gc, N), N);
+            dcps_dcasgd_dense_state(ms1, g, N, &p);
+            memcpy(w1, out, sizeof w1);
+            dcps_dcasgd_dense(w2, bak, ms2, g, N, &p);
+        }
+        ck_assert_msg(memcmp(w1, w2, sizeof w1) == 0, "step %d: parameters differ", t);
+        ck_assert_msg(memcmp(ms1, ms2, sizeof ms1) == 0, "step %d: mean square differs", t);
+    }
+    ck_assert(p.adaptive ? ms1[idx[0] - BASE] > 0 : ms1[0] == 0);
+}
+END_TEST
+
 static Suite *optimizer_suite(void)
 {
     Suite *s = suite_create("optimizer");
@@ -347,6 +652,17 @@ static Suite *optimizer_suite(void)
     tc = tcase_create("finite");
     tcase_add_test(tc, checked_rules_equal_the_in_place_rules_bit_for_bit);
     tcase_add_test(tc, checked_rules_report_the_first_position_that_would_not_be_finite);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("every rule");
+    tcase_add_loop_test(tc, rules_lazy_and_dense_follow_torch_optims_formulas_in_double, 0,
+                        2 * RULE_CASES);
+    tcase_add_loop_test(tc, non_lazy_sparse_rules_equal_the_dense_rule_on_the_densified_gradient,
+                        0, RULE_CASES);
+    tcase_add_loop_test(tc,
+                        rule_checks_name_the_first_entry_whose_parameter_or_state_would_not_be_finite,
+                        0, 5);
+    tcase_add_loop_test(tc, delay_transform_then_sgd_is_dcasgd_bit_for_bit, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,7 +3,11 @@
  * (server/session.h), sparse pushes equal to the dense push of the same
  * vector, DC-ASGD's backup per worker, the memory it reports; updates that
  * would make a parameter non-finite refused with nothing changed; a
- * checkpoint's spans; pull replies that send w without a copy. */
+ * checkpoint's spans; pull replies that send w without a copy. The rules of
+ * torch.optim on the shard: adam's step size as torch computes it, kind =
+ * dcasgd as sgd with delay compensation, delay compensation before momentum,
+ * and refusals of updates that would make a parameter or its state
+ * non-finite. */
 #include "server/shard.h"
 
 #include <check.h>
@@ -354,21 +358,40 @@ END_TEST
 
 /* --- parameters stay finite ------------------------------------------------------------ */
 
+/* The rules the finite tests run: 0.1's, then the rules of torch.optim,
+ * lazy and not, and one with delay compensation before it. */
+static const struct {
+    const char *name;
+    const char *set[3];
+} rules[] = {
+    {"sgd", {"optimizer.kind=sgd"}},
+    {"momentum", {"optimizer.kind=momentum"}},
+    {"dcasgd_c", {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=false"}},
+    {"dcasgd_a", {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"}},
+    {"adam", {"optimizer.kind=adam"}},
+    {"adamw lazy", {"optimizer.kind=adamw", "optimizer.lazy=true"}},
+    {"adagrad", {"optimizer.kind=adagrad"}},
+    {"nesterov weight_decay",
+     {"optimizer.kind=momentum", "optimizer.nesterov=true", "optimizer.weight_decay=0.01"}},
+    {"adam delay_compensation",
+     {"optimizer.kind=adam", "optimizer.delay_compensation=adaptive", "optimizer.lazy=true"}},
+};
+enum { RULES = sizeof rules / sizeof rules[0] };
+
 /* A shard of shard.c's test job (72 parameters, 3 workers, one shard) with
- * rule `kind` ("sgd", "momentum", "dcasgd_c", "dcasgd_a") in `mode`, lr 0.1. */
-static dcps_shard_t *rule_shard(const char *kind, const char *mode)
+ * rules[rule] in `mode`, lr 0.1. */
+static dcps_shard_t *rule_shard(int rule, const char *mode)
 {
     dcps_config_t *cfg = malloc(sizeof *cfg);
-    char err[512], k[64], m[64];
-    bool dc = strncmp(kind, "dcasgd", 6) == 0;
-    snprintf(k, sizeof k, "optimizer.kind=%s", dc ? "dcasgd" : kind);
+    char err[512], m[64];
     snprintf(m, sizeof m, "job.mode=%s", mode);
-    const char *ov[] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
-                        "optimizer.lr=0.1", k, m,
-                        strcmp(kind, "dcasgd_a") == 0 ? "optimizer.dc_adaptive=true"
-                                                      : "optimizer.dc_adaptive=false"};
+    const char *ov[8] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1", "job.workers=3",
+                         "optimizer.lr=0.1", m};
+    size_t n = 5;
+    for (int j = 0; j < 3 && rules[rule].set[j]; j++)
+        ov[n++] = rules[rule].set[j];
     ck_assert_ptr_nonnull(cfg);
-    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 7, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, n, err, sizeof err) == 0, "%s", err);
     int rc = 0;
     dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
     free(cfg);
@@ -382,17 +405,24 @@ static dcps_shard_t *rule_shard(const char *kind, const char *mode)
 
 /* What a refused update must leave as it was. */
 typedef struct {
-    float w[72], state[72], acc[72];
+    float w[72], state[3 * 72], acc[72]; /* state: the rule's arrays, then DC's mean square */
     uint64_t version, pushes, stale_count;
     dcps_session_t session[3];
 } snap_t;
+
+/* Floats of state the shard s of 72 parameters keeps (view.state). */
+static size_t state_floats(const dcps_shard_t *s)
+{
+    const dcps_shard_stats_t st = dcps_shard_stats(s);
+    return 72 * (size_t)(dcps_rule_states(st.kind) + st.adaptive);
+}
 
 static void snap(const dcps_shard_t *s, snap_t *t)
 {
     memset(t, 0, sizeof *t);
     memcpy(t->w, dcps_shard_view(s).w, sizeof t->w);
     if (dcps_shard_view(s).state)
-        memcpy(t->state, dcps_shard_view(s).state, sizeof t->state);
+        memcpy(t->state, dcps_shard_view(s).state, state_floats(s) * sizeof(float));
     if (dcps_shard_view(s).acc)
         memcpy(t->acc, dcps_shard_view(s).acc, sizeof t->acc);
     t->version = dcps_shard_stats(s).version;
@@ -408,8 +438,6 @@ static void assert_all_finite(const float *x, size_t n)
         ck_assert_msg(isfinite(x[i]), "element %zu is %g", i, (double)x[i]);
 }
 
-static const char *const rules[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
-
 /* Issue 18: ten pushes of −FLT_MAX at lr 0.1 made every parameter +Inf. Now,
  * for every rule and both payloads (dense, and sparse of every entry), the push
  * that would make a parameter non-finite is refused with a sentence naming it,
@@ -417,9 +445,9 @@ static const char *const rules[] = {"sgd", "momentum", "dcasgd_c", "dcasgd_a"};
  * staleness. Every later one too (nothing moved), and pulls serve finite w. */
 START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
 {
-    const char *kind = rules[_i / 2];
+    const char *kind = rules[_i / 2].name;
     const bool sparse = _i % 2;
-    dcps_shard_t *s = rule_shard(kind, "async");
+    dcps_shard_t *s = rule_shard(_i / 2, "async");
     float g[72];
     uint32_t idx[72];
     for (uint32_t i = 0; i < 72; i++)
@@ -445,11 +473,11 @@ START_TEST(pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows)
         }
         assert_all_finite(dcps_shard_view(s).w, 72);
         if (dcps_shard_view(s).state)
-            assert_all_finite(dcps_shard_view(s).state, 72);
+            assert_all_finite(dcps_shard_view(s).state, state_floats(s));
     }
     ck_assert_msg(refused > 0, "%s: no push refused", kind);
     ck_assert_uint_eq(dcps_shard_stats(s).pushes, (uint64_t)accepted);
-    if (accepted) /* DC-ASGD may refuse the first push already (g⊙g overflows) */
+    if (accepted) /* DC-ASGD, adam and adagrad refuse the first push already (g⊙g overflows) */
         ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted),
                          DCPS_SEQ_APPLIED);
     ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), (uint64_t)accepted + 1),
@@ -468,9 +496,9 @@ END_TEST
  * version stay, the sum is cleared, rounds_refused counts it). */
 START_TEST(sync_refuses_a_sum_and_a_round_that_would_not_be_finite)
 {
-    const char *kind = rules[_i / 2];
+    const char *kind = rules[_i / 2].name;
     const bool sparse = _i % 2;
-    dcps_shard_t *s = rule_shard(kind, "sync");
+    dcps_shard_t *s = rule_shard(_i / 2, "sync");
     float g[72];
     uint32_t idx[72];
     for (uint32_t i = 0; i < 72; i++)
@@ -530,7 +558,7 @@ START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
     char why[64];
     static const uint32_t no_idx[1] = {0};
     static const float no_val[1] = {0};
-    dcps_shard_t *s = rule_shard("momentum", "async");
+    dcps_shard_t *s = rule_shard(1, "async"); /* momentum */
     snap_t before, after;
     snap(s, &before);
     ck_assert_int_eq(dcps_shard_push(s, false, 1, 5, 0, no_idx, no_val, 0, why,
@@ -540,7 +568,7 @@ START_TEST(empty_sparse_push_is_no_update_but_counts_in_a_sync_round)
     ck_assert(memcmp(&before, &after, sizeof before) == 0); /* momentum did not decay */
     dcps_shard_destroy(&s);
 
-    s = rule_shard("sgd", "sync");
+    s = rule_shard(0, "sync"); /* sgd */
     float g[72] = {0};
     g[3] = 8;
     const float w3 = dcps_shard_view(s).w[3];
@@ -561,7 +589,7 @@ END_TEST
  * wherever they are, and add up to floats. */
 START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
 {
-    dcps_shard_t *s = rule_shard("momentum", "sync");
+    dcps_shard_t *s = rule_shard(1, "sync"); /* momentum */
     dcps_span_t sp[DCPS_SHARD_SPANS];
     float g[72];
     for (int i = 0; i < 72; i++)
@@ -584,9 +612,251 @@ START_TEST(spans_follow_w_and_the_sum_and_add_up_to_floats)
 }
 END_TEST
 
+/* ---- every rule of [optimizer] kind (issue 27) ----------------------------------------- */
+
+/* A shard of 72 parameters (one shard, 2 workers, async) of the job with
+ * these overrides on top, initialised with w0 (72 values). */
+static dcps_shard_t *opt_shard(const char *const *set, size_t k, const float *w0)
+{
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    char err[512];
+    const char *ov[16] = {"model.layers=8,8", "servers.shards=tcp://127.0.0.1:1",
+                          "job.workers=2"};
+    ck_assert_uint_le(k, 13);
+    memcpy(ov + 3, set, k * sizeof *set);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_msg(dcps_config_load(cfg, NULL, ov, 3 + k, err, sizeof err) == 0, "%s", err);
+    int rc = 0;
+    dcps_shard_t *s = dcps_shard_new(cfg, 0, &rc);
+    free(cfg);
+    ck_assert_msg(s != NULL, "%s", dcps_strerror(rc));
+    ck_assert_int_eq(dcps_shard_init(s, w0), 1);
+    return s;
+}
+
+/* torch.optim.Adam computes its step size lr / (1 − β1^t) from the Python
+ * float lr, in double, and rounds it to float once; so does the shard, from
+ * [optimizer] lr as read. (It used to start from lr rounded to float: at lr
+ * 0.001, steps 1 and 3 then took a step size one ulp off torch's.) Three
+ * steps against torch's float arithmetic, written out. */
+START_TEST(adam_step_size_is_computed_from_the_lr_in_double_as_torch_does)
+{
+    const char *set[] = {"optimizer.kind=adam", "optimizer.lr=0.001"};
+    float w[72], m[72] = {0}, v[72] = {0}, g[72];
+    for (int i = 0; i < 72; i++)
+        w[i] = 0.01f * (float)(i % 13) - 0.05f;
+    dcps_shard_t *s = opt_shard(set, 2, w);
+    const double lr = 0.001;
+    ck_assert((float)(lr / (1 - 0.9)) != (float)((double)(float)lr / (1 - 0.9)));
+    for (uint64_t t = 1; t <= 3; t++) {
+        const float step_size = (float)(lr / (1 - pow(0.9, (double)t)));
+        const float bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)t));
+        for (int i = 0; i < 72; i++) {
+            g[i] = 0.5f * (float)((i * 7 + (int)t) % 11) - 2.5f;
+            m[i] = m[i] * 0.9f + (float)(1 - 0.9) * g[i];                /* exp_avg */
+            v[i] = v[i] * 0.999f + (float)(1 - 0.999) * g[i] * g[i];     /* exp_avg_sq */
+            const float denom = sqrtf(v[i]) / bc2_sqrt + (float)1e-8;    /* denom */
+            w[i] = w[i] + -step_size * m[i] / denom;                      /* addcdiv_ */
+        }
+        ck_assert_int_eq(dcps_shard_apply_dense(s, 0, t, g), 0);
+        assert_floats(dcps_shard_view(s).w, w, 72);
+        ck_assert_mem_eq(dcps_shard_view(s).state, m, sizeof m);
+        ck_assert_mem_eq(dcps_shard_view(s).state + 72, v, sizeof v);
+    }
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* Runs the same 24 updates from two workers on shards a and b (pulls now and
+ * then, so that the workers' backups differ from w; dense and sparse pushes)
+ * and checks after each that both hold the same bits: w and state. */
+static void same_run(dcps_shard_t *a, dcps_shard_t *b)
+{
+    const size_t floats = state_floats(a) * sizeof(float);
+    const uint32_t idx[5] = {0, 5, 9, 40, 71};
+    float g[72];
+    char why[DCPS_SHARD_WHY_MAX];
+    ck_assert_uint_eq(state_floats(a), state_floats(b));
+    for (int step = 0; step < 24; step++) {
+        const uint32_t rank = (uint32_t)step % 2;
+        if (step % 3 != 2) {
+            dcps_pull_t pa, pb;
+            dcps_shard_pull(a, rank, false, 0, 0, false, &pa);
+            dcps_shard_pull(b, rank, false, 0, 0, false, &pb);
+        }
+        for (int i = 0; i < 72; i++)
+            g[i] = 0.25f * (float)((i * 5 + step * 3) % 9) - 1.0f;
+        const uint32_t *pi = step % 4 == 3 ? idx : NULL;
+        const size_t k = pi ? 5 : 72;
+        const uint64_t seq = (uint64_t)step / 2 + 1;
+        ck_assert_int_eq(dcps_shard_push(a, false, rank, seq, 0, pi, g, k, why, sizeof why), 0);
+        ck_assert_int_eq(dcps_shard_push(b, false, rank, seq, 0, pi, g, k, why, sizeof why), 0);
+        ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, sizeof g) == 0,
+                      "step %d: w differs", step);
+        ck_assert_msg(memcmp(dcps_shard_view(a).state, dcps_shard_view(b).state, floats) == 0,
+                      "step %d: state differs", step);
+    }
+}
+
+/* kind = dcasgd is sgd with delay compensation: each spelling of DC-ASGD-a,
+ * and of DC-ASGD-c, gives the same shard, bit for bit. */
+START_TEST(dcasgd_is_sgd_with_delay_compensation_bit_for_bit)
+{
+    const char *const spell[][5] = {
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=adaptive"},
+        {"optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"},
+        {"optimizer.kind=dcasgd", "optimizer.delay_compensation=adaptive"},
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=adaptive", "optimizer.dc_adaptive=1"},
+        {"optimizer.kind=sgd", "optimizer.delay_compensation=constant"},
+        {"optimizer.kind=dcasgd"},
+    };
+    const bool adaptive = _i < 3;
+    const int first = adaptive ? 0 : 4, second = adaptive ? 1 + _i : 5;
+    float w0[72];
+    for (int i = 0; i < 72; i++)
+        w0[i] = 0.125f * (float)(i % 9) - 0.5f;
+    const char *common[] = {"optimizer.lr=0.1", "optimizer.dc_lambda=0.5",
+                            "optimizer.dc_ms_decay=0.9"};
+    const char *set_a[8], *set_b[8];
+    size_t ka = 0, kb = 0;
+    for (int j = 0; j < 3; j++)
+        set_a[ka++] = set_b[kb++] = common[j];
+    for (int j = 0; j < 5 && spell[first][j]; j++)
+        set_a[ka++] = spell[first][j];
+    for (int j = 0; j < 5 && spell[second][j]; j++)
+        set_b[kb++] = spell[second][j];
+    dcps_shard_t *a = opt_shard(set_a, ka, w0), *b = opt_shard(set_b, kb, w0);
+    for (dcps_shard_t *s = a; s; s = s == a ? b : NULL) {
+        ck_assert_int_eq(dcps_shard_stats(s).kind, DCPS_OPT_SGD);
+        ck_assert_int_eq(dcps_shard_stats(s).delay,
+                         adaptive ? DCPS_DELAY_ADAPTIVE : DCPS_DELAY_CONSTANT);
+        ck_assert_int_eq(dcps_shard_stats(s).adaptive, adaptive);
+    }
+    same_run(a, b);
+    ck_assert_msg(memcmp(dcps_shard_view(a).w, w0, sizeof w0) != 0, "nothing moved");
+    dcps_shard_destroy(&a);
+    dcps_shard_destroy(&b);
+}
+END_TEST
+
+/* Delay compensation before another rule: momentum with constant λ is
+ * momentum (torch.optim.SGD's) applied to gc = g + λ g⊙g⊙(w − w_bak(m)),
+ * w_bak(m) what worker m last pulled; a sparse push corrects its entries
+ * (gc is 0 where g is). Against a reference written here, in torch's order
+ * of float operations; the correction is not zero (the reference without it
+ * ends elsewhere). */
+START_TEST(momentum_with_constant_delay_compensation_is_momentum_of_the_corrected_gradient)
+{
+    const char *set[] = {"optimizer.kind=momentum", "optimizer.momentum=0.9",
+                         "optimizer.lr=0.05", "optimizer.delay_compensation=constant",
+                         "optimizer.dc_lambda=0.5"};
+    const float lr = 0.05f, mu = 0.9f, lambda = 0.5f;
+    float w[72], u[72] = {0}, bak[2][72], plain[72], plain_u[72] = {0}, g[72];
+    const uint32_t idx[4] = {2, 5, 33, 70};
+    char why[DCPS_SHARD_WHY_MAX];
+    for (int i = 0; i < 72; i++)
+        w[i] = plain[i] = bak[0][i] = bak[1][i] = 0.125f * (float)(i % 9) - 0.5f;
+    dcps_shard_t *s = opt_shard(set, 5, w); /* INIT sets every backup to w0 */
+    ck_assert_int_eq(dcps_shard_stats(s).delay, DCPS_DELAY_CONSTANT);
+    for (int step = 0; step < 20; step++) {
+        const uint32_t rank = (uint32_t)step % 2;
+        if (step % 3 == 0) { /* rank pulls: its backup is w now */
+            dcps_pull_t p;
+            dcps_shard_pull(s, rank, false, 0, 0, false, &p);
+            memcpy(bak[rank], w, sizeof w);
+        }
+        const bool sparse = step % 5 == 4;
+        float dense[72] = {0};
+        for (int i = 0; i < 72; i++)
+            g[i] = 0.25f * (float)((i * 7 + step * 5) % 13) - 1.5f;
+        for (int i = 0; i < 72; i++)
+            dense[i] = sparse ? 0 : g[i];
+        for (int j = 0; sparse && j < 4; j++)
+            dense[idx[j]] = g[j];
+        for (int i = 0; i < 72; i++) {
+            const float gc = dense[i] + lambda * dense[i] * dense[i] * (w[i] - bak[rank][i]);
+            u[i] = mu * u[i] + gc; /* buf.mul_(momentum).add_(d_p) */
+            w[i] = w[i] + -lr * u[i]; /* param.add_(buf, alpha=-lr) */
+            plain_u[i] = mu * plain_u[i] + dense[i];
+            plain[i] = plain[i] + -lr * plain_u[i];
+        }
+        ck_assert_int_eq(dcps_shard_push(s, false, rank, (uint64_t)step / 2 + 1, 0,
+                                         sparse ? idx : NULL, g, sparse ? 4 : 72,
+                                         why, sizeof why),
+                         0);
+        assert_floats(dcps_shard_view(s).w, w, 72);
+        ck_assert_mem_eq(dcps_shard_view(s).state, u, sizeof u);
+    }
+    ck_assert_msg(memcmp(plain, w, sizeof w) != 0, "the correction changed nothing");
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
+/* A generic rule refuses a push that would make a parameter, or its state
+ * alone, non-finite: adam's v and adagrad's sum overflow while the parameter
+ * stays finite (the step divides by √Inf), nesterov momentum overflows the
+ * parameter, and adaptive delay compensation its mean square. Dense, sparse
+ * non-lazy and lazy: DCPS_E_NONFINITE, a sentence naming the parameter, and
+ * nothing changed (w, every state array, version, counters, sessions), after a
+ * push that made the state nonzero; the next good push is applied. */
+START_TEST(generic_rules_refuse_a_push_that_would_make_a_parameter_or_its_state_non_finite)
+{
+    static const struct {
+        const char *set[3];
+        float big;
+        const char *says;
+    } cases[] = {
+        {{"optimizer.kind=adam"}, 1e21f, "adam state of parameter 5 non-finite"},
+        {{"optimizer.kind=adagrad"}, 2e19f, "adagrad state of parameter 5 non-finite"},
+        {{"optimizer.kind=momentum", "optimizer.nesterov=true"}, -FLT_MAX,
+         "would make parameter 5 inf"},
+        {{"optimizer.kind=adamw", "optimizer.delay_compensation=adaptive"}, 1e20f,
+         "delay compensation would make the gradient of parameter 5 or its mean square "
+         "non-finite"},
+    };
+    const int form = _i % 3; /* dense, sparse, sparse lazy */
+    const char *set[6] = {"optimizer.lr=0.1", form == 2 ? "optimizer.lazy=true"
+                                                        : "optimizer.lazy=false"};
+    size_t k = 2;
+    for (int j = 0; j < 3 && cases[_i / 3].set[j]; j++)
+        set[k++] = cases[_i / 3].set[j];
+    float w0[72], g[72];
+    const uint32_t idx[5] = {1, 5, 9, 30, 71};
+    for (int i = 0; i < 72; i++)
+        w0[i] = 0.125f * (float)(i % 9) - 0.5f, g[i] = 0.5f - 0.125f * (float)(i % 5);
+    dcps_shard_t *s = opt_shard(set, k, w0);
+    char why[DCPS_SHARD_WHY_MAX];
+    const uint32_t *pi = form ? idx : NULL;
+    const size_t n = form ? 5 : 72;
+    dcps_pull_t p;
+    dcps_shard_pull(s, 1, false, 0, 0, false, &p);
+    ck_assert_int_eq(dcps_shard_push(s, false, 0, 1, 0, pi, g, n, why, sizeof why), 0);
+    snap_t before, after;
+    snap(s, &before);
+    float bad[72];
+    memcpy(bad, g, sizeof bad);
+    if (form) /* the sparse values are v[j] for idx[j]: 5 and 9 */
+        bad[1] = bad[2] = cases[_i / 3].big;
+    else
+        bad[5] = bad[9] = cases[_i / 3].big;
+    ck_assert_int_eq(dcps_shard_push(s, false, 1, 1, 0, pi, bad, n, why, sizeof why),
+                     DCPS_E_NONFINITE);
+    ck_assert_msg(strstr(why, cases[_i / 3].says) && strstr(why, "nothing applied"), "%s", why);
+    snap(s, &after);
+    ck_assert_msg(memcmp(&before, &after, sizeof before) == 0, "a refused push changed the shard");
+    ck_assert_int_eq(dcps_session_seq(dcps_shard_session(s, 1), 1), DCPS_SEQ_NEW);
+    ck_assert_int_eq(dcps_shard_push(s, false, 1, 1, 0, pi, g, n, why, sizeof why), 0);
+    ck_assert_uint_eq(dcps_shard_stats(s).version, before.version + 1);
+    assert_all_finite(dcps_shard_view(s).w, 72);
+    assert_all_finite(dcps_shard_view(s).state, state_floats(s));
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
 /* ---- pull replies without a copy (dcps_shard_share) -------------------------------- */
 
-/* The jobs the next test runs: each update rule, async and sync. */
+/* The jobs the next test runs: each update rule, async and sync; the rules of
+ * torch.optim lazy (in place) and not (out of place). */
 static const char *const held_jobs[][3] = {
     {"job.mode=async", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
     {"job.mode=async", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
@@ -594,6 +864,10 @@ static const char *const held_jobs[][3] = {
     {"job.mode=async", "optimizer.kind=dcasgd", "optimizer.dc_adaptive=true"},
     {"job.mode=sync", "optimizer.kind=sgd", "optimizer.dc_adaptive=false"},
     {"job.mode=sync", "optimizer.kind=momentum", "optimizer.dc_adaptive=false"},
+    {"job.mode=async", "optimizer.kind=adam", "optimizer.lazy=true"},
+    {"job.mode=async", "optimizer.kind=adamw", "optimizer.lazy=false"},
+    {"job.mode=sync", "optimizer.kind=adagrad", "optimizer.lazy=true"},
+    {"job.mode=async", "optimizer.kind=momentum", "optimizer.delay_compensation=constant"},
 };
 
 static dcps_shard_t *held_shard(int job_i)
@@ -671,7 +945,8 @@ START_TEST(held_replies_keep_their_w_and_change_no_update)
         ck_assert_msg(memcmp(dcps_shard_view(a).w, dcps_shard_view(b).w, n * sizeof(float)) == 0,
                       "step %d: w differs", step);
         if (dcps_shard_view(a).state)
-            ck_assert_mem_eq(dcps_shard_view(a).state, dcps_shard_view(b).state, n * sizeof(float));
+            ck_assert_mem_eq(dcps_shard_view(a).state, dcps_shard_view(b).state,
+                             state_floats(a) * sizeof(float));
         ck_assert_uint_eq(dcps_shard_stats(a).version, dcps_shard_stats(b).version);
         for (int j = 0; j < nh; j++)
             ck_assert_msg(memcmp(h[j].buf, h[j].sent, n * sizeof(float)) == 0,
@@ -747,10 +1022,21 @@ static Suite *shard_suite(void)
 
     tc = tcase_create("finite");
     tcase_add_loop_test(tc, pushes_of_minus_flt_max_are_refused_before_a_parameter_overflows, 0,
-                        8);
-    tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0, 8);
+                        2 * RULES);
+    tcase_add_loop_test(tc, sync_refuses_a_sum_and_a_round_that_would_not_be_finite, 0,
+                        2 * RULES);
     tcase_add_test(tc, empty_sparse_push_is_no_update_but_counts_in_a_sync_round);
     tcase_add_test(tc, spans_follow_w_and_the_sum_and_add_up_to_floats);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("every rule");
+    tcase_add_test(tc, adam_step_size_is_computed_from_the_lr_in_double_as_torch_does);
+    tcase_add_loop_test(tc, dcasgd_is_sgd_with_delay_compensation_bit_for_bit, 0, 4);
+    tcase_add_test(tc,
+                   momentum_with_constant_delay_compensation_is_momentum_of_the_corrected_gradient);
+    tcase_add_loop_test(
+        tc, generic_rules_refuse_a_push_that_would_make_a_parameter_or_its_state_non_finite, 0,
+        12);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("replies without a copy");
