@@ -276,7 +276,7 @@ static int out_of_range(const struct key *k, const char *v, char *why, size_t n)
 {
     char range[64];
     range_text(k, range, sizeof range);
-    return say(why, n, "value %s is outside %s", v, range);
+    return say(why, n, "value %s is outside %s%s", v, range, k->auto_ok ? " (or auto)" : "");
 }
 
 static bool in_range(const struct key *k, double x)
@@ -417,11 +417,11 @@ static int parse_double(const struct key *k, double *field, const char *v, char 
     errno = 0;
     double x = strtod(v, &end);
     if (end == v || *end || isspace((unsigned char)*v))
-        return say(why, n, "\"%s\" is not a number", v);
+        return say(why, n, "\"%s\" is not a number%s", v, k->auto_ok ? " (or auto)" : "");
     if (errno == ERANGE)
         return say(why, n, "value %s cannot be represented as a double", v);
     if (!isfinite(x))
-        return say(why, n, "\"%s\" is not a finite number", v);
+        return say(why, n, "\"%s\" is not a finite number%s", v, k->auto_ok ? " (or auto)" : "");
     if (!in_range(k, x))
         return out_of_range(k, v, why, n);
     *field = x;

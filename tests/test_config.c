@@ -829,21 +829,21 @@ END_TEST
 START_TEST(optimizer_keys_outside_their_range_are_refused)
 {
     expect_set_error("optimizer.eps=0",
-                     "--set \"optimizer.eps=0\": [optimizer] eps: value 0 is outside (0, 1]");
+                     "--set \"optimizer.eps=0\": [optimizer] eps: value 0 is outside (0, 1] (or auto)");
     expect_set_error("optimizer.eps=-1e-8",
-                     "--set \"optimizer.eps=-1e-8\": [optimizer] eps: value -1e-8 is outside (0, 1]");
+                     "--set \"optimizer.eps=-1e-8\": [optimizer] eps: value -1e-8 is outside (0, 1] (or auto)");
     expect_set_error("optimizer.eps=2",
-                     "--set \"optimizer.eps=2\": [optimizer] eps: value 2 is outside (0, 1]");
+                     "--set \"optimizer.eps=2\": [optimizer] eps: value 2 is outside (0, 1] (or auto)");
     expect_set_error("optimizer.eps=tiny",
-                     "--set \"optimizer.eps=tiny\": [optimizer] eps: \"tiny\" is not a number");
+                     "--set \"optimizer.eps=tiny\": [optimizer] eps: \"tiny\" is not a number (or auto)");
     expect_set_error("optimizer.eps=nan",
-                     "--set \"optimizer.eps=nan\": [optimizer] eps: \"nan\" is not a finite number");
+                     "--set \"optimizer.eps=nan\": [optimizer] eps: \"nan\" is not a finite number (or auto)");
     expect_set_error("optimizer.weight_decay=-0.01",
                      "--set \"optimizer.weight_decay=-0.01\": [optimizer] weight_decay: value "
-                     "-0.01 is outside [0, 1]");
+                     "-0.01 is outside [0, 1] (or auto)");
     expect_set_error("optimizer.weight_decay=1.5",
                      "--set \"optimizer.weight_decay=1.5\": [optimizer] weight_decay: value 1.5 "
-                     "is outside [0, 1]");
+                     "is outside [0, 1] (or auto)");
     expect_set_error("optimizer.beta1=1",
                      "--set \"optimizer.beta1=1\": [optimizer] beta1: value 1 is outside [0, 1)");
     expect_set_error("optimizer.beta2=-0.5",
@@ -859,7 +859,7 @@ START_TEST(optimizer_keys_outside_their_range_are_refused)
                      "--set \"optimizer.delay_compensation=yes\": [optimizer] delay_compensation: "
                      "\"yes\" is not one of none, constant, adaptive");
     expect_file_error("[optimizer]\nkind = adam\nbeta2 = 0.999\neps = 0\n",
-                      ":4: [optimizer] eps: value 0 is outside (0, 1]");
+                      ":4: [optimizer] eps: value 0 is outside (0, 1] (or auto)");
     /* the bounds themselves, where they are in the range */
     const char *ok[] = {"optimizer.kind=adam", "optimizer.eps=1", "optimizer.weight_decay=1",
                         "optimizer.beta1=0", "optimizer.beta2=0.999999"};
