@@ -120,7 +120,7 @@ static double once(const run_t *r, int gpu, int read)
     int rc = 0;
     double (*clock)(void) = gpu ? bench_now : thread_now, t0 = clock();
     if (gpu && read) {
-        rc = dcps_topk_read_gpu(r->x, r->n, r->d_sum, NULL);
+        rc = dcps_topk_read_gpu(r->x, r->n, r->d_sum, r->gws, NULL);
         if (!rc)
             rc = dcps_gpu_sync(NULL);
     } else if (gpu)

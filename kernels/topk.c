@@ -583,7 +583,8 @@ int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k, float *d_
     return DCPS_E_NOGPU;
 }
 
-int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, dcps_stream_t stream)
+int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, const dcps_topk_gpu_ws_t *ws,
+                       dcps_stream_t stream)
 {
     return DCPS_E_NOGPU;
 }

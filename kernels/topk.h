@@ -109,7 +109,11 @@ int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k, float *d_
                     dcps_stream_t stream);
 
 /* For benchmarks: one read pass over d_x[0..n), adding the sum of |x| to *d_sum
- * (in an unspecified order); returns after the launch. */
-int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, dcps_stream_t stream);
+ * (in an unspecified order), on the grid ws's selections use (ws gives only the
+ * grid; n may exceed its max_n). Reads each entry once, with one atomic per block.
+ * Returns after the launch: 0 (also for n == 0, *d_sum unchanged), DCPS_E_INVAL for
+ * a NULL pointer, or DCPS_E_CUDA. */
+int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, const dcps_topk_gpu_ws_t *ws,
+                       dcps_stream_t stream);
 
 #endif

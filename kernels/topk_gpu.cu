@@ -37,7 +37,8 @@ enum {
     LOW_BITS = TOP_SHIFT - TOP_BITS,
     THREADS = 256,
     CHUNK = THREADS * 16, /* entries per block in collect and emit */
-    BLOCKS_PER_SM = 2048 / THREADS
+    BLOCKS_PER_SM = 2048 / THREADS,
+    READ_SUMS = 4 /* independent sums per thread in read_pass */
 };
 #define NONFINITE_BIN (0x7f800000u >> TOP_SHIFT)
 #define FULL 0xffffffffu
@@ -261,17 +262,39 @@ __global__ static void gather(const float *w, const uint32_t *idx, size_t k, flo
         out[j] = w[idx[j]];
 }
 
-/* *sum += the sum of |x|: a per-thread sum, a warp sum, one atomic per warp. */
+/* *sum += the sum of |x| over x[0..n), as bench/topk's measure of one read of the
+ * input. Grid-stride on a grid that fills the device: each thread keeps READ_SUMS
+ * independent sums, so that READ_SUMS loads per thread are in flight (one chain of
+ * additions would wait for each load in turn); the block adds its threads' sums
+ * (warp shuffles, then one partial per warp in shared memory) and thread 0 adds
+ * the block's sum with the one atomic of the block. A warp-level atomic on the
+ * one float would serialise the pass on that address instead of on memory. */
 __global__ static void read_pass(const float *x, size_t n, float *sum)
 {
-    float s = 0.0f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += fabsf(x[i]);
+    __shared__ float warp_sum[THREADS / 32];
+    const size_t stride = (size_t)gridDim.x * THREADS;
+    float s[READ_SUMS] = {0.0f};
+    size_t i = blockIdx.x * (size_t)THREADS + threadIdx.x;
+    for (; i + (READ_SUMS - 1) * stride < n; i += READ_SUMS * stride)
+        for (int u = 0; u < READ_SUMS; u++)
+            s[u] += fabsf(x[i + u * stride]);
+    for (; i < n; i += stride)
+        s[0] += fabsf(x[i]);
+    float t = 0.0f;
+    for (int u = 0; u < READ_SUMS; u++)
+        t += s[u];
     for (int d = 16; d > 0; d /= 2)
-        s += __shfl_down_sync(FULL, s, d);
+        t += __shfl_down_sync(FULL, t, d);
     if (threadIdx.x % 32 == 0)
-        atomicAdd(sum, s);
+        warp_sum[threadIdx.x / 32] = t;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        t = threadIdx.x < THREADS / 32 ? warp_sum[threadIdx.x] : 0.0f;
+        for (int d = 16; d > 0; d /= 2)
+            t += __shfl_down_sync(FULL, t, d);
+        if (threadIdx.x == 0)
+            atomicAdd(sum, t);
+    }
 }
 
 /* --- launchers ----------------------------------------------------------------- */
@@ -458,10 +481,13 @@ extern "C" int dcps_gather_gpu(const float *d_w, const uint32_t *d_idx, size_t k
     return DCPS_CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum, dcps_stream_t stream)
+extern "C" int dcps_topk_read_gpu(const float *d_x, size_t n, float *d_sum,
+                                  const dcps_topk_gpu_ws_t *ws, dcps_stream_t stream)
 {
-    if (dcps_gpu_count() == 0)
-        return DCPS_E_NOGPU;
-    read_pass<<<simple_grid(n), THREADS, 0, (cudaStream_t)stream>>>(d_x, n, d_sum);
+    if (!d_x || !d_sum || !ws)
+        return DCPS_E_INVAL;
+    if (n == 0)
+        return 0;
+    read_pass<<<grid_for(n, ws->grid), THREADS, 0, (cudaStream_t)stream>>>(d_x, n, d_sum);
     return DCPS_CUDA_CHECK(cudaGetLastError());
 }

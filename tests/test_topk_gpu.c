@@ -3,7 +3,8 @@
  * error feedback) on random data of many sizes, including more than one chunk per
  * 65535 blocks, on ties, equal values, signed zeros and denormals, and over
  * repeated error-feedback steps; bad sizes and non-finite input give the CPU's
- * codes without writing past the outputs; scatter and gather match the CPU.
+ * codes without writing past the outputs; scatter and gather match the CPU; the
+ * read pass bench/topk measures against sums every entry once.
  * Without a GPU the program exits 77 (SKIP). */
 #include "kernels/topk.h"
 
@@ -314,6 +315,81 @@ START_TEST(gpu_scatter_add_and_gather_match_cpu)
 }
 END_TEST
 
+/* Sizes below and above READ_SUMS grid strides, so that both loops of read_pass
+ * run: on 132 SMs (an H100 or H200) a stride is 270,336 entries, and 2000003
+ * integers (at most 7 each) still sum below 2^24. Under the emulator 30011 and
+ * 100003 are above on 2 SMs, 100003 on 7, neither on 132. */
+#ifndef DCPS_EMU
+static const size_t read_sizes[] = {1, 2, 255, 257, 4097, 1000003, 2000003, (1u << 24) + 3};
+#else
+static const size_t read_sizes[] = {1, 2, 255, 257, 4097, 30011, 100003};
+#endif
+#define N_READ_SIZES (sizeof read_sizes / sizeof read_sizes[0])
+
+/* bench/topk's read pass reads every entry once and adds the sum of |x| to *d_sum.
+ * On integers whose sum stays below 2^24 every partial sum is exact, whatever the
+ * order, so the result must be that sum exactly: an entry read twice or missed
+ * shows. On normal values it agrees with a double sum on the CPU to float
+ * tolerance. */
+START_TEST(gpu_read_pass_sums_every_entry_once)
+{
+    const size_t n = read_sizes[_i];
+    const float start = 1000.0f;
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 800 + (uint64_t)_i);
+    float *x = alloc(n * sizeof *x), *d_x = dev_alloc(n * sizeof *x), got;
+    float *d_sum = dev_alloc(sizeof got);
+    int err;
+    /* The workspace gives only the grid: n may exceed its max_n. */
+    dcps_topk_gpu_ws_t *gws = dcps_topk_gpu_ws_new(1, &err);
+    ck_assert_ptr_nonnull(gws);
+    ck_assert_int_eq(dcps_topk_read_gpu(NULL, n, d_sum, gws, NULL), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_read_gpu(d_x, n, NULL, gws, NULL), DCPS_E_INVAL);
+    ck_assert_int_eq(dcps_topk_read_gpu(d_x, n, d_sum, NULL, NULL), DCPS_E_INVAL);
+
+    for (int normal = 0; normal < 2; normal++) {
+        double ref = 0.0;
+        uint64_t exact = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (normal) {
+                x[i] = dcps_rng_normal(&rng);
+            } else {
+                unsigned m = 1 + (unsigned)dcps_rng_below(&rng, 7);
+                x[i] = dcps_rng_below(&rng, 2) ? -(float)m : (float)m;
+                exact += m;
+            }
+            ref += fabs((double)x[i]);
+        }
+        if (!normal && (double)start + (double)exact >= 0x1p24)
+            continue;
+        got = normal ? 0.0f : start;
+        ck_assert_int_eq(dcps_gpu_to_device(d_x, x, n * sizeof *x, NULL), 0);
+        ck_assert_int_eq(dcps_gpu_to_device(d_sum, &got, sizeof got, NULL), 0);
+        ck_assert_int_eq(dcps_topk_read_gpu(d_x, n, d_sum, gws, NULL), 0);
+        ck_assert_int_eq(dcps_topk_read_gpu(d_x, 0, d_sum, gws, NULL), 0);
+        ck_assert_int_eq(dcps_gpu_to_host(&got, d_sum, sizeof got, NULL), 0);
+        ck_assert_int_eq(dcps_gpu_sync(NULL), 0);
+        if (!normal) {
+            ck_assert_msg(got == start + (float)exact, "n=%zu: sum %.1f, not %.1f", n, got,
+                          start + (double)exact);
+        } else {
+            /* The GPU adds in short chains (a thread's share of the grid-stride
+             * loop, the block's tree, one atomic per block): 1e-4 is well above
+             * their rounding. A missed entry is what the integers above catch.
+             * The CPU's read pass is not held to this: its eight chains of n / 8
+             * float additions drop small entries once the sums are large (3e-4 of
+             * the sum at 2^24 + 3). */
+            ck_assert_msg(fabs(got - ref) <= 1e-4 * ref, "n=%zu: GPU %.9g, double %.9g", n, got,
+                          ref);
+        }
+    }
+    dcps_topk_gpu_ws_destroy(&gws);
+    dcps_gpu_free(d_x);
+    dcps_gpu_free(d_sum);
+    free(x);
+}
+END_TEST
+
 #ifdef DCPS_EMU
 #include "tests/cuda-emu/emu_hooks.h"
 
@@ -377,6 +453,7 @@ static Suite *topk_gpu_suite(void)
     tcase_add_test(tc, gpu_ef_stays_identical_to_cpu_over_steps);
     tcase_add_test(tc, gpu_refuses_bad_sizes_and_nonfinite_input_like_cpu);
     tcase_add_test(tc, gpu_scatter_add_and_gather_match_cpu);
+    tcase_add_loop_test(tc, gpu_read_pass_sums_every_entry_once, 0, N_READ_SIZES);
 #ifdef DCPS_EMU
     tcase_add_test(tc, emu_a_failed_launch_drains_the_stream_and_leaves_no_error);
     tcase_add_test(tc, emu_a_workspace_beyond_device_memory_is_nomem);

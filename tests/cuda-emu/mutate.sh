@@ -90,6 +90,12 @@ mutant ballot-after-return kernels/topk_gpu.cu topk_gpu \
 mutant tie-rule kernels/topk_gpu.cu topk_gpu \
     "emit's tie rule my_eq < need made my_eq <= need" \
     's/(kk == t \&\& my_eq < need)/(kk == t \&\& my_eq <= need)/'
+mutant read-no-barrier kernels/topk_gpu.cu topk_gpu \
+    "read_pass: warp 0 adds the per-warp sums without waiting for the other warps" \
+    '/^__global__ static void read_pass/,/^}/{/__syncthreads();/d}'
+mutant read-overlap kernels/topk_gpu.cu topk_gpu \
+    "read_pass: the unrolled loop steps READ_SUMS - 1 strides, reading entries twice" \
+    's/i += READ_SUMS \* stride)/i += (READ_SUMS - 1) * stride)/'
 mutant blas-unswapped kernels/blas_gpu.c mlp_gpu \
     "dcps_blas_sgemm passes the row-major operands to column-major cuBLAS unswapped" \
     's/op(tb), op(ta), n, m, k, &alpha, d_b, ldb, d_a,/op(ta), op(tb), m, n, k, \&alpha, d_a, lda, d_b,/' \
