@@ -10,8 +10,9 @@ update: LambdaLR's lr is base_lr * f(t), the product the C function forms.
 
 Where one of torch's own schedulers computes the same curve (StepLR and
 ExponentialLR for step without warm-up, CosineAnnealingLR for cosine and
-LinearLR for linear without warm-up, up to total_steps, and LinearLR for the
-warm-up of constant), the C lr must be within REL_TOL of it, relative to the
+LinearLR for linear without warm-up, up to total_steps, LinearLR for the
+warm-up of constant, and SequentialLR of the two for a warm-up then cosine), the
+C lr must be within REL_TOL of it, relative to the
 base lr: those schedulers update the lr recursively (lr_t from lr_{t-1}), so
 their rounding errors add up over the steps, where the C function evaluates a
 closed form at each t. The largest difference measured is printed.
@@ -170,6 +171,18 @@ class BuiltinSchedulers(unittest.TestCase):
                                                       end_factor=min_lr / lr,
                                                       total_iters=total))
         self.close(f"LinearLR(1, {min_lr / lr}, {total})", lr_c, lr_t, lr)
+
+    def test_warmup_then_cosine_is_sequentiallr(self):
+        import torch
+        sched = torch.optim.lr_scheduler
+        w, total, min_lr, lr = 25, 300, 0.001, 0.1
+        _, lr_c = c_schedule("cosine", lr, warmup_steps=w, total_steps=total, min_lr=min_lr)
+        lr_t = torch_lrs(lr, lambda o: sched.SequentialLR(
+            o, [sched.LinearLR(o, start_factor=1 / w, end_factor=1.0, total_iters=w - 1),
+                sched.CosineAnnealingLR(o, T_max=total - w, eta_min=min_lr)],
+            milestones=[w]), total + 1)
+        self.close(f"SequentialLR(LinearLR(1/{w}, 1, {w - 1}), CosineAnnealingLR({total - w}, "
+                   f"{min_lr}), [{w}])", lr_c[:total + 1], lr_t, lr)
 
     def test_the_warmup_is_linearlr_from_1_over_w(self):
         import torch
