@@ -57,6 +57,9 @@ static const char *const mode_names[] = {"async", "sync", "ssp", NULL};
 static const char *const opt_names[] = {"sgd", "momentum", "dcasgd", "adam", "adamw", "adagrad",
                                         NULL};
 static const char *const delay_names[] = {"none", "constant", "adaptive", NULL};
+/* Index = enum dcps_schedule_kind (common/schedule.h). */
+static const char *const schedule_names[] = {"constant", "step", "cosine", "linear",
+                                             "inverse_sqrt", NULL};
 static const char *const push_names[] = {"dense", "topk", NULL};
 static const char *const pull_names[] = {"dense", "delta", NULL};
 static const char *const device_names[] = {"auto", "cpu", "gpu", NULL};
@@ -136,6 +139,21 @@ static const struct key keys[] = {
         "DC-ASGD-a: decay of the mean square"),
     DBL("optimizer", "dc_epsilon", dc_epsilon, "1e-7", 0, true, 1, false,
         "DC-ASGD-a: added to the mean square under the root"),
+    ENUM("optimizer", "schedule", sched.kind, "constant", schedule_names,
+         "lr schedule: the update after t others of a shard uses lr * f(t) (docs/algorithms.md, "
+         "Schedules)"),
+    INT("optimizer", "warmup_steps", sched.warmup_steps, "0", 0, 1e9,
+        "schedule: update t < N of a shard uses lr * (t+1)/N, any schedule; 0: no warm-up "
+        "(not [compression] warmup_steps)"),
+    INT("optimizer", "total_steps", sched.total_steps, "0", 0, 1e9,
+        "cosine, linear: the lr falls from lr after warmup_steps to min_lr at this update of "
+        "a shard, then stays; greater than warmup_steps"),
+    INT("optimizer", "step_every", sched.step_every, "1000", 1, 1e9,
+        "step: the lr is multiplied by step_gamma every N updates of a shard after the warm-up"),
+    DBL("optimizer", "step_gamma", sched.step_gamma, "0.1", 0, true, 1, false,
+        "step: the factor of each decay"),
+    DBL("optimizer", "min_lr", sched.min_lr, "0", 0, false, 10, false,
+        "cosine, linear: the lr at total_steps and after; at most lr"),
     ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
     ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
     DBL("compression", "pull_density", pull_density, "0", 0, false, 1, false,
@@ -685,6 +703,25 @@ static uint64_t fnv1a64(const char *s)
     return h;
 }
 
+/* The schedule's keys against each other and lr (common/schedule.h). A reload
+ * that lowers lr below min_lr fails here too, and is refused as a whole. */
+static int check_schedule(const dcps_config_t *cfg, const char *src, char *err, size_t errlen)
+{
+    const dcps_schedule_t *s = &cfg->sched;
+    if ((s->kind == DCPS_SCHED_COSINE || s->kind == DCPS_SCHED_LINEAR) &&
+        s->total_steps <= s->warmup_steps)
+        return say(err, errlen,
+                   "%s: [optimizer] schedule = %s needs [optimizer] total_steps (%d) greater "
+                   "than [optimizer] warmup_steps (%d): the lr falls to min_lr between them",
+                   src, schedule_names[s->kind], s->total_steps, s->warmup_steps);
+    if (s->min_lr > cfg->lr)
+        return say(err, errlen,
+                   "%s: [optimizer] min_lr (%g) must be at most [optimizer] lr (%g): the "
+                   "schedule falls from lr to min_lr",
+                   src, s->min_lr, cfg->lr);
+    return 0;
+}
+
 /* The checks between keys, after every value is in; src names where they came from. */
 static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
 {
@@ -718,6 +755,9 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                    "%s: [optimizer] lr (%g) times weight_decay (%g) must be below 1: adamw "
                    "multiplies every parameter by 1 - lr * weight_decay each update",
                    src, cfg->lr, dcps_config_weight_decay(cfg));
+    int rc = check_schedule(cfg, src, err, errlen);
+    if (rc != 0)
+        return rc;
     /* With params = auto the size is checked when it is known: by a shard when
      * rank 0 says HELLO (server/router.c), by a worker program when it sets it. */
     char why[160];

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/schedule.h"
+
 #define DCPS_MAX_SHARDS 64
 #define DCPS_MAX_LAYERS 16
 #define DCPS_ENDPOINT_MAX 256
@@ -91,6 +93,9 @@ typedef struct dcps_config {
     bool dc_adaptive;
     double dc_ms_decay;
     double dc_epsilon;
+    /* [optimizer] schedule */
+    dcps_schedule_t sched; /* schedule, warmup_steps, total_steps, step_every, step_gamma,
+                              min_lr: the lr of each update (common/schedule.h) */
 
     /* [compression] */
     int push; /* enum dcps_push */

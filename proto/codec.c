@@ -67,6 +67,8 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         SET(want, m->want);
     if (SEND(session, DCPS_HAS_SESSION))
         SET(session, m->session);
+    if (m->lr != 0 || (m->has & DCPS_HAS_LR))
+        SET(lr, m->lr);
 #undef SEND
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
@@ -156,6 +158,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->step = h->step;
     out->want = h->want;
     out->session = h->session;
+    out->lr = h->lr;
 #define HAS(field, bit) (h->has_##field ? (bit) : 0u)
     out->has = HAS(shard, DCPS_HAS_SHARD) | HAS(param_version, DCPS_HAS_PARAM_VERSION) |
                HAS(n_params, DCPS_HAS_N_PARAMS) | HAS(range_lo, DCPS_HAS_RANGE_LO) |
@@ -163,7 +166,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
                HAS(error_code, DCPS_HAS_ERROR_CODE) | HAS(flags, DCPS_HAS_FLAGS) |
                HAS(workers, DCPS_HAS_WORKERS) | HAS(step, DCPS_HAS_STEP) |
                HAS(want, DCPS_HAS_WANT) | HAS(session, DCPS_HAS_SESSION) |
-               (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
+               HAS(lr, DCPS_HAS_LR) | (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
 #undef HAS
 out:
     dcps__header__free_unpacked(h, NULL);
@@ -378,7 +381,7 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  *   step           0      used   used   used    0         0     0      0
  *   flags          0      0      D|E    0       0         0     0      0
  *   want           0      0      D      0       0         0     0      0
- *   initialized, workers, error_code, error_text: 0 in every request
+ *   initialized, workers, error_code, error_text, lr: 0 in every request
  *   frames         groups push   none   none    none      none  dense  none   FRAMECOUNT
  *
  *   =2, req, <P  required: the protocol version 2; present; a rank below the job's
@@ -453,6 +456,8 @@ int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, ch
     if (m->error_code || m->error_text[0])
         FAIL(DCPS_E_FIELD, "%s carries %s, a field of ERROR only", t,
              m->error_code ? "error_code" : "error_text");
+    if (m->lr != 0) /* NaN too */
+        FAIL(DCPS_E_FIELD, "%s carries lr %g, a field of PULL_REPLY only", t, m->lr);
     if (m->flags & ~flags)
         FAIL(DCPS_E_FIELD, "%s with flags %u: %s", t, m->flags,
              flags ? "a PULL has only DELTA (8) and EXACT (16)" : "it has no flags");

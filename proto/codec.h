@@ -87,6 +87,7 @@ enum dcps_field {
     DCPS_HAS_STEP = 1u << 10,
     DCPS_HAS_WANT = 1u << 11,
     DCPS_HAS_SESSION = 1u << 12,
+    DCPS_HAS_LR = 1u << 13,
 };
 
 /* A message with its header fields decoded. On the receiving side payload[]
@@ -109,6 +110,7 @@ typedef struct {
     uint32_t workers;
     uint64_t step;
     uint64_t want; /* PULL with DELTA: the most entries wanted; 0: the job's pull density */
+    double lr;     /* PULL_REPLY: the lr in force, [optimizer] lr · f(param_version) */
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];

@@ -478,14 +478,15 @@ static PyObject *Step_stats(StepObject *self, PyObject *unused)
     if (!self->step)
         return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
     dcps_step_stats(self->step, &st);
+    double lr = dcps_step_lr(self->step);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "bytes_pushed", st.bytes_pushed, "bytes_pulled",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsd}", "bytes_pushed", st.bytes_pushed, "bytes_pulled",
         st.bytes_pulled, "bytes_pushed_dense", st.bytes_pushed_dense, "bytes_pulled_dense",
         st.bytes_pulled_dense, "bytes_sent", st.bytes_sent, "bytes_received", st.bytes_received,
         "pushes", st.pushes, "pulls", st.pulls, "retries", st.retries, "duplicates",
         st.duplicates, "version", st.version, "staleness_sum", st.staleness_sum,
         "staleness_count", st.staleness_count, "staleness_max", st.staleness_max, "dropped",
-        st.dropped, "clock", st.clock);
+        st.dropped, "clock", st.clock, "lr", lr);
 }
 
 static PyObject *Step_summary(StepObject *self, PyObject *args, PyObject *kw)
@@ -571,7 +572,9 @@ static PyMethodDef Step_methods[] = {
     {"set_groups", (PyCFunction)Step_set_groups, METH_VARARGS,
      "set_groups(ranges, options): the job's parameter groups, (end, group) pairs over the "
      "flat vector and (lr_factor, weight_decay) pairs; before start()."},
-    {"stats", (PyCFunction)Step_stats, METH_NOARGS, "stats(): the client's counters."},
+    {"stats", (PyCFunction)Step_stats, METH_NOARGS,
+     "stats(): the client's counters, and lr: the shards' learning rate in force at the last "
+     "pull (nan before it)."},
     {"summary", (PyCFunction)(void (*)(void))Step_summary, METH_VARARGS | METH_KEYWORDS,
      "summary(test_acc=nan, test_loss=nan, train_loss=nan, epochs=0, samples=0, device=None): "
      "the final: line."},

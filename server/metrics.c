@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/schedule.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define MAX_CONNECTIONS 16u /* scrapers are few; the rest wait in the backlog */
@@ -164,10 +165,28 @@ static void checkpoints(out_t *o, const char *sh, const dcps_router_stats_t *r)
     put(o, "dcps_checkpoint_age_seconds{%s} %.0f\n", sh, age > 0 ? age : 0);
 }
 
+/* The shortest of %.15g..%.17g that reads back as x: 0.05, not 0.050000000000000003. */
+static void put_double(out_t *o, const char *sh, const char *name, double x)
+{
+    char buf[32];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    put(o, "%s{%s} %s\n", name, sh, buf);
+}
+
 static void gauges(out_t *o, const char *sh, const dcps_metrics_numbers_t *n)
 {
     single(o, sh, "dcps_version", "gauge", "Parameter version: updates applied to this shard.",
            n->shard.version);
+    /* What a PULL_REPLY says now (server/router.c): t is the version. */
+    family(o, "dcps_lr", "gauge",
+           "Learning rate in force: [optimizer] lr (as last reloaded) times the schedule's "
+           "f(t), t = dcps_version; the next update's.");
+    put_double(o, sh, "dcps_lr",
+               dcps_schedule_lr(&n->cfg->sched, n->cfg->lr, n->shard.version));
     single(o, sh, "dcps_model_params", "gauge",
            "Parameters of the model; 0 while the shard waits for rank 0 to size it ([model] "
            "params = auto).",

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/schedule.h"
 #include "proto/frame.h"
 #include "server/bridge.h"
 #include "server/checkpoint.h"
@@ -178,6 +179,11 @@ static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, cons
     dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
     reply.range_lo = st.range.lo;
     reply.range_hi = st.range.hi;
+    /* The lr of the shard's next update: t is the version the reply names, and
+     * the base is lr since the last reload (docs/protocol.md, 7.5). Sent also
+     * when it is 0 (a schedule at min_lr 0), so a client tells 0 from absent. */
+    reply.lr = dcps_schedule_lr(&r->cfg->sched, r->cfg->lr, st.version);
+    reply.has |= DCPS_HAS_LR;
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */

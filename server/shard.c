@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/schedule.h"
 #include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/snapshot.h"
@@ -56,6 +57,7 @@ struct dcps_shard {
     float momentum;
     dcps_dcasgd_t dc;
     dcps_rule_t r;
+    dcps_schedule_t sched; /* [optimizer] schedule: the lr of update t is lr · f(t) */
     dcps_groups_t *groups; /* the job's parameter groups (this range's part), or NULL */
     dcps_rule_t *gr;       /* per group: r with its weight decay, prepared at its lr */
     dcps_group_seg_t whole; /* without groups: the one segment [0, n) of rule r */
@@ -128,6 +130,7 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->rule = dcps_config_rule(cfg);
     s->delay = dcps_config_delay(cfg);
     s->lazy = cfg->lazy;
+    s->sched = cfg->sched;
     s->momentum = (float)cfg->momentum;
     s->dc = (dcps_dcasgd_t){0, (float)cfg->dc_lambda, s->delay == DCPS_DELAY_ADAPTIVE,
                             (float)cfg->dc_ms_decay, (float)cfg->dc_epsilon};
@@ -398,7 +401,7 @@ static float sparse_at(const dcps_shard_t *s, const uint32_t *idx, const float *
  * the count of updates applied so far (the version). */
 static double lr_at(const dcps_shard_t *s)
 {
-    return s->lr;
+    return dcps_schedule_lr(&s->sched, s->lr, s->version);
 }
 
 /* Before an update: the rules' learning rate and step (adam's t: this is

@@ -211,6 +211,7 @@ START_TEST(every_type_round_trips_with_every_header_field)
     m.step = 9999999999ull;
     m.want = 123456789ull;
     m.session = 0x8000000000000001ull + type;
+    m.lr = 0.0123456789;
     m.nframes = 3;
     m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 3};
     m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, 3};
@@ -237,6 +238,8 @@ START_TEST(every_type_round_trips_with_every_header_field)
     ck_assert_uint_eq(out.step, 9999999999ull);
     ck_assert_uint_eq(out.want, 123456789ull);
     ck_assert_uint_eq(out.session, 0x8000000000000001ull + type);
+    ck_assert_double_eq(out.lr, 0.0123456789); /* a double on the wire: exactly */
+    ck_assert(out.has & DCPS_HAS_LR);
     ck_assert_int_eq(out.nframes, 3);
     for (int i = 0; i < 3; i++) {
         ck_assert_uint_eq(out.frame[i].kind, m.frame[i].kind);
@@ -290,7 +293,15 @@ START_TEST(unset_fields_decode_as_zero)
     ck_assert_uint_eq(out.workers, 0);
     ck_assert_uint_eq(out.step, 0);
     ck_assert_uint_eq(out.want, 0);
+    ck_assert_double_eq(out.lr, 0);
+    ck_assert(!(out.has & DCPS_HAS_LR));
     ck_assert_int_eq(out.nframes, 0);
+    /* lr 0 is sent when asked to (a PULL_REPLY's lr at min_lr 0), and known to be there. */
+    m.lr = 0;
+    m.has = DCPS_HAS_LR;
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert(out.has & DCPS_HAS_LR);
+    ck_assert_double_eq(out.lr, 0);
 }
 END_TEST
 
@@ -1378,10 +1389,17 @@ START_TEST(fields_of_replies_are_refused_in_requests)
         m = request_to_1(t);
         snprintf(m.error_text, sizeof m.error_text, "hello");
         ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        m = request_to_1(t);
+        m.lr = 0.5;
+        m.has |= DCPS_HAS_LR;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
+        ck_assert_why_has("carries lr 0.5, a field of PULL_REPLY only");
+        m.lr = NAN;
+        ck_assert_int_eq(check_fields(&m, &ctx1), DCPS_E_FIELD);
         /* Present as 0, false or empty is the same as absent. */
         m = request_to_1(t);
         m.has |= DCPS_HAS_INITIALIZED | DCPS_HAS_WORKERS | DCPS_HAS_ERROR_CODE |
-                 DCPS_HAS_ERROR_TEXT;
+                 DCPS_HAS_ERROR_TEXT | DCPS_HAS_LR;
         ck_assert_int_eq(check_fields(&m, &ctx1), 0);
     }
 }

@@ -1153,8 +1153,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 62);
-    ck_assert_int_eq(docs, 62);
+    ck_assert_int_eq(keys, 68);
+    ck_assert_int_eq(docs, 68);
     free(text);
 }
 END_TEST
@@ -1223,6 +1223,135 @@ START_TEST(enum_names_match_the_job_file_spelling)
     ck_assert_str_eq(dcps_config_pull_name(DCPS_PULL_DELTA), "delta");
     ck_assert_str_eq(dcps_config_mode_name(3), "unknown");
     ck_assert_str_eq(dcps_config_pull_name(-1), "unknown");
+}
+END_TEST
+
+/* --- [optimizer] schedule (common/schedule.h) ------------------------------------- */
+
+START_TEST(schedule_defaults_to_constant_without_warmup)
+{
+    dcps_config_defaults(&cfg);
+    ck_assert_int_eq(cfg.sched.kind, DCPS_SCHED_CONSTANT);
+    ck_assert_int_eq(cfg.sched.warmup_steps, 0);
+    ck_assert_int_eq(cfg.sched.total_steps, 0);
+    ck_assert_int_eq(cfg.sched.step_every, 1000);
+    ck_assert_double_eq(cfg.sched.step_gamma, 0.1);
+    ck_assert_double_eq(cfg.sched.min_lr, 0);
+    expect_ok("[optimizer]\nschedule = Inverse_Sqrt\n");
+    ck_assert_int_eq(cfg.sched.kind, DCPS_SCHED_INVERSE_SQRT);
+}
+END_TEST
+
+/* Each bad value of each schedule key, named with its key and the value. */
+START_TEST(schedule_keys_outside_their_range_are_refused)
+{
+    expect_file_error("[optimizer]\nschedule = exponential\n",
+                      ":2: [optimizer] schedule: \"exponential\" is not one of constant, step, "
+                      "cosine, linear, inverse_sqrt");
+    expect_file_error("[optimizer]\nwarmup_steps = -1\n",
+                      ":2: [optimizer] warmup_steps: value -1 is outside [0, 1000000000]");
+    expect_file_error("[optimizer]\nwarmup_steps = 1000000001\n",
+                      ":2: [optimizer] warmup_steps: value 1000000001 is outside [0, 1000000000]");
+    expect_file_error("[optimizer]\nwarmup_steps = 1.5\n",
+                      ":2: [optimizer] warmup_steps: \"1.5\" is not an integer");
+    expect_file_error("[optimizer]\ntotal_steps = -10\n",
+                      ":2: [optimizer] total_steps: value -10 is outside [0, 1000000000]");
+    expect_file_error("[optimizer]\ntotal_steps = many\n",
+                      ":2: [optimizer] total_steps: \"many\" is not an integer");
+    expect_file_error("[optimizer]\nstep_every = 0\n",
+                      ":2: [optimizer] step_every: value 0 is outside [1, 1000000000]");
+    expect_file_error("[optimizer]\nstep_gamma = 0\n",
+                      ":2: [optimizer] step_gamma: value 0 is outside (0, 1]");
+    expect_file_error("[optimizer]\nstep_gamma = 1.01\n",
+                      ":2: [optimizer] step_gamma: value 1.01 is outside (0, 1]");
+    expect_file_error("[optimizer]\nstep_gamma = nan\n",
+                      ":2: [optimizer] step_gamma: \"nan\" is not a finite number");
+    expect_file_error("[optimizer]\nmin_lr = -0.001\n",
+                      ":2: [optimizer] min_lr: value -0.001 is outside [0, 10]");
+    expect_file_error("[optimizer]\nmin_lr = 11\n",
+                      ":2: [optimizer] min_lr: value 11 is outside [0, 10]");
+    expect_set_error("optimizer.step_every=-3", "--set \"optimizer.step_every=-3\": [optimizer] "
+                                                "step_every: value -3 is outside [1, 1000000000]");
+    expect_ok("[optimizer]\nschedule = step\nstep_every = 1\nstep_gamma = 1\n");
+    ck_assert_double_eq(cfg.sched.step_gamma, 1);
+}
+END_TEST
+
+START_TEST(cosine_and_linear_need_total_steps_beyond_warmup)
+{
+    expect_file_error("[optimizer]\nschedule = cosine\n",
+                      ": [optimizer] schedule = cosine needs [optimizer] total_steps (0) greater "
+                      "than [optimizer] warmup_steps (0): the lr falls to min_lr between them");
+    expect_file_error("[optimizer]\nschedule = linear\nwarmup_steps = 100\ntotal_steps = 100\n",
+                      ": [optimizer] schedule = linear needs [optimizer] total_steps (100) "
+                      "greater than [optimizer] warmup_steps (100): the lr falls to min_lr "
+                      "between them");
+    const char *ov[] = {"optimizer.schedule=cosine", "optimizer.warmup_steps=50",
+                        "optimizer.total_steps=20"};
+    ck_assert_int_eq(load(NULL, 3, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "--set: [optimizer] schedule = cosine needs [optimizer] total_steps "
+                          "(20) greater than [optimizer] warmup_steps (50): the lr falls to "
+                          "min_lr between them");
+    expect_ok("[optimizer]\nschedule = linear\nwarmup_steps = 100\ntotal_steps = 101\n");
+    /* The other schedules do not read total_steps. */
+    expect_ok("[optimizer]\nschedule = inverse_sqrt\nwarmup_steps = 100\n");
+    expect_ok("[optimizer]\nschedule = step\nwarmup_steps = 100\n");
+}
+END_TEST
+
+START_TEST(min_lr_above_lr_is_refused)
+{
+    expect_file_error("[optimizer]\nlr = 0.01\nmin_lr = 0.02\n",
+                      ": [optimizer] min_lr (0.02) must be at most [optimizer] lr (0.01): the "
+                      "schedule falls from lr to min_lr");
+    const char *ov[] = {"optimizer.min_lr=0.1"}; /* lr: 0.05 */
+    ck_assert_int_eq(load(NULL, 1, ov), DCPS_E_CONFIG);
+    ck_assert_str_eq(err, "--set: [optimizer] min_lr (0.1) must be at most [optimizer] lr "
+                          "(0.05): the schedule falls from lr to min_lr");
+    expect_ok("[optimizer]\nlr = 0.02\nmin_lr = 0.02\nschedule = cosine\ntotal_steps = 10\n");
+    ck_assert_double_eq(cfg.sched.min_lr, 0.02);
+}
+END_TEST
+
+/* [compression] warmup_steps (dense pushes) and [optimizer] warmup_steps (the
+ * lr's ramp) are two keys of two fields. */
+START_TEST(optimizer_and_compression_warmup_steps_are_different_keys)
+{
+    expect_ok("[optimizer]\nwarmup_steps = 7\n[compression]\nwarmup_steps = 3\n");
+    ck_assert_int_eq(cfg.sched.warmup_steps, 7);
+    ck_assert_int_eq(cfg.warmup_steps, 3);
+    expect_file_error("[optimizer]\nwarmup_steps = 7\nwarmup_steps = 8\n",
+                      ":3: [optimizer] warmup_steps: key given twice (first on line 2)");
+}
+END_TEST
+
+START_TEST(schedule_keys_write_back_and_are_not_reloaded)
+{
+    dcps_config_t run, next;
+    char changes[512], refused[512], *text = NULL;
+    size_t len = 0;
+    expect_ok("[optimizer]\nlr = 0.1\nschedule = cosine\nwarmup_steps = 5\ntotal_steps = 50\n"
+              "min_lr = 0.001\nstep_every = 7\nstep_gamma = 0.5\n");
+    run = cfg;
+    FILE *f = open_memstream(&text, &len);
+    dcps_config_write(&run, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(text, "\n[optimizer]\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nschedule = cosine\nwarmup_steps = 5\ntotal_steps = 50\n"
+                                       "step_every = 7\nstep_gamma = 0.5\nmin_lr = 0.001\n"));
+    expect_ok(text);
+    ck_assert_mem_eq(&cfg.sched, &run.sched, sizeof run.sched);
+    free(text);
+    /* lr reloads, and with it the schedule's base; the schedule's own keys do not. */
+    next = run;
+    next.lr = 0.2;
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused, sizeof refused), 0);
+    ck_assert_str_eq(changes, "[optimizer] lr 0.1 -> 0.2");
+    next.sched.total_steps = 60;
+    ck_assert_int_eq(dcps_config_reload(&run, &next, changes, sizeof changes, refused, sizeof refused),
+                     DCPS_E_CONFIG);
+    ck_assert_str_eq(refused, "[optimizer] total_steps 50 -> 60");
+    ck_assert_int_eq(run.sched.total_steps, 50);
 }
 END_TEST
 
@@ -1316,6 +1445,12 @@ int main(void)
     tcase_add_test(tc, enum_names_match_the_job_file_spelling);
     tcase_add_test(tc, reload_takes_reloadable_keys_and_names_them);
     tcase_add_test(tc, reload_with_a_fixed_key_changed_keeps_everything);
+    tcase_add_test(tc, schedule_defaults_to_constant_without_warmup);
+    tcase_add_test(tc, schedule_keys_outside_their_range_are_refused);
+    tcase_add_test(tc, cosine_and_linear_need_total_steps_beyond_warmup);
+    tcase_add_test(tc, min_lr_above_lr_is_refused);
+    tcase_add_test(tc, optimizer_and_compression_warmup_steps_are_different_keys);
+    tcase_add_test(tc, schedule_keys_write_back_and_are_not_reloaded);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);
 }

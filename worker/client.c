@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -56,6 +57,7 @@ typedef struct {
     bool initialized;
     uint64_t version;        /* the shard's version in its last reply */
     uint64_t pulled_version; /* the version of the parameters last pulled */
+    double lr;               /* the lr its last PULL_REPLY said; NaN: none said */
     uint32_t pull_flags;     /* of the last pull: DELTA, EXACT or none */
     bool holds;              /* pull = delta: the caller's range is the shard's mirror at
                                 pulled_version, so a delta may be asked for */
@@ -73,6 +75,7 @@ struct dcps_client {
     uint64_t seq;        /* of the last request sent; the first is 1 */
     uint64_t clock;      /* the step computed next */
     double pull_density; /* of a delta, asked for; 0: the job's */
+    double lr;           /* dcps_client_lr: the shards' at the last pull; NaN before */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
     int monitors;        /* curve: monitors made so far, to name each one's endpoint */
     bool refused;        /* curve: a shard refused this worker's key, or its rank (AUTH) */
@@ -781,6 +784,9 @@ dcps_client_t *dcps_client_new(const struct dcps_config *cfg, int rank, int *err
     }
     c->cfg = *cfg;
     c->rank = rank;
+    c->lr = NAN;
+    for (int s = 0; s < DCPS_MAX_SHARDS; s++)
+        c->conn[s].lr = NAN;
     if (cfg->n_params == 0) {
         rc = fail(c, DCPS_E_CONFIG,
                   "the model's size is not known: with [model] params = auto, the program "
@@ -1099,7 +1105,21 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
         return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY: %s", s, c->cfg.shards[s], why);
     k->pulled_version = m->param_version;
     k->holds = c->cfg.pull == DCPS_PULL_DELTA && !(k->pull_flags & DCPS_FLAG_EXACT);
+    k->lr = m->has & DCPS_HAS_LR ? m->lr : NAN;
     return 0;
+}
+
+/* The mean of the lrs the shards said in their last PULL_REPLY; NaN if none did. */
+static double shards_lr(const dcps_client_t *c)
+{
+    double sum = 0;
+    int n = 0;
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (!isnan(c->conn[s].lr)) {
+            sum += c->conn[s].lr;
+            n++;
+        }
+    return n ? sum / n : NAN;
 }
 
 /* The sink of a pull into a host array: what the shard sent, in place. */
@@ -1136,6 +1156,7 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
         c->stats.version = 0;
         for (int s = 0; s < c->cfg.n_shards; s++)
             c->stats.version += c->conn[s].version;
+        c->lr = shards_lr(c);
     }
     return rc;
 }
@@ -1182,6 +1203,11 @@ void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out)
 {
     *out = c->stats;
     out->clock = c->clock;
+}
+
+double dcps_client_lr(const dcps_client_t *c)
+{
+    return c->lr;
 }
 
 const char *dcps_client_error(const dcps_client_t *c)

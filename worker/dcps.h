@@ -165,6 +165,14 @@ int dcps_client_barrier(dcps_client_t *c, uint64_t step);
 
 void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out);
 
+/* The learning rate in force on the shards at the last pull: each shard's
+ * PULL_REPLY says the lr its next update uses, [optimizer] lr times its
+ * schedule's f(t) at its version t (docs/algorithms.md, Schedules); this is
+ * their mean (shards whose versions differ, async with sparse pushes, may
+ * differ a little). NaN before the first pull, or when no shard said it (a
+ * shard of an older dcps). */
+double dcps_client_lr(const dcps_client_t *c);
+
 /* The sentence for the last failure of c; "" if none. Valid until the next call. */
 const char *dcps_client_error(const dcps_client_t *c);
 

@@ -36,6 +36,7 @@ typedef struct {
     dcps_encoded_t job;        /* the push in flight */
     int rc;                    /* of the last job */
     dcps_client_stats_t stats; /* after the last job */
+    double lr;                 /* dcps_client_lr after the last job */
 } comm_t;
 
 struct dcps_step {
@@ -116,6 +117,7 @@ static void *comm_main(void *arg)
         pthread_mutex_lock(&c->mu);
         c->rc = rc;
         dcps_client_stats(s->client, &c->stats);
+        c->lr = dcps_client_lr(s->client);
         c->busy = false;
         pthread_cond_broadcast(&c->cv);
     }
@@ -154,6 +156,7 @@ static int comm_start(dcps_step_t *s)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     dcps_client_stats(s->client, &c->stats);
+    c->lr = dcps_client_lr(s->client);
     int rc = pthread_create(&c->thread, NULL, comm_main, s);
     if (rc != 0) {
         pthread_cond_destroy(&c->cv);
@@ -533,6 +536,18 @@ void dcps_step_stats(const dcps_step_t *s, dcps_client_stats_t *out)
     else
         dcps_client_stats(s->client, out);
     pthread_mutex_unlock(&c->mu);
+}
+
+double dcps_step_lr(const dcps_step_t *s)
+{
+    comm_t *c = (comm_t *)&s->comm;
+    if (!c->started)
+        return dcps_client_lr(s->client);
+    /* As dcps_step_stats: while the thread runs a job, the job before's. */
+    pthread_mutex_lock(&c->mu);
+    double lr = c->busy ? c->lr : dcps_client_lr(s->client);
+    pthread_mutex_unlock(&c->mu);
+    return lr;
 }
 
 uint64_t dcps_step_clock(const dcps_step_t *s)

@@ -164,6 +164,10 @@ uint64_t dcps_step_resumed(const dcps_step_t *s);
 /* The client's counters (dcps.h) as of the last completed exchange. */
 void dcps_step_stats(const dcps_step_t *s, dcps_client_stats_t *out);
 
+/* dcps_client_lr (dcps.h) as of the last completed exchange: the learning rate
+ * the shards had in force at the last pull; NaN before it. */
+double dcps_step_lr(const dcps_step_t *s);
+
 /* The sentence for the last failure; "" if none. Valid until the next call. */
 const char *dcps_step_error(const dcps_step_t *s);
 

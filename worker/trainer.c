@@ -652,9 +652,9 @@ static void count_step(trainer_t *t, progress_t *p, int epoch, int b, float loss
     double wa = t->emulated ? NAN : (double)p->win_correct / (double)p->win_samples;
     fprintf(out,
             "rank=%d step=%ld epoch=%d loss=%.4f train_acc=%.4f samples_per_s=%.0f "
-            "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f\n",
+            "bytes_pushed=%" PRIu64 " bytes_pulled=%" PRIu64 " staleness=%.2f lr=%.6g\n",
             t->rank, p->step, epoch, wl, wa, (double)p->win_samples / (tn - p->t_win),
-            st.bytes_pushed, st.bytes_pulled, staleness_mean(&st));
+            st.bytes_pushed, st.bytes_pulled, staleness_mean(&st), dcps_step_lr(t->step));
     fflush(out);
     csv_row(t, p->step, epoch, wl, wa, -1);
     p->win_loss = 0;

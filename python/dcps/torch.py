@@ -173,6 +173,14 @@ class Worker:
         """The step computed next (from 0 for the job)."""
         return self._step.clock
 
+    @property
+    def lr(self):
+        """The learning rate the shards had in force at the last pull: the lr of
+        their next update, ``[optimizer] lr`` times the schedule's f(t) (what
+        ``scheduler.get_last_lr()[0]`` says in a torch script); nan before the
+        first pull."""
+        return self._step.stats()["lr"]
+
     def _gather_grads(self):
         """Makes the gradient buffer hold every parameter's gradient: a
         parameter whose .grad was replaced (zero_grad(set_to_none=True), say)
@@ -225,7 +233,8 @@ class Worker:
         rate = self._win_samples / (now - self._t_win) if now > self._t_win else 0.0
         print(f"rank={self.rank} step={clock} epoch={self.epoch} loss={loss:.4f} "
               f"samples_per_s={rate:.0f} bytes_pushed={st['bytes_pushed']} "
-              f"bytes_pulled={st['bytes_pulled']} staleness={stale:.2f}", flush=True)
+              f"bytes_pulled={st['bytes_pulled']} staleness={stale:.2f} lr={st['lr']:.6g}",
+              flush=True)
         self._loss_sum, self._loss_count = 0.0, 0
         self._t_win, self._win_samples = now, 0
 

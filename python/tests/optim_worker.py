@@ -6,9 +6,11 @@ pushes), two by plain torch loops with torch.optim's single-tensor path
 
     optim_worker.py CASES.json
 
-CASES.json is a list of {"name", "job", "set", "optim", "kwargs", "steps"}:
-the job file, the "servers.shards=..." override naming its running shards, a
-torch.optim class name and its arguments. For each case one JSON line goes to
+CASES.json is a list of {"name", "job", "set", "optim", "kwargs", "steps",
+"schedule"}: the job file, the "servers.shards=..." override naming its running
+shards, a torch.optim class name and its arguments, and the job's [optimizer]
+schedule keys (empty: none), which the torch loops follow with LambdaLR and
+test_schedule.py's f, stepped once per update. For each case one JSON line goes to
 stdout:
 
 - free: the torch loop on its own for `steps` steps. max_abs and max_rel
@@ -40,6 +42,9 @@ from torch import nn
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "torch"))
 import dcps.torch as dt  # noqa: E402
 from fashion_cnn import read_idx  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_schedule  # noqa: E402  (f of the schedules, written from the formulas)
 
 DATA = "/usr/share/datasets/fashion-mnist"
 BATCH = 32
@@ -96,6 +101,13 @@ def run(case, data):
     optim = getattr(torch.optim, case["optim"])
     opt_free = optim(free.parameters(), foreach=False, **case["kwargs"])
     opt_forced = optim(forced.parameters(), foreach=False, **case["kwargs"])
+    scheds = []
+    if case.get("schedule"):
+        keys = dict(case["schedule"])
+        kind, lr = keys.pop("schedule"), case["kwargs"]["lr"]
+        scheds = [torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda t: test_schedule.factor(kind, t, lr, **keys))
+            for opt in (opt_free, opt_forced)]
     worker = dt.Worker(ours, job=case["job"], rank=0, overrides=[case["set"]])
     diffs, equal, forced_rel = [], [], 0.0
     for t, (x, y) in enumerate(data[:steps]):
@@ -110,6 +122,8 @@ def run(case, data):
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(x), y).backward()
             opt.step()
+        for sched in scheds:
+            sched.step()
         ours_flat = params(ours)
         diffs.append((ours_flat - free_flat).abs().max().item())
         if torch.equal(ours_flat, free_flat):

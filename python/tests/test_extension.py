@@ -135,6 +135,8 @@ class Arrays(unittest.TestCase):
         self.assertGreater(after["bytes_pushed"], before["bytes_pushed"] + 4 * N)
         # sgd, lr 0.1, one worker: every parameter moved by -0.1 from what it was
         self.assertAlmostEqual(self.params[0], 0.5 - 0.1 * (after["clock"]), places=5)
+        # the shards' lr in force, from the pull's replies: constant schedule
+        self.assertEqual(after["lr"], 0.1)
 
 
 class DeviceArrays(unittest.TestCase):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The shards' update rules against torch.optim (issue 27): for each rule and
-option, a sync job with one worker and dense pushes trains a small CNN on
+option, and for each lr schedule (against LambdaLR with the same f), a sync job with one worker and dense pushes trains a small CNN on
 Fashion-MNIST for 50 steps through dcps.torch, and a plain torch loop trains a
 copy of it with torch.optim.<Rule>(foreach=False) on the same batches, in the
 same process (python/tests/optim_worker.py).
@@ -58,6 +58,16 @@ CASES = [
      "Adagrad", {"lr": 0.01, "weight_decay": 0.01}),
     ("adagrad eps", {"kind": "adagrad", "lr": 0.01, "eps": 1e-3},
      "Adagrad", {"lr": 0.01, "eps": 1e-3}),
+    # [optimizer] schedule against torch.optim.lr_scheduler.LambdaLR with the same
+    # f (test_schedule.py's), stepped once per update: the lr of update t is lr·f(t).
+    ("adamw warmup cosine", {"kind": "adamw", "lr": 0.003}, "AdamW", {"lr": 0.003},
+     {"schedule": "cosine", "warmup_steps": 10, "total_steps": 40, "min_lr": 0.0003}),
+    ("momentum step", {"kind": "momentum", "lr": 0.05, "momentum": 0.9}, "SGD",
+     {"lr": 0.05, "momentum": 0.9}, {"schedule": "step", "step_every": 15, "step_gamma": 0.5}),
+    ("adam linear", {"kind": "adam", "lr": 0.002}, "Adam", {"lr": 0.002},
+     {"schedule": "linear", "warmup_steps": 5, "total_steps": 45, "min_lr": 0.0002}),
+    ("sgd inverse_sqrt", {"kind": "sgd", "lr": 0.2}, "SGD", {"lr": 0.2},
+     {"schedule": "inverse_sqrt", "warmup_steps": 8}),
 ]
 
 
@@ -66,16 +76,17 @@ def run_cases(capability):
     `capability` ("default", or None: torch's choice); the lines it printed."""
     jobs, cases = [], []
     try:
-        for name, keys, optim, kwargs in CASES:
+        for name, keys, optim, kwargs, *sched in CASES:
+            sched = sched[0] if sched else {}
             text = harness.job_text(
                 shards=2, workers=1, job={"mode": "sync"},
-                model={"layers": None, "params": "auto"}, optimizer=keys,
+                model={"layers": None, "params": "auto"}, optimizer={**keys, **sched},
                 # importing torch may take seconds on a loaded machine
                 server={"heartbeat_ms": 200, "dead_after_ms": 30000})
             job = harness.Job(text, shards=2)
             jobs.append(job)
             cases.append({"name": name, "job": job.path, "set": job.shards, "optim": optim,
-                          "kwargs": kwargs, "steps": STEPS})
+                          "kwargs": kwargs, "steps": STEPS, "schedule": sched})
         path = os.path.join(jobs[0].dir, "cases.json")
         with open(path, "w") as f:
             json.dump(cases, f)

@@ -830,6 +830,7 @@ class Fields(Case):
                 (pb.DONE, {"workers": 2}, "DONE carries workers, a field of WELCOME only"),
                 (pb.PULL, {"error_code": 10}, "PULL carries error_code, a field of ERROR only"),
                 (pb.PULL, {"error_text": "x"}, "PULL carries error_text, a field of ERROR only"),
+                (pb.PUSH, {"lr": 0.5}, "PUSH carries lr 0.5, a field of PULL_REPLY only"),
                 (pb.BARRIER, {"flags": pb.FLAG_DELTA, "step": 1},
                  "BARRIER with flags 8: it has no flags"),
                 (pb.PULL, {"flags": pb.FLAG_DUPLICATE},
@@ -851,7 +852,7 @@ class Fields(Case):
             self.refused(c, "FIELD", text, type_, **fields)
         # 0, false and empty are as good as absent.
         self.assertEqual(c.heartbeat(initialized=False, workers=0, error_code=0, error_text="",
-                                     flags=0, want=0, step=0, param_version=0).type,
+                                     flags=0, want=0, step=0, param_version=0, lr=0.0).type,
                          pb.HEARTBEAT)
         # Frames where the type has none.
         self.refused(c, "FRAMECOUNT", "HEARTBEAT carries no payload, got 1 frame (DENSE)",
@@ -862,6 +863,25 @@ class Fields(Case):
         self.refused(self.conn(0, session=SB), "LIVE", re.compile(".*"), pb.HELLO, shard=0,
                      n_params=N)
         self.assertEqual(c.pull(0).h.param_version, 0)
+
+
+class Schedule(Case):
+    """Section 7.5: a PULL_REPLY says the lr of the shard's next update, lr * f(t)
+    of the job's schedule at t = its param_version; no other reply has one."""
+
+    def test_pull_replies_carry_lr_times_f_of_their_version(self):
+        # step: a warm-up of 2, then halved every 2 updates.
+        self.start(optimizer={"schedule": "step", "warmup_steps": 2, "step_every": 2,
+                              "step_gamma": 0.5})
+        c = self.joined(0, init=np.zeros(N, F32))
+        for v, lr in enumerate([0.05, 0.1, 0.1, 0.1, 0.05, 0.05, 0.025]):
+            r = c.pull(v)
+            self.assertEqual(r.h.param_version, v)
+            self.assertTrue(r.h.HasField("lr"))
+            self.assertEqual(r.h.lr, lr)
+            ack = c.push(v, v, g=np.ones(512, F32))
+            self.assertFalse(ack.h.HasField("lr"))
+        self.assertFalse(c.heartbeat().h.HasField("lr"))
 
 
 class NonFinite(Case):

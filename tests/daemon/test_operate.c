@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/schedule.h"
 #include "config.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
@@ -112,6 +113,96 @@ START_TEST(sighup_changes_the_learning_rate_and_refuses_fixed_keys)
                       wait_for_text(log, "[job] workers: \"many\" is not an integer"),
                   "server said: %s", h_slurp(log));
     ck_assert_int_eq(dcps_client_pull(c, w3), 0);
+
+    dcps_client_close(&c);
+    free(cfg);
+    ck_assert_int_eq(h_stop(srv, 10000), 0);
+}
+END_TEST
+
+/* A job with a schedule (linear from lr to min_lr 0.01 over updates 2 to 12,
+ * after a warm-up of 2) and /metrics. */
+static const char *schedule_job(const char *lr, int port)
+{
+    static char text[512];
+    snprintf(text, sizeof text,
+             "[job]\nname = reload\nworkers = 1\n"
+             "[servers]\nshards = tcp://127.0.0.1:*\n[model]\nlayers = 1,500\n"
+             "[optimizer]\nlr = %s\nschedule = linear\nwarmup_steps = 2\ntotal_steps = 12\n"
+             "min_lr = 0.01\n[server]\nmetrics_port = %d\n",
+             lr, port);
+    return h_write("schedule.ini", text);
+}
+
+/* /metrics' dcps_lr once dcps_version reads version and dcps_lr want (the
+ * text is published every 500 ms), or after 5 s whatever it reads. */
+static double metrics_lr(int port, double version, double want)
+{
+    double lr = NAN;
+    for (int i = 0; i < 100; i++) {
+        lr = h_metric(port, "dcps_lr{shard=\"0\"}");
+        if (h_metric(port, "dcps_version{shard=\"0\"}") == version && lr == want)
+            break;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    return lr;
+}
+
+/* The lr in force, lr · f(version), on every PULL_REPLY (dcps_client_lr) and in
+ * /metrics; a SIGHUP that changes lr moves the schedule's base, so that linear
+ * still ends at min_lr; one that would put lr below min_lr is refused. */
+START_TEST(pull_replies_and_metrics_carry_the_scheduled_lr_and_sighup_moves_its_base)
+{
+    char ep[256], shards[300], err[512];
+    int port = h_free_port();
+    const char *j = schedule_job("0.1", port);
+    pid_t srv = h_server(j, 0, ep);
+    ck_assert_int_gt(srv, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+    const char *ov[] = {shards};
+    dcps_config_t *cfg = malloc(sizeof *cfg);
+    ck_assert_msg(dcps_config_load(cfg, j, ov, 1, err, sizeof err) == 0, "%s", err);
+    int rc;
+    dcps_client_t *c = dcps_client_new(cfg, 0, &rc, err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    ck_assert(isnan(dcps_client_lr(c))); /* no pull yet */
+    float w[N] = {0};
+    ck_assert_int_eq(dcps_client_init(c, w), 0);
+    ck_assert_int_eq(dcps_client_pull(c, w), 0);
+    ck_assert_double_eq(dcps_client_lr(c), 0.05); /* t = 0: the warm-up's 1/2 of 0.1 */
+    ck_assert_double_eq(metrics_lr(port, 0, 0.05), 0.05);
+    /* Version v after v pushes: the next update's lr is 0.1 · f(v). */
+    for (uint64_t v = 1; v <= 7; v++) {
+        step(c, w);
+        ck_assert_double_eq(dcps_client_lr(c), dcps_schedule_lr(&cfg->sched, 0.1, v));
+    }
+    /* t = 7: halfway from 2 to 12, so halfway from 0.1 to 0.01. */
+    ck_assert_double_eq_tol(dcps_client_lr(c), 0.055, 1e-15);
+    ck_assert_double_eq(metrics_lr(port, 7, dcps_client_lr(c)), dcps_client_lr(c));
+
+    /* lr 0.1 -> 0.2: halfway from 0.2 to min_lr 0.01 now. */
+    schedule_job("0.2", port);
+    kill(srv, SIGHUP);
+    const char *log = h_path("server0", "err");
+    ck_assert_msg(wait_for_text(log, "reload: [optimizer] lr 0.1 -> 0.2"), "server said: %s",
+                  h_slurp(log));
+    ck_assert_int_eq(dcps_client_pull(c, w), 0);
+    ck_assert_double_eq(dcps_client_lr(c), dcps_schedule_lr(&cfg->sched, 0.2, 7));
+    ck_assert_double_eq_tol(dcps_client_lr(c), 0.105, 1e-15);
+    ck_assert_double_eq(metrics_lr(port, 7, dcps_client_lr(c)), dcps_client_lr(c));
+    for (uint64_t v = 8; v <= 13; v++)
+        step(c, w);
+    ck_assert_double_eq_tol(dcps_client_lr(c), 0.01, 1e-15); /* t = 13 > total_steps */
+
+    /* Below min_lr: the reload is refused, the base stays 0.2. */
+    schedule_job("0.005", port);
+    kill(srv, SIGHUP);
+    ck_assert_msg(wait_for_text(log, "reload refused: ") &&
+                      wait_for_text(log, "[optimizer] min_lr (0.01) must be at most "
+                                         "[optimizer] lr (0.005)"),
+                  "server said: %s", h_slurp(log));
+    ck_assert_int_eq(dcps_client_pull(c, w), 0);
+    ck_assert_double_eq(dcps_client_lr(c), dcps_schedule_lr(&cfg->sched, 0.2, 13));
 
     dcps_client_close(&c);
     free(cfg);
@@ -559,6 +650,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sighup_changes_the_learning_rate_and_refuses_fixed_keys);
+    tcase_add_test(tc, pull_replies_and_metrics_carry_the_scheduled_lr_and_sighup_moves_its_base);
     tcase_add_test(tc, under_systemd_it_says_ready_pings_the_watchdog_and_reports_reloads);
     tcase_add_loop_test(tc, a_shard_killed_and_restarted_loses_nothing_that_matters, 0,
                         (int)(sizeof modes / sizeof *modes));
