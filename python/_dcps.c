@@ -305,6 +305,11 @@ static PyObject *Step_finish(StepObject *self, PyObject *params)
     return one_array_call(self, params, dcps_step_finish, "params");
 }
 
+static PyObject *Step_pull(StepObject *self, PyObject *params)
+{
+    return one_array_call(self, params, dcps_step_pull, "params");
+}
+
 static PyObject *Step_run(StepObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"grad", "params", "epoch", NULL};
@@ -559,6 +564,9 @@ static PyMethodDef Step_methods[] = {
     {"finish", (PyCFunction)Step_finish, METH_O,
      "finish(params): done, final barrier, exact pull into params (a buffer, or after "
      "use_stream a device pointer as an int)."},
+    {"pull", (PyCFunction)Step_pull, METH_O,
+     "pull(params): the shards' parameters, exactly, into params (not the model's array), "
+     "mid-run or after finish; the next pull is dense."},
     {"wait", (PyCFunction)Step_wait, METH_NOARGS,
      "wait(): with the pipeline, wait for the step in flight."},
     {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},

@@ -522,6 +522,18 @@ int dcps_step_finish(dcps_step_t *s, float *params)
     return pull(s, params, true, "final pull");
 }
 
+int dcps_step_pull(dcps_step_t *s, float *params)
+{
+    int rc;
+    if (s->state != FINISHED && (rc = check_state(s, STARTED, "pull")) != 0)
+        return rc;
+    if ((rc = comm_wait(s)) != 0 || (rc = pull(s, params, true, "pull")) != 0) {
+        s->state = FAILED;
+        return rc;
+    }
+    return 0;
+}
+
 void dcps_step_stats(const dcps_step_t *s, dcps_client_stats_t *out)
 {
     comm_t *c = (comm_t *)&s->comm;

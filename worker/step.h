@@ -144,6 +144,14 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
  * ends with the same model. */
 int dcps_step_finish(dcps_step_t *s, float *params);
 
+/* Pulls the shards' parameters exactly (not a delta's mirror) into params, an
+ * array of n other than the step's own, without ending training: for saving
+ * the model mid-run. Waits first for the step in flight (pipeline); the model's
+ * array that run and finish take is left as it is, and the next pull is dense.
+ * After start, also after finish. On failure params may be partly written and
+ * the step is failed, as after a failed run. */
+int dcps_step_pull(dcps_step_t *s, float *params);
+
 /* Pipeline: waits for the step in flight and returns its result (0 without
  * the pipeline). Then dcps_step_pulled() holds the parameters it pulled. */
 int dcps_step_wait(dcps_step_t *s);
