@@ -35,7 +35,7 @@ import torch
 
 from . import ArrayError, ConfigError, StateError, Step, share
 
-__all__ = ["Worker", "shard", "decay_groups"]
+__all__ = ["Worker", "shard", "decay_groups", "sampler", "Sampler"]
 
 _current = None  # the Worker shard() uses when none is given
 
@@ -91,7 +91,7 @@ class Worker:
             seen.add(id(p))
             if p.dtype != torch.float32:
                 raise ArrayError(f"parameter {name} is {p.dtype}; dcps trains float32 "
-                                 "parameters only (model.float())")
+                                 "parameters only (model.float())" + _HALF.get(p.dtype, ""))
             if p.device.type not in ("cpu", "cuda"):
                 raise ArrayError(f"parameter {name} is on {p.device}; dcps takes CPU or CUDA "
                                  "tensors")
@@ -285,6 +285,46 @@ class Worker:
     def __exit__(self, *exc):
         self.close()
 
+    def state_dict(self):
+        """The model's state dict with the parameters as the shards hold them
+        now: an exact pull (not a delta pull's mirror, nor a pipeline's local
+        update) into a buffer of its own, the model left as it is. Every tensor
+        is a clone that owns its storage, so ``torch.save`` of it writes only
+        the model and ``load_state_dict`` of it needs no dcps. Buffers are this
+        rank's. Mid-run it waits for the step in flight; after finish() it is
+        the final model."""
+        flat = torch.empty(self.n, dtype=torch.float32)
+        self._step.pull(flat.numpy())
+        # A parameter's entry in state_dict() is a view of the flat buffer at
+        # its own offset: found by where it points (shared ones too).
+        values, at = {}, 0
+        for p in self._params:
+            values[(p.data_ptr(), tuple(p.shape))] = flat[at:at + p.numel()].view(p.shape)
+            at += p.numel()
+        out = self.model.state_dict()
+        for key, t in out.items():
+            v = values.get((t.data_ptr(), tuple(t.shape)))
+            out[key] = (t if v is None else v).detach().clone().to(t.device)
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DDP's ``no_sync()``, for scripts ported from it: a no-op here.
+        Nothing is pushed until ``step()``, so gradients of several backward
+        passes already add up in the model's .grad (the flat buffer) until the
+        next step pushes their sum as one gradient."""
+        yield
+
+    def optimizer(self):
+        """A stand-in ``torch.optim.Optimizer`` for what expects one (a
+        ``GradScaler``): its ``step()`` is ``worker.step()``, its
+        ``zero_grad()`` zeroes the gradients, its param_groups hold the
+        model's parameters. A step whose gradients hold an Inf or NaN (a
+        scaler's overflow that reached it) pushes nothing and prints so."""
+        if getattr(self, "_shim", None) is None:
+            self._shim = _StepOptimizer(self)
+        return self._shim
+
 
 # torch.optim's per-group keys that dcps applies once for the whole job: a
 # group may carry one only with the job's value ([optimizer] key, or the
@@ -477,3 +517,128 @@ def shard(data, worker=None, epochs=None, batch_size=None):
                     break  # moved on to the open round: skip the missed batches
             j = max(j, w.clock - done)
         done += steps
+
+
+# A sentence for half-precision parameters: autocast computes in half precision
+# while the model, and so the shards, keep float32 master parameters.
+_HALF = {
+    torch.float16: "; keep float32 master parameters and compute in half precision with "
+                   "torch.autocast (docs/pytorch.md, \"Mixed precision\")",
+    torch.bfloat16: "; keep float32 master parameters and compute in half precision with "
+                    "torch.autocast (docs/pytorch.md, \"Mixed precision\")",
+}
+
+
+class _StepOptimizer(torch.optim.Optimizer):
+    """What Worker.optimizer() returns: an Optimizer whose step is the
+    worker's. A GradScaler unscales the model's .grad through param_groups (in
+    place in the flat buffer) and calls step() only when it found no Inf/NaN;
+    on the CPU of torch 1.13 the scaler disables itself and always calls step(),
+    which then does the check itself."""
+
+    def __init__(self, worker):
+        super().__init__(list(worker._params), {})
+        self.worker = worker
+        self.skipped = 0  # steps that pushed nothing: a non-finite gradient
+
+    def _finite(self):
+        self.worker._gather_grads()
+        return bool(torch.isfinite(self.worker._grad).all())
+
+    def step(self, closure=None, loss=None):
+        if closure is not None:
+            raise ValueError("dcps: worker.optimizer().step() takes no closure")
+        if not self._finite():
+            self._skip()
+            return None
+        self.worker.step(loss)
+        return None
+
+    def _skip(self):
+        w = self.worker
+        self.skipped += 1
+        w._grad.zero_()
+        print(f"rank={w.rank} step={w.clock} skipped: Inf or NaN gradient (mixed precision "
+              f"overflow); nothing pushed, gradients zeroed ({self.skipped} skipped so far)",
+              flush=True)
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradient buffer (the views stay: set_to_none is
+        ignored). Gradients a GradScaler left unpushed because they overflowed
+        are counted and reported as a skipped step."""
+        w = self.worker
+        if not self._finite():
+            self._skip()
+        else:
+            w._grad.zero_()
+
+    def state_dict(self):
+        return {"state": {}, "param_groups": [{"params": list(range(len(self.worker._params)))}]}
+
+    def load_state_dict(self, state_dict):
+        pass
+
+
+class Sampler(torch.utils.data.Sampler):
+    """The indices of this rank's share of an epoch, in dt.shard's order, for a
+    DataLoader (see sampler())."""
+
+    def __init__(self, dataset, worker=None, batch_size=None):
+        w = worker or _current
+        if w is None:
+            raise ConfigError("dcps.torch.sampler: make the dcps.torch.Worker first")
+        self.worker = w
+        self.batch_size = w.batch_size if batch_size is None else int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size {self.batch_size}: at least 1")
+        self.n = len(dataset)
+        if self.n < w.workers:
+            raise ValueError(f"{self.n} examples for {w.workers} workers")
+        self.epoch = w.epoch
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration yields (dcps counts from 1, as
+        worker.epoch does: ``for epoch in range(1, worker.epochs + 1)``);
+        sets worker.epoch too."""
+        if int(epoch) < 1:
+            raise ValueError(f"epoch {epoch}: dcps epochs count from 1 (worker.epoch), "
+                             "so that every rank and dcps-worker take the same order; "
+                             "for epoch in range(1, worker.epochs + 1): sampler.set_epoch(epoch)")
+        self.epoch = int(epoch)
+        self.worker.epoch = self.epoch
+
+    def _order(self, epoch):
+        w = self.worker
+        order = numpy.empty(self.n, dtype=numpy.uint32)
+        k = share(w.seed, epoch, w.rank, w.workers, order)
+        return order[:k]
+
+    def _skip(self):
+        """Steps of this epoch that the shards held when this worker started."""
+        w, bs = self.worker, self.batch_size
+        done = 0
+        for e in range(1, self.epoch):
+            done += (len(self._order(e)) + bs - 1) // bs
+        return max(0, w.resumed - done)
+
+    def __iter__(self):
+        order = self._order(self.epoch)
+        return iter(order[self._skip() * self.batch_size:].tolist())
+
+    def __len__(self):
+        return max(0, len(self._order(self.epoch)) - self._skip() * self.batch_size)
+
+
+def sampler(dataset, worker=None, batch_size=None):
+    """A ``torch.utils.data.Sampler`` of this rank's indices of dataset, for
+    ``DataLoader(dataset, batch_size=B, sampler=dt.sampler(dataset), ...)``
+    with any num_workers, pin_memory, collate_fn: the order of ``dt.shard``
+    (``dcps.share`` seeded by [job] seed and the epoch, rank r of P taking every
+    P-th position). ``set_epoch(e)`` chooses the epoch, counting from 1, as
+    DistributedSampler's does. After a restart, the first epoch's iteration
+    starts after the steps the shards already hold for this rank: the sampler
+    yields indices, so it counts steps in batches of ``batch_size`` (default:
+    the job's [data] batch_size), which must be the DataLoader's; keep the
+    DataLoader's ``drop_last=False`` (an epoch's last batch may be short, as in
+    dt.shard)."""
+    return Sampler(dataset, worker, batch_size)
