@@ -40,7 +40,8 @@ for d in $(grep -o '](docs/[a-z]*\.md' "$stage$docdir/README.md" 2>/dev/null | s
     expect+=("$docdir/$d")
 done
 [ -n "$pkgpyexecdir" ] &&
-    expect+=("$pkgpyexecdir/__init__.py" "$pkgpyexecdir/torch.py" "$pkgpyexecdir/_dcps.so")
+    expect+=("$pkgpyexecdir/__init__.py" "$pkgpyexecdir/torch.py" "$pkgpyexecdir/checkpoint.py"
+        "$pkgpyexecdir/_dcps.so")
 [ -n "$systemdsystemunitdir" ] &&
     expect+=("$systemdsystemunitdir/dcps-server@.service" "$systemdsystemunitdir/dcps-worker@.service")
 missing=0

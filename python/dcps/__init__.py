@@ -4,7 +4,8 @@ The C extension ``dcps._dcps`` binds libdcps's worker step (``<dcps/step.h>``):
 ``Step(job, rank, n, overrides=())`` is one worker rank of a job for a model of
 ``n`` float32 parameters; ``start``, ``run``, ``finish`` push gradients and pull
 parameters through the shards, with the job's compression, consistency model and
-pipeline. ``dcps.torch`` puts a PyTorch model on top of it.
+pipeline. ``dcps.torch`` puts a PyTorch model on top of it; ``dcps.checkpoint``
+reads the shards' checkpoint files without shards.
 
 Every failure raises ``dcps.Error`` or a subclass (``ConfigError``,
 ``ConnectionError``, ``AuthError``, ``SizeError``, ``StateError``,
