@@ -293,8 +293,13 @@ class Worker:
         the model and ``load_state_dict`` of it needs no dcps. Buffers are this
         rank's. Mid-run it waits for the step in flight; after finish() it is
         the final model."""
-        flat = torch.empty(self.n, dtype=torch.float32)
-        self._step.pull(flat.numpy())
+        flat = torch.empty(self.n, dtype=torch.float32, device=self.device)
+        if self._cuda:  # device arrays: a pointer, on the current stream
+            self._use_current_stream()
+            with self._on_device():
+                self._step.pull(flat.data_ptr())
+        else:
+            self._step.pull(flat.numpy())
         # A parameter's entry in state_dict() is a view of the flat buffer at
         # its own offset: found by where it points (shared ones too).
         values, at = {}, 0
