@@ -10,6 +10,12 @@
 #                                train the PyTorch CNN of examples/torch/ with dcps.torch
 #                                (2 shards + 2 workers, Top-k 1% + error feedback, delta
 #                                pulls, DC-ASGD-a), print both workers' final: lines
+#   deploy/quickstart.sh torch-lm
+#                                the same with the character-level transformer of
+#                                examples/torch/char_lm.py on Debian's fortunes (package
+#                                fortunes): 2 shards + 2 workers, async, Top-k 1% + delta
+#                                pulls, AdamW with warm-up and cosine decay on the shards;
+#                                prints the held-out bits per character and the final: lines
 #   deploy/quickstart.sh packages
 #                                build the Debian packages (debian/) from a clean copy of
 #                                the tree into build/deb/, lintian them, install them, run
@@ -30,7 +36,7 @@ build=$here/build
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
-    procps groff-base iproute2 python3-dev python3-numpy python3-torch
+    procps groff-base iproute2 python3-dev python3-numpy python3-torch fortunes
     clang libclang-rt-14-dev llvm-14 python3-zmq python3-protobuf protobuf-compiler)
 # What `packages` needs besides: the Debian tools, and systemd-analyze and man for
 # the units. The build dependencies (debian/control) are all in the list above.
@@ -331,9 +337,32 @@ do_torch_demo() {
         examples/torch/fashion_cnn.ini -b "$build" -d run -- "$py" examples/torch/fashion_cnn.py
 }
 
+# The transformer demo: launch-local.sh runs examples/torch/char_lm.py as each
+# worker. A build whose shards do not know the AdamW job's keys yet refuses
+# char_lm.ini (dcps-worker checks it, exit status 2): then the same job with plain
+# SGD on the shards (char_lm_sgd.ini) runs instead, and says so.
+do_torch_lm() {
+    if [ ! -f "$build/python/dcps/_dcps.so" ]; then
+        echo "quickstart.sh: $build has no Python package (configured without Python 3" \
+            "headers?): remove $build and run this again" >&2
+        exit 1
+    fi
+    local job=examples/torch/char_lm.ini why
+    if ! why=$("$build/dcps-worker" --config "$job" --rank 0 -- true 2>&1); then
+        printf '%s\n' "$why" >&2
+        echo "quickstart.sh: this build refuses $job (above): running" \
+            "examples/torch/char_lm_sgd.ini, plain SGD on the shards, instead" >&2
+        job=examples/torch/char_lm_sgd.ini
+    fi
+    say "2 shards and 2 dcps.torch workers train a character-level transformer on Debian's fortunes ($job)"
+    PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" exec deploy/launch-local.sh \
+        "$job" -b "$build" -d run -- "$py" examples/torch/char_lm.py
+}
+
 case "${1:-}" in
 demo) install_missing && build_tree && do_demo ;;
 torch-demo) install_missing && build_tree && do_torch_demo ;;
+torch-lm) install_missing && build_tree && do_torch_lm ;;
 check)
     [ "${DCPS_CHECK_PACKAGES:-0}" = 1 ] && packages+=("${deb_packages[@]}")
     install_missing && build_tree && do_check
@@ -343,7 +372,7 @@ packages)
     install_missing && do_packages
     ;;
 *)
-    echo "usage: $0 demo|check|torch-demo|packages" >&2
+    echo "usage: $0 demo|check|torch-demo|torch-lm|packages" >&2
     exit 2
     ;;
 esac
