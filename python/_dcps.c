@@ -496,12 +496,13 @@ static PyObject *Step_stats(StepObject *self, PyObject *unused)
 
 static PyObject *Step_summary(StepObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"test_acc",   "test_loss", "train_loss", "epochs",
-                             "samples",    "device",    NULL};
+    static char *kwlist[] = {"test_acc", "test_loss", "train_loss", "epochs",
+                             "samples",  "device",    "elapsed_s",  NULL};
     dcps_job_result_t r = {.test_acc = NAN, .test_loss = NAN, .train_loss = NAN};
     unsigned long long samples = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dddiKz:summary", kwlist, &r.test_acc,
-                                     &r.test_loss, &r.train_loss, &r.epochs, &samples, &r.device))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dddiKzd:summary", kwlist, &r.test_acc,
+                                     &r.test_loss, &r.train_loss, &r.epochs, &samples, &r.device,
+                                     &r.elapsed_s))
         return NULL;
     if (!self->step)
         return raise_code(StateError, DCPS_E_STATE, "this worker is closed");
@@ -584,8 +585,8 @@ static PyMethodDef Step_methods[] = {
      "stats(): the client's counters, and lr: the shards' learning rate in force at the last "
      "pull (nan before it)."},
     {"summary", (PyCFunction)(void (*)(void))Step_summary, METH_VARARGS | METH_KEYWORDS,
-     "summary(test_acc=nan, test_loss=nan, train_loss=nan, epochs=0, samples=0, device=None): "
-     "the final: line."},
+     "summary(test_acc=nan, test_loss=nan, train_loss=nan, epochs=0, samples=0, device=None, "
+     "elapsed_s=0): the final: line; elapsed_s: the seconds of training (0: since start)."},
     {"__enter__", Step_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Step_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

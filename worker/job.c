@@ -55,7 +55,9 @@ int dcps_job_summary(const dcps_step_t *s, const dcps_job_result_t *r, char *buf
     dcps_step_info(s, &in);
     dcps_step_stats(s, &st);
     const dcps_config_t *cfg = in.cfg;
-    double elapsed = in.started_s > 0 ? dcps_now_s() - in.started_s : 0;
+    double elapsed = r->elapsed_s > 0   ? r->elapsed_s
+                     : in.started_s > 0 ? dcps_now_s() - in.started_s
+                                        : 0;
     uint64_t dense = st.bytes_pushed_dense + st.bytes_pulled_dense;
     uint64_t ran = st.clock - dcps_step_resumed(s); /* steps this process computed */
     return snprintf(

@@ -50,12 +50,15 @@ typedef struct {
     uint64_t samples;   /* training examples this process computed */
     const char *device; /* where the model ran ("cpu", "gpu"); NULL: "cpu" */
     int compute_ms;     /* emulated compute per step; 0: none */
+    double elapsed_s;   /* seconds of training, measured by the caller (dcps.torch
+                           leaves out its user's evaluation); 0: since dcps_step_start */
 } dcps_job_result_t;
 
 /* Writes the `final:` line (docs/operating.md, Output; no newline) of the
  * worker that step s is into buf: rank, the caller's results, steps, elapsed
- * time since dcps_step_start, traffic, and the job's mode, optimizer and
- * compression. Returns the length it needed (as snprintf). */
+ * time (r->elapsed_s, or since dcps_step_start when that is 0), traffic, and
+ * the job's mode, optimizer and compression. Returns the length it needed (as
+ * snprintf). */
 int dcps_job_summary(const dcps_step_t *s, const dcps_job_result_t *r, char *buf, size_t len);
 
 #endif

@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import time
+import weakref
 
 import numpy
 import torch
@@ -122,6 +123,12 @@ class Worker:
                 offsets.append(at)
                 names.append(name)
                 at += k
+        self._names = names
+        self._bound = _binding(self._params)  # what step() checks the model against
+        self._live = True  # the shards own the parameters: until finish() or close()
+        self._hooks = _guard_model(self, model)
+        self.skipped_steps = 0  # steps whose gradient was not finite: nothing pushed
+        self._shard_next = 1  # the job-epoch dt.shard serves next on this worker
         self._step = Step(os.fspath(job), rank, n, overrides)
         self._step.set_names(offsets, names)
         if param_groups is not None:
@@ -152,6 +159,7 @@ class Worker:
         self._t_win, self._win_samples = time.monotonic(), 0
         with self._on_device():
             self._step.start(self._p_arg)
+        self._t_start = time.monotonic()  # training time counts from here (final:)
         self.resumed = self._step.resumed
         _current = self
 
@@ -204,7 +212,11 @@ class Worker:
         With a CUDA model the step runs on the device's current stream: the new
         parameters (and the zeroed gradients) are queued there when it returns,
         so the next forward pass on that stream sees them."""
+        self._check_bound()
         self._gather_grads()
+        if not bool(torch.isfinite(self._grad).all()):
+            self._skip_step()
+            return
         if self._cuda:
             self._use_current_stream()
         if self._cuda:
@@ -224,6 +236,39 @@ class Worker:
         clock = self._step.clock
         if self.log_every > 0 and clock % self.log_every == 0:
             self._progress(clock)
+
+    def _check_bound(self):
+        """Refuses a model whose parameters are no longer the views of the
+        flat buffer that Worker made (model.to(...), p.data = ...): dcps would
+        go on training its buffer while the model keeps the new tensors."""
+        if _binding(self._params) == self._bound:
+            return
+        for name, p, (ptr, stride) in zip(self._names, self._params, self._bound):
+            if (p.data_ptr(), p.stride()) != (ptr, stride):
+                break
+        raise ArrayError(
+            f"parameter {name} is no longer a view of dcps's parameter buffer (the model was "
+            f"moved or converted after dcps.torch.Worker(model): model.to(...), "
+            f"memory_format=, .half(), or {name}.data was replaced), so dcps would train "
+            "its buffer while the model keeps the new tensor. Move or convert the model "
+            "before dcps.torch.Worker(model); dcps keeps each parameter contiguous, float32, "
+            "on one device")
+
+    def _skip_step(self):
+        """A step whose gradient holds NaN or Inf (a float16 overflow that a
+        GradScaler would skip too): pushes nothing, zeroes the gradients,
+        counts it and says so; the clock does not move."""
+        for name, view in zip(self._names, self._slices):
+            bad = (~torch.isfinite(view)).nonzero()
+            if len(bad):
+                at = int(bad[0])
+                what = f"{name} entry {at} is {float(view[at]):g}"
+                break
+        self._grad.zero_()
+        self.skipped_steps += 1
+        print(f"rank={self.rank} step={self._step.clock} skipped: the gradient of {what}, not "
+              f"finite; nothing pushed (skipped_steps={self.skipped_steps})",
+              file=sys.stderr, flush=True)
 
     def _progress(self, clock):
         st = self._step.stats()
@@ -254,8 +299,11 @@ class Worker:
         global _current
         if self._cuda:
             self._use_current_stream()
+        self._check_bound()
         with self._on_device():
             self._step.finish(self._p_arg)
+        trained = time.monotonic() - self._t_start  # before evaluate(): final: counts training
+        self._live = False
         if evaluate is not None:
             result = evaluate(self.model)
             if isinstance(result, tuple):
@@ -268,7 +316,7 @@ class Worker:
             test_acc=nan if test_acc is None else float(test_acc),
             test_loss=nan if test_loss is None else float(test_loss),
             train_loss=train_loss, epochs=self.epoch, samples=self.samples,
-            device="gpu" if self._cuda else "cpu")
+            device="gpu" if self._cuda else "cpu", elapsed_s=trained)
         print(line, file=out, flush=True)
         self.close()
         if _current is self:
@@ -277,6 +325,7 @@ class Worker:
 
     def close(self):
         """Says BYE and frees the worker (finish() does it)."""
+        self._live = False
         self._step.close()
 
     def __enter__(self):
@@ -306,7 +355,9 @@ class Worker:
         for p in self._params:
             values[(p.data_ptr(), tuple(p.shape))] = flat[at:at + p.numel()].view(p.shape)
             at += p.numel()
-        out = self.model.state_dict()
+        # keep_vars: the parameters themselves (state_dict() gives copies,
+        # which point nowhere in the flat buffer).
+        out = self.model.state_dict(keep_vars=True)
         for key, t in out.items():
             v = values.get((t.data_ptr(), tuple(t.shape)))
             out[key] = (t if v is None else v).detach().clone().to(t.device)
@@ -329,6 +380,49 @@ class Worker:
         if getattr(self, "_shim", None) is None:
             self._shim = _StepOptimizer(self)
         return self._shim
+
+
+def _binding(params):
+    """Where each parameter's data is and how it is laid out: what Worker
+    bound it to, compared at every step."""
+    return [(p.data_ptr(), p.stride()) for p in params]
+
+
+def _guard_model(worker, model):
+    """Hooks on every module of model, so that the parameters being views of
+    one flat buffer does not show: a state_dict holds copies of them (torch.save
+    of a part writes that part, not the whole buffer its views share), and a
+    load_state_dict while the shards own the parameters is refused (the next
+    pull would overwrite what it loaded). Returns the hooks' handles."""
+    flat = worker._flat
+    lo, device = flat.data_ptr(), flat.device
+    hi = lo + flat.numel() * flat.element_size()
+    ref = weakref.ref(worker)
+
+    def copy_views(module, state, prefix, local_metadata):
+        for name, p in module._parameters.items():
+            v = state.get(prefix + name)
+            # keep_vars=True gives the Parameter itself: torch's contract, kept.
+            if (p is not None and isinstance(v, torch.Tensor)
+                    and not isinstance(v, torch.nn.Parameter) and v.device == device
+                    and lo <= v.data_ptr() < hi):
+                state[prefix + name] = v.clone()
+
+    def refuse_load(state, prefix, *rest):
+        w = ref()
+        if w is not None and w._live:
+            raise StateError(
+                f"load_state_dict into {prefix.rstrip('.') or 'the model'} after "
+                "dcps.torch.Worker(model): the shards hold the parameters and the next step "
+                "would pull them over what you load, and the protocol cannot set the shards' "
+                "parameters once initialised. Load the weights before dcps.torch.Worker(model) "
+                "(rank 0's initialise a new job's shards), or after worker.finish()")
+
+    handles = []
+    for m in model.modules():
+        handles.append(m._register_state_dict_hook(copy_views))
+        handles.append(m._register_load_state_dict_pre_hook(refuse_load))
+    return handles
 
 
 # torch.optim's per-group keys that dcps applies once for the whole job: a
@@ -465,63 +559,129 @@ def _batches_of(data, order, batch_size):
             yield tuple(t[sel] for t in data.tensors)
         return
     loader = data if isinstance(data, torch.utils.data.DataLoader) else None
-    dataset = loader.dataset if loader else data
-    kwargs = {"collate_fn": loader.collate_fn, "num_workers": loader.num_workers} if loader else {}
+    dataset = loader.dataset if loader is not None else data
+    kwargs = {}
+    if loader is not None:
+        kwargs = {"collate_fn": loader.collate_fn, "num_workers": loader.num_workers,
+                  "pin_memory": loader.pin_memory, "worker_init_fn": loader.worker_init_fn}
     yield from torch.utils.data.DataLoader(dataset, batch_size=batch_size,
                                            sampler=order.tolist(), **kwargs)
 
 
-def shard(data, worker=None, epochs=None, batch_size=None):
-    """This rank's batches of ``data`` for every epoch of the job.
+def shard(data, worker=None, epochs=None, batch_size=None, drop_last=None):
+    """This rank's batches of ``data`` for the next ``epochs`` epochs of the job.
 
     ``data``: a map-style dataset (a ``TensorDataset`` is indexed directly) or a
-    ``DataLoader`` (its dataset, collate_fn and num_workers are kept; its
-    sampler and batch size are replaced). Each epoch is the permutation that
+    ``DataLoader`` over one (its dataset, batch_size, drop_last, collate_fn,
+    num_workers, pin_memory and worker_init_fn are kept; its sampler or shuffle
+    is replaced by dcps's permutation). An ``IterableDataset`` is refused:
+    it has no index to permute and share. Each epoch is the permutation that
     dcps-worker uses (``dcps.share``: seeded by [job] seed and the epoch, rank r
-    of P taking every P-th position), in batches of [data] batch_size unless
-    given. The worker (default: the last one made) learns the epoch and counts
-    the samples. A restarted worker skips the steps the shards already hold, and
+    of P taking every P-th position), in batches of ``batch_size`` (default:
+    the DataLoader's, else [data] batch_size), the last one shorter unless
+    ``drop_last``.
+
+    Each call continues where the job is on this worker: the first serves
+    epochs from 1, the next one from the epoch after the last one served, so
+    ``for e in range(E): for b in dt.shard(ds, epochs=1)`` trains epochs 1 to E.
+    ``epochs=None``: every epoch left of [data] epochs (a call when none is
+    left raises StateError rather than yielding nothing); a number may go past
+    [data] epochs. Steps made outside shard do not count as batches served.
+    The worker (default: the last one made) learns the epoch and counts the
+    samples. A restarted worker skips the batches whose steps the shards
+    already hold for its rank (``worker.resumed``, counted from epoch 1), and
     in sync mode a worker the job went on without (declared dead, then back)
     skips the batches of the rounds it missed, so it ends with the job.
     """
     w = worker or _current
     if w is None:
         raise ConfigError("dcps.torch.shard: make the dcps.torch.Worker first")
-    epochs = w.epochs if epochs is None else epochs
-    batch_size = w.batch_size if batch_size is None else batch_size
+    loader = data if isinstance(data, torch.utils.data.DataLoader) else None
+    dataset = loader.dataset if loader is not None else data
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise TypeError(
+            f"dcps.torch.shard takes a map-style dataset (__len__ and __getitem__), and "
+            f"{type(dataset).__name__} is an IterableDataset: it has no index for dcps to "
+            "permute and share among the ranks. Give each rank its part yourself "
+            "(worker.rank of worker.workers) and call worker.step() after each batch")
+    if batch_size is None:
+        batch_size = w.batch_size if loader is None else loader.batch_size
+        if batch_size is None:
+            raise ValueError("dcps.torch.shard: this DataLoader has a batch_sampler and no "
+                             "batch_size; give shard a DataLoader with batch_size, or "
+                             "batch_size=")
+    if drop_last is None:
+        drop_last = loader is not None and loader.drop_last
     if batch_size < 1:
         raise ValueError(f"batch_size {batch_size}: at least 1")
-    n = len(data.dataset if isinstance(data, torch.utils.data.DataLoader) else data)
+    n = len(dataset)
     if n < w.workers:
         raise ValueError(f"{n} examples for {w.workers} workers")
+    first = w._shard_next
+    if epochs is None:
+        last = w.epochs
+        if first > last:
+            raise StateError(
+                f"dcps.torch.shard: all {w.epochs} epochs of the job ([data] epochs) were "
+                f"served on this worker already; shard(data, epochs=k) serves k more")
+    elif epochs < 1:
+        raise ValueError(f"epochs {epochs}: at least 1")
+    else:
+        last = first + epochs - 1
     order = numpy.empty(n, dtype=numpy.uint32)
-    total = sum((share(w.seed, e, w.rank, w.workers, order) + batch_size - 1) // batch_size
-                for e in range(1, epochs + 1))
-    if w.resumed >= total:
-        raise StateError(
-            f"the shards hold all {total} steps of rank {w.rank}: this job has already run "
-            "to its end (the shards still run from that run, or restored it from their "
-            "checkpoints). To train again, restart the shards without those checkpoints, "
-            "or give the job another [job] name")
-    done = 0  # the job's steps before this epoch
-    for epoch in range(1, epochs + 1):
+
+    def steps_of(epoch):
         k = share(w.seed, epoch, w.rank, w.workers, order)
-        steps = (k + batch_size - 1) // batch_size
-        # Batches of this epoch the shards have gone past for this rank: a
-        # restarted worker's, or (sync) the rounds the job went on without it.
-        j = max(0, max(w.resumed, w.clock) - done)
+        return (k // batch_size) if drop_last else (k + batch_size - 1) // batch_size
+
+    held = 0  # batches of the first epoch on that the shards hold for this rank
+    if w.resumed > 0:
+        before = sum(steps_of(e) for e in range(1, first))
+        total = before + sum(steps_of(e) for e in range(first, max(last, w.epochs) + 1))
+        if w.resumed >= total:
+            raise StateError(
+                f"the shards hold all {total} steps of rank {w.rank}: this job has already run "
+                "to its end (the shards still run from that run, or restored it from their "
+                "checkpoints). To train again, restart the shards without those checkpoints, "
+                "or give the job another [job] name")
+        held = max(0, w.resumed - before)
+        within = sum(steps_of(e) for e in range(first, last + 1))
+        if held >= within:
+            print(f"rank={w.rank}: epochs {first} to {last} are held by the shards already "
+                  f"({w.resumed} steps of this rank, from an earlier process): skipped",
+                  file=sys.stderr, flush=True)
+    w._shard_next = last + 1
+    return _serve(data, w, first, last, batch_size, drop_last, held)
+
+
+def _serve(data, w, first, last, batch_size, drop_last, skip):
+    """shard's batches of epochs first to last, the first skip of them left out."""
+    n = len(data.dataset if isinstance(data, torch.utils.data.DataLoader) else data)
+    order = numpy.empty(n, dtype=numpy.uint32)
+    sync = w.mode == "sync"
+    for epoch in range(first, last + 1):
+        k = share(w.seed, epoch, w.rank, w.workers, order)
+        end = k - k % batch_size if drop_last else k
+        steps = (end + batch_size - 1) // batch_size
+        j = 0
         while j < steps:
+            if skip:
+                t = min(skip, steps - j)
+                j, skip = j + t, skip - t
+                continue
             w.epoch = epoch
-            for batch in _batches_of(data, order[j * batch_size:k].copy(), batch_size):
+            for batch in _batches_of(data, order[j * batch_size:end].copy(), batch_size):
                 b = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
                 w.samples += b
                 w._win_samples += b
+                clock = w.clock
                 yield batch
                 j += 1
-                if w.clock > done + j:
-                    break  # moved on to the open round: skip the missed batches
-            j = max(j, w.clock - done)
-        done += steps
+                # Sync: the step of this batch found the job rounds ahead (it
+                # went on without this rank): skip the batches of those rounds.
+                if sync and w.clock > clock + 1:
+                    skip = w.clock - clock - 1
+                    break
 
 
 # A sentence for half-precision parameters: autocast computes in half precision
@@ -539,41 +699,32 @@ class _StepOptimizer(torch.optim.Optimizer):
     worker's. A GradScaler unscales the model's .grad through param_groups (in
     place in the flat buffer) and calls step() only when it found no Inf/NaN;
     on the CPU of torch 1.13 the scaler disables itself and always calls step(),
-    which then does the check itself."""
+    and the worker's step skips a non-finite gradient itself (one skip path:
+    Worker.step, counted in worker.skipped_steps)."""
 
     def __init__(self, worker):
         super().__init__(list(worker._params), {})
         self.worker = worker
-        self.skipped = 0  # steps that pushed nothing: a non-finite gradient
 
-    def _finite(self):
-        self.worker._gather_grads()
-        return bool(torch.isfinite(self.worker._grad).all())
+    @property
+    def skipped(self):
+        """Steps that pushed nothing: a non-finite gradient."""
+        return self.worker.skipped_steps
 
     def step(self, closure=None, loss=None):
         if closure is not None:
             raise ValueError("dcps: worker.optimizer().step() takes no closure")
-        if not self._finite():
-            self._skip()
-            return None
         self.worker.step(loss)
         return None
-
-    def _skip(self):
-        w = self.worker
-        self.skipped += 1
-        w._grad.zero_()
-        print(f"rank={w.rank} step={w.clock} skipped: Inf or NaN gradient (mixed precision "
-              f"overflow); nothing pushed, gradients zeroed ({self.skipped} skipped so far)",
-              flush=True)
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradient buffer (the views stay: set_to_none is
         ignored). Gradients a GradScaler left unpushed because they overflowed
         are counted and reported as a skipped step."""
         w = self.worker
-        if not self._finite():
-            self._skip()
+        w._gather_grads()
+        if not bool(torch.isfinite(w._grad).all()):
+            w._skip_step()
         else:
             w._grad.zero_()
 
