@@ -347,13 +347,7 @@ do_torch_lm() {
             "headers?): remove $build and run this again" >&2
         exit 1
     fi
-    local job=examples/torch/char_lm.ini why
-    if ! why=$("$build/dcps-worker" --config "$job" --rank 0 -- true 2>&1); then
-        printf '%s\n' "$why" >&2
-        echo "quickstart.sh: this build refuses $job (above): running" \
-            "examples/torch/char_lm_sgd.ini, plain SGD on the shards, instead" >&2
-        job=examples/torch/char_lm_sgd.ini
-    fi
+    local job=examples/torch/char_lm.ini
     say "2 shards and 2 dcps.torch workers train a character-level transformer on Debian's fortunes ($job)"
     PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" exec deploy/launch-local.sh \
         "$job" -b "$build" -d run -- "$py" examples/torch/char_lm.py

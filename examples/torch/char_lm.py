@@ -331,18 +331,10 @@ def train_reference(args, model, train, held):
 def train_dcps(args, model, train, held):
     """One worker rank: the shards apply the job's rule; this process computes
     gradients on its share of the samples (dcps.torch.shard)."""
-    import inspect
-
     import dcps.torch as dt
 
-    groups = decay_groups(model)
-    if "param_groups" in inspect.signature(dt.Worker).parameters:
-        worker = dt.Worker(model, param_groups=groups)  # job from DCPS_JOB, rank from DCPS_RANK
-    else:
-        print("char_lm.py: this dcps.torch has no param_groups: the shards treat every "
-              "parameter alike (weight decay on biases and norms too, if the rule has any)",
-              file=sys.stderr, flush=True)
-        worker = dt.Worker(model)
+    # job from DCPS_JOB, rank from DCPS_RANK; no weight decay on biases and norms
+    worker = dt.Worker(model, param_groups=decay_groups(model))
     p = worker.workers
     steps = sum(-(-(len(train) // p + (r < len(train) % p)) // worker.batch_size)
                 for r in range(p)) * worker.epochs  # the job's updates, all ranks
