@@ -23,7 +23,9 @@ import harness  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--buffers", default="rank0")
-    ap.add_argument("--steps", type=int, default=4)
+    # Odd, with buffer_every = 2: the last step before finish() changes each
+    # rank's statistics after the last exchange, so that they differ there.
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
