@@ -177,6 +177,8 @@ static const struct key keys[] = {
         "pipeline: step size of the local update; 0: [optimizer] lr"),
     ENUM("worker", "device", device, "auto", device_names, "where gradients are computed"),
     INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
+    INT("worker", "buffer_every", buffer_every, "10", 1, 1e9,
+        "dcps.torch: share the model's buffers (BatchNorm statistics) every N steps"),
     STR("worker", "metrics", metrics, "", "metrics CSV path; empty: none"),
     INT("worker", "timeout_ms", timeout_ms, "10000", 10, 3600000, "wait for a shard's reply"),
     INT("worker", "retries", retries, "5", 0, 1000, "retries of a request before giving up"),

@@ -114,6 +114,7 @@ typedef struct dcps_config {
     /* [worker] */
     int device; /* enum dcps_device */
     int log_every;
+    int buffer_every; /* dcps.torch: buffers go to or come from shard 0 every N steps */
     char metrics[DCPS_PATH_MAX];
     int timeout_ms;
     int retries;

@@ -36,7 +36,8 @@ build=$here/build
 packages=(gcc g++ make autoconf automake libtool pkg-config
     libzmq3-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libinih-dev
     libsystemd-dev libopenblas-dev zlib1g-dev libmicrohttpd-dev dataset-fashion-mnist
-    procps groff-base iproute2 python3-dev python3-numpy python3-torch fortunes
+    procps groff-base iproute2 python3-dev python3-numpy python3-torch python3-torchvision
+    fortunes
     clang libclang-rt-14-dev llvm-14 python3-zmq python3-protobuf protobuf-compiler)
 # What `packages` needs besides: the Debian tools, and systemd-analyze and man for
 # the units. The build dependencies (debian/control) are all in the list above.

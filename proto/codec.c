@@ -15,6 +15,7 @@ static const char *const type_names[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_BARRIER] = "BARRIER",     [DCPS_MSG_HEARTBEAT] = "HEARTBEAT",
     [DCPS_MSG_BYE] = "BYE",             [DCPS_MSG_ERROR] = "ERROR",
     [DCPS_MSG_INIT] = "INIT",           [DCPS_MSG_DONE] = "DONE",
+    [DCPS_MSG_BUFFERS] = "BUFFERS",
 };
 
 const char *dcps_msg_type_name(uint32_t type)
@@ -130,7 +131,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     for (size_t i = 0; i < nframes; i++) {
         const Dcps__FrameDesc *d = h->frames[i];
         size_t sz = dtype_size(d->dtype);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_GROUP_OPTIONS || sz == 0)
+        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_BUFFER_INTS || sz == 0)
             FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
                  d->dtype);
         if (d->count > SIZE_MAX / sz || d->bytes != d->count * sz || d->bytes != frames[i].len)
@@ -214,7 +215,9 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
                                         [DCPS_FRAME_INDICES] = "INDICES",
                                         [DCPS_FRAME_VALUES] = "VALUES",
                                         [DCPS_FRAME_GROUP_RANGES] = "GROUP_RANGES",
-                                        [DCPS_FRAME_GROUP_OPTIONS] = "GROUP_OPTIONS"};
+                                        [DCPS_FRAME_GROUP_OPTIONS] = "GROUP_OPTIONS",
+                                        [DCPS_FRAME_BUFFER_FLOATS] = "BUFFER_FLOATS",
+                                        [DCPS_FRAME_BUFFER_INTS] = "BUFFER_INTS"};
     if (m->nframes <= 0) {
         snprintf(buf, len, "no frames");
         return buf;
@@ -223,7 +226,7 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
     for (int i = 0; i < m->nframes && at >= 0 && (size_t)at < len; i++) {
         uint32_t k = m->frame[i].kind;
         at += snprintf(buf + at, len - (size_t)at, "%s%s", i ? ", " : "",
-                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_GROUP_OPTIONS ? kinds[k] : "unknown");
+                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_BUFFER_INTS ? kinds[k] : "unknown");
     }
     if (at >= 0 && (size_t)at < len)
         snprintf(buf + at, len - (size_t)at, ")");
@@ -332,6 +335,35 @@ out:
     return rc;
 }
 
+int dcps_codec_buffers(const dcps_msg_t *m, const void **floats, size_t *n_floats,
+                       const void **ints, size_t *n_ints, bool *publish, char *why,
+                       size_t whylen)
+{
+    char got[96];
+    int rc = 0;
+    *floats = *ints = NULL;
+    *n_floats = *n_ints = 0;
+    *publish = false;
+    if (m->nframes == 0)
+        return 0;
+    if (m->nframes != 2 || m->frame[0].kind != DCPS_FRAME_BUFFER_FLOATS ||
+        m->frame[1].kind != DCPS_FRAME_BUFFER_INTS)
+        FAIL(DCPS_E_FRAMECOUNT,
+             "BUFFERS carries no frames (it asks) or a BUFFER_FLOATS frame then a BUFFER_INTS "
+             "frame (it publishes); got %s",
+             frames_of(m, got, sizeof got));
+    if (m->frame[0].dtype != DCPS_DTYPE_F32 || m->frame[1].dtype != DCPS_DTYPE_F64)
+        FAIL(DCPS_E_FRAMELEN, "a BUFFER_FLOATS frame holds float32 values and a BUFFER_INTS "
+                              "frame float64 values");
+    *floats = m->payload[0].data;
+    *n_floats = (size_t)m->frame[0].count;
+    *ints = m->payload[1].data;
+    *n_ints = (size_t)m->frame[1].count;
+    *publish = true;
+out:
+    return rc;
+}
+
 static int push(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,
                 const float **values, size_t *k, bool check_dense, char *why, size_t whylen)
 {
@@ -368,7 +400,7 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  * Every header field of every request is checked or documented as ignored here:
  * this table is the protocol's (docs/protocol.md, section 6).
  *
- *   field          HELLO  PUSH   PULL   BARRIER HEARTBEAT BYE   INIT   DONE
+ *   field          HELLO  PUSH   PULL   BARRIER HEARTBEAT BYE   INIT   DONE   (BUFFERS)
  *   protocol       =2     =2     =2     =2      =2        =2    =2     =2     PROTOVER
  *   type, job_id   req    req    req    req     req       req   req    req    MSGTYPE, JOBID
  *   rank           <P     <P     <P     <P      <P        <P    0      <P     RANK (INIT: STATE)
@@ -381,6 +413,8 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  *   step           0      used   used   used    0         0     0      0
  *   flags          0      0      D|E    0       0         0     0      0
  *   want           0      0      D      0       0         0     0      0
+ *   BUFFERS: as DONE, but flags A|L (AVERAGE 32 or LOCAL 64, not both: FIELD) and
+ *   frames buf (none, or BUFFER_FLOATS then BUFFER_INTS: dcps_codec_buffers).
  *   initialized, workers, error_code, error_text, lr: 0 in every request
  *   frames         groups push   none   none    none      none  dense  none   FRAMECOUNT
  *
@@ -424,6 +458,7 @@ static const struct {
     [DCPS_MSG_BYE] = {true, 0, false, false, false},
     [DCPS_MSG_INIT] = {true, 0, false, false, true},
     [DCPS_MSG_DONE] = {true, 0, false, false, false},
+    [DCPS_MSG_BUFFERS] = {true, DCPS_FLAG_AVERAGE | DCPS_FLAG_LOCAL, false, false, true},
 };
 
 int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, char *why,
@@ -460,10 +495,15 @@ int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, ch
         FAIL(DCPS_E_FIELD, "%s carries lr %g, a field of PULL_REPLY only", t, m->lr);
     if (m->flags & ~flags)
         FAIL(DCPS_E_FIELD, "%s with flags %u: %s", t, m->flags,
-             flags ? "a PULL has only DELTA (8) and EXACT (16)" : "it has no flags");
+             m->type == DCPS_MSG_PULL      ? "a PULL has only DELTA (8) and EXACT (16)"
+             : m->type == DCPS_MSG_BUFFERS ? "BUFFERS has only AVERAGE (32) and LOCAL (64)"
+                                           : "it has no flags");
     if ((m->flags & DCPS_FLAG_DELTA) && (m->flags & DCPS_FLAG_EXACT))
         FAIL(DCPS_E_FIELD, "PULL with both DELTA (a delta, please) and EXACT (the parameters "
                            "themselves, please)");
+    if ((m->flags & DCPS_FLAG_AVERAGE) && (m->flags & DCPS_FLAG_LOCAL))
+        FAIL(DCPS_E_FIELD, "BUFFERS with both AVERAGE (the ranks' mean) and LOCAL (every rank "
+                           "its own)");
     if (m->want && !(m->flags & DCPS_FLAG_DELTA))
         FAIL(DCPS_E_FIELD, "%s with want %llu: only a PULL with DELTA asks for a delta's size", t,
              (unsigned long long)m->want);

@@ -36,6 +36,7 @@ enum dcps_msg_type {
     DCPS_MSG_ERROR = 10,
     DCPS_MSG_INIT = 11,
     DCPS_MSG_DONE = 12,
+    DCPS_MSG_BUFFERS = 13,
     DCPS_MSG_TYPE_END
 };
 
@@ -46,7 +47,9 @@ enum dcps_frame_kind {
     DCPS_FRAME_INDICES = 2,
     DCPS_FRAME_VALUES = 3,
     DCPS_FRAME_GROUP_RANGES = 4,
-    DCPS_FRAME_GROUP_OPTIONS = 5
+    DCPS_FRAME_GROUP_OPTIONS = 5,
+    DCPS_FRAME_BUFFER_FLOATS = 6,
+    DCPS_FRAME_BUFFER_INTS = 7
 };
 enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2, DCPS_DTYPE_F64 = 3 };
 
@@ -57,6 +60,8 @@ enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2, DCPS_DTYPE_F64 = 3 };
 #define DCPS_FLAG_DELTA 8u     /* PULL: the worker holds the range tagged param_version and
                                   takes a delta (INDICES + VALUES to add) in reply */
 #define DCPS_FLAG_EXACT 16u    /* PULL: send the parameters themselves, dense */
+#define DCPS_FLAG_AVERAGE 32u  /* BUFFERS: the job's buffers are the ranks' mean */
+#define DCPS_FLAG_LOCAL 64u    /* BUFFERS: every rank keeps its own (a declaration) */
 
 typedef struct {
     const void *data;
@@ -163,6 +168,14 @@ int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint3
  * FRAMECOUNT; other dtypes or odd counts: FRAMELEN). The table's contents are
  * the server's to check (server/groups.h). Sets the borrowed arrays and their
  * pair counts. */
+/* The payload of a BUFFERS request: no frames (it only asks: *publish false),
+ * or a BUFFER_FLOATS frame then a BUFFER_INTS frame, either of 0 elements
+ * (else FRAMECOUNT), float32 and float64 (else FRAMELEN). Sets the borrowed
+ * frames (which may be misaligned: read them with memcpy) and their counts. */
+int dcps_codec_buffers(const dcps_msg_t *m, const void **floats, size_t *n_floats,
+                       const void **ints, size_t *n_ints, bool *publish, char *why,
+                       size_t whylen);
+
 int dcps_codec_groups(const dcps_msg_t *m, int first, const uint32_t **ranges, size_t *n_ranges,
                       const double **opts, size_t *n_groups, char *why, size_t whylen);
 

@@ -347,6 +347,72 @@ static PyObject *Step_run(StepObject *self, PyObject *args, PyObject *kw)
     return done(self, rc);
 }
 
+/* A writable C-contiguous host array of `fmt` elements ('f' float32, 'd'
+ * float64) of any length, for buffers(). Returns 0, or -1 with ArrayError. */
+static int get_host(PyObject *obj, Py_buffer *view, const char *fmt, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0) {
+        PyErr_Clear();
+        PyErr_Format(ArrayError, "%s: a writable C-contiguous host array is needed, not %s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@')
+        f++;
+    if (strcmp(f, fmt) != 0 || view->itemsize != (fmt[0] == 'f' ? 4 : 8)) {
+        PyErr_Format(ArrayError, "%s: the array's elements are '%s', not %s", what,
+                     view->format ? view->format : "B", fmt[0] == 'f' ? "float32" : "float64");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Step_buffers(StepObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mode", "publish", "floats", "ints", NULL};
+    static const char *const modes[] = {[DCPS_BUFFERS_RANK0] = "rank0",
+                                        [DCPS_BUFFERS_AVERAGE] = "average",
+                                        [DCPS_BUFFERS_LOCAL] = "local"};
+    const char *mode_name;
+    int publish, mode = -1;
+    PyObject *f_obj, *i_obj;
+    Py_buffer f, i;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "spOO:buffers", kwlist, &mode_name, &publish,
+                                     &f_obj, &i_obj))
+        return NULL;
+    for (int k = 0; k < 3; k++)
+        if (strcmp(mode_name, modes[k]) == 0)
+            mode = k;
+    if (mode < 0)
+        return PyErr_Format(PyExc_ValueError,
+                            "buffers=%R: the modes are \"rank0\", \"average\" and \"local\"",
+                            PyTuple_GET_ITEM(args, 0));
+    if (get_host(f_obj, &f, "f", "floats") != 0)
+        return NULL;
+    if (get_host(i_obj, &i, "d", "ints") != 0) {
+        PyBuffer_Release(&f);
+        return NULL;
+    }
+    if (enter(self) != 0) {
+        PyBuffer_Release(&i);
+        PyBuffer_Release(&f);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcps_step_buffers(self->step, mode, publish, f.buf, (size_t)f.len / 4, i.buf,
+                           (size_t)i.len / 8, f.buf, i.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&i);
+    PyBuffer_Release(&f);
+    if (rc < 0)
+        return done(self, rc);
+    self->busy = 0;
+    return PyBool_FromLong(rc);
+}
+
 static PyObject *Step_wait(StepObject *self, PyObject *unused)
 {
     (void)unused;
@@ -546,9 +612,10 @@ static PyObject *Step_get_job(StepObject *self, void *closure)
     (void)closure;
     static const char *const modes[] = {"async", "sync", "ssp"};
     const dcps_job_t *j = &self->job;
-    return Py_BuildValue("{sisisssisisisKsnsssdsdsdsdsdsdsN}", "rank", j->rank, "workers",
+    return Py_BuildValue("{sisisssisisisisKsnsssdsdsdsdsdsdsN}", "rank", j->rank, "workers",
                          j->workers, "mode", modes[j->mode], "batch_size", j->batch_size,
-                         "epochs", j->epochs, "log_every", j->log_every, "seed",
+                         "epochs", j->epochs, "log_every", j->log_every, "buffer_every",
+                         j->buffer_every, "seed",
                          (unsigned long long)j->seed, "n", (Py_ssize_t)j->n, "optimizer",
                          j->optimizer, "lr", j->lr, "momentum", j->momentum, "beta1", j->beta1,
                          "beta2", j->beta2, "eps", j->eps, "weight_decay", j->weight_decay,
@@ -568,6 +635,11 @@ static PyMethodDef Step_methods[] = {
     {"pull", (PyCFunction)Step_pull, METH_O,
      "pull(params): the shards' parameters, exactly, into params (not the model's array), "
      "mid-run or after finish; the next pull is dense."},
+    {"buffers", (PyCFunction)(void (*)(void))Step_buffers, METH_VARARGS | METH_KEYWORDS,
+     "buffers(mode, publish, floats, ints): one exchange of the model's buffers with shard 0 "
+     "(mode \"rank0\", \"average\" or \"local\"); with publish, floats (float32) and ints "
+     "(float64) are this rank's; then the job's are written into them: True, or False if the "
+     "shard has none yet."},
     {"wait", (PyCFunction)Step_wait, METH_NOARGS,
      "wait(): with the pipeline, wait for the step in flight."},
     {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},

@@ -192,6 +192,14 @@ static size_t groups_bytes(const dcps_shard_t *s, uint32_t format)
     return format >= 3 ? 8 * (1 + (g ? dcps_groups_words(g) : 0)) : 0;
 }
 
+/* After the groups, format 3 ends with the model's buffers (server/buffers.h):
+ * a word count w, then w words of dcps_buffers_save. A format 3 file written
+ * before buffers were kept ends after the groups: it has none. */
+static size_t buffers_bytes(const dcps_shard_t *s, uint32_t format)
+{
+    return format >= 3 ? 8 * (1 + dcps_buffers_words(dcps_shard_buffers(s))) : 0;
+}
+
 /* The most bytes a group table may take in a file of a shard of n parameters. */
 static size_t groups_bytes_max(size_t n)
 {
@@ -421,7 +429,7 @@ uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     return HEADER_SIZE + (uint64_t)st.floats * sizeof(float) +
            tail_size(st.workers, DCPS_CHECKPOINT_FORMAT) + groups_bytes(s, DCPS_CHECKPOINT_FORMAT) +
-           sizeof(uint32_t);
+           buffers_bytes(s, DCPS_CHECKPOINT_FORMAT) + sizeof(uint32_t);
 }
 
 /* Writes tmp, a new file: the header, the shard's floats, the tail and the
@@ -481,6 +489,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     const size_t tsize = tail_size(st.workers, DCPS_CHECKPOINT_FORMAT);
     const size_t gbytes = groups_bytes(s, DCPS_CHECKPOINT_FORMAT);
+    const size_t bbytes = buffers_bytes(s, DCPS_CHECKPOINT_FORMAT);
     char name[96], final[DCPS_PATH_MAX + 128], tmp[DCPS_PATH_MAX + 128];
     uint64_t *tail = NULL;
     entry_t *e;
@@ -505,7 +514,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         n = room;
     }
     header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
-    h.payload_len += gbytes;
+    h.payload_len += gbytes + bbytes;
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);
     snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", st.index, h.seq,
@@ -515,7 +524,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
         goto out;
     }
-    if (!(tail = malloc(tsize + gbytes))) {
+    if (!(tail = malloc(tsize + gbytes + bbytes))) {
         rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
         goto out;
     }
@@ -524,7 +533,9 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     tail[tsize / 8] = gbytes / 8 - 1;
     if (dcps_shard_groups(s))
         dcps_groups_save(dcps_shard_groups(s), tail + tsize / 8 + 1);
-    if ((rc = write_tmp(tmp, &h, s, tail, tsize + gbytes, err, errlen)) != 0 ||
+    tail[(tsize + gbytes) / 8] = bbytes / 8 - 1;
+    dcps_buffers_save(dcps_shard_buffers(s), tail + (tsize + gbytes) / 8 + 1);
+    if ((rc = write_tmp(tmp, &h, s, tail, tsize + gbytes + bbytes, err, errlen)) != 0 ||
         (rc = publish(dir, tmp, final, path, pathlen, err, errlen)) != 0)
         goto out;
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
@@ -705,10 +716,12 @@ static bool fits(const header_t *h, off_t size, const dcps_config_t *cfg, const 
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     header_t want;
     header_of(&want, cfg, &st, mode, h->format);
-    if (h->format >= 3) { /* a group table of any size it may have, word by word */
+    if (h->format >= 3) { /* a group table and buffers of any size they may have, by words */
         const uint64_t base = want.payload_len + 8;
         want.payload_len = base;
-        if (h->payload_len >= base && h->payload_len - base <= groups_bytes_max(st.n) &&
+        if (h->payload_len >= base &&
+            h->payload_len - base <=
+                groups_bytes_max(st.n) + 8 * (1 + dcps_buffers_words_max(st.workers)) &&
             (h->payload_len - base) % 8 == 0)
             want.payload_len = h->payload_len;
     }
@@ -745,6 +758,23 @@ static int load_groups(dcps_shard_t *s, const uint64_t *w, size_t words, char *w
     }
     err = dcps_shard_set_groups(s, &g, why, n);
     return err == DCPS_E_NOMEM ? err : err ? 1 : 0;
+}
+
+/* The tables at the end of a format 3 file (`words` words): the groups, then
+ * the buffers (absent in a file written before they were kept). Returns as
+ * load_groups. */
+static int load_tables(dcps_shard_t *s, const uint64_t *w, size_t words, char *why, size_t n)
+{
+    if (w[0] >= words)
+        return dcps_say(why, n, 1, "its group table's length does not fit the file");
+    const size_t gwords = 1 + (size_t)w[0];
+    int rc = load_groups(s, w, gwords, why, n);
+    if (rc != 0 || gwords == words)
+        return rc;
+    w += gwords, words -= gwords;
+    if (w[0] != words - 1)
+        return dcps_say(why, n, 1, "its buffers' length does not fit the file");
+    return dcps_buffers_load(dcps_shard_buffers(s), w + 1, words - 1, why, n);
 }
 
 /* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with
@@ -787,7 +817,7 @@ static int load(const char *file, const dcps_config_t *cfg, dcps_shard_t *s, dcp
         rc = dcps_say(why, n, 1, "checksum mismatch (stored %08x, computed %08x)", stored, crc);
         goto out;
     }
-    if (gbytes && (rc = load_groups(s, tail + (tsize - gbytes) / 8, gbytes / 8, why, n)) != 0)
+    if (gbytes && (rc = load_tables(s, tail + (tsize - gbytes) / 8, gbytes / 8, why, n)) != 0)
         goto out;
     dcps_shard_load(s, h.version, (h.flags & FLAG_INITIALIZED) != 0, tail, stride(h.format));
     dcps_consistency_load(c, tail + shard_words(h.workers, h.format));

@@ -59,6 +59,7 @@ struct dcps_router {
     double last_tick; /* ms, when it last ran */
     dcps_consistency_t cons;
     wait_t *waits;         /* one per rank */
+    bool *counted;         /* one per rank: BUFFERS' scratch, whose values count in a mean */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
     uint64_t messages, heartbeats, bytes_in, bytes_out;
@@ -867,11 +868,58 @@ static int on_bye(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, c
     return 0;
 }
 
+/* BUFFERS (docs/protocol.md 7.9): the model's buffers, which shard 0 keeps
+ * (server/buffers.h). A publish and the job's buffers in one exchange: the
+ * reply carries them (copied: the table may change at the next request). */
+static int on_buffers(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, char *why,
+                      size_t whylen)
+{
+    const void *floats, *ints;
+    size_t nf, ni;
+    bool publish;
+    const dcps_shard_stats_t s = shard_now(r);
+    if (s.index != 0) {
+        snprintf(why, whylen, "the model's buffers are kept by shard 0; this is shard %d",
+                 s.index);
+        return DCPS_E_STATE;
+    }
+    int rc = dcps_codec_buffers(m, &floats, &nf, &ints, &ni, &publish, why, whylen);
+    if (rc != 0)
+        return rc;
+    int mode = m->flags & DCPS_FLAG_AVERAGE ? DCPS_BUF_AVERAGE
+               : m->flags & DCPS_FLAG_LOCAL ? DCPS_BUF_LOCAL
+                                             : DCPS_BUF_RANK0;
+    /* A rank declared dead leaves the mean; one that said BYE stays in it:
+     * its latest values are its final ones, and every rank that asks after
+     * the final barrier must get the same mean. */
+    for (int i = 0; i < r->cfg->workers; i++)
+        r->counted[i] = !r->cons.m[i].dead;
+    dcps_buffers_view_t v;
+    if ((rc = dcps_buffers_request(dcps_shard_buffers(r->shard), m->rank, mode, publish, floats,
+                                   nf, ints, ni, r->counted, &v, why, whylen)) != 0)
+        return rc;
+    dcps_msg_t reply;
+    dcps_msg_reply(&reply, m, DCPS_MSG_BUFFERS);
+    reply.shard = (uint32_t)s.index;
+    reply.param_version = s.version;
+    reply.flags = m->flags;
+    if (v.floats) {
+        reply.nframes = 2;
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_BUFFER_FLOATS, DCPS_DTYPE_F32, v.n_floats};
+        reply.payload[0] = (dcps_buf_t){v.floats, v.n_floats * sizeof *v.floats};
+        reply.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_BUFFER_INTS, DCPS_DTYPE_F64, v.n_ints};
+        reply.payload[1] = (dcps_buf_t){v.ints, v.n_ints * sizeof *v.ints};
+    }
+    send_reply(r, id, &reply, NULL, NULL);
+    return 0;
+}
+
 static const handler_fn handlers[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_HELLO] = on_hello,     [DCPS_MSG_PUSH] = on_push,
     [DCPS_MSG_PULL] = on_pull,       [DCPS_MSG_BARRIER] = on_barrier,
     [DCPS_MSG_HEARTBEAT] = on_heartbeat, [DCPS_MSG_BYE] = on_bye,
     [DCPS_MSG_INIT] = on_init,       [DCPS_MSG_DONE] = on_done,
+    [DCPS_MSG_BUFFERS] = on_buffers,
 };
 
 static void reply_error(dcps_router_t *r, const dcps_buf_t *id, const char *peer,
@@ -1068,7 +1116,8 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
     if ((*err = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
                                       cfg->dead_after_ms, now_ms(r))) != 0)
         goto fail_cons;
-    if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits))) {
+    if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits)) ||
+        !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted))) {
         *err = DCPS_E_NOMEM;
         goto fail_waits;
     }
@@ -1083,8 +1132,9 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
     return r;
 
 fail_bridge:
-    free(r->waits);
 fail_waits:
+    free(r->counted);
+    free(r->waits);
     dcps_consistency_free(&r->cons);
 fail_cons:
     free(r);
@@ -1105,6 +1155,7 @@ void dcps_router_destroy(dcps_router_t **rp)
     dcps_router_t *r = *rp;
     if (!r)
         return;
+    free(r->counted);
     free(r->waits);
     dcps_consistency_free(&r->cons);
     free(r);

@@ -61,6 +61,7 @@ struct dcps_shard {
     dcps_groups_t *groups; /* the job's parameter groups (this range's part), or NULL */
     dcps_rule_t *gr;       /* per group: r with its weight decay, prepared at its lr */
     dcps_group_seg_t whole; /* without groups: the one segment [0, n) of rule r */
+    dcps_buffers_t *buffers; /* the model's buffers (shard 0 serves them; server/buffers.h) */
     bool initialized; /* set by the first INIT */
     bool restored;    /* state came from a checkpoint (dcps_shard_restored) */
     bool *behind;     /* per rank: restored, and it has not pulled from this process
@@ -141,7 +142,8 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->delta_of = -1;
     s->session = calloc((size_t)cfg->workers, sizeof *s->session);
     s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
-    if (!s->session || !s->behind || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
+    s->buffers = dcps_buffers_new(cfg->workers);
+    if (!s->session || !s->behind || !s->buffers || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
         goto fail;
     *err = 0;
     return s;
@@ -253,6 +255,7 @@ void dcps_shard_destroy(dcps_shard_t **sp)
         return;
     dcps_shard_unsize(s);
     dcps_groups_destroy(&s->groups);
+    dcps_buffers_destroy(&s->buffers);
     free(s->gr);
     free(s->behind);
     free(s->session);
@@ -969,6 +972,11 @@ out:
 const dcps_groups_t *dcps_shard_groups(const dcps_shard_t *s)
 {
     return s->groups;
+}
+
+dcps_buffers_t *dcps_shard_buffers(const dcps_shard_t *s)
+{
+    return s->buffers;
 }
 
 void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)

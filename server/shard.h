@@ -90,6 +90,7 @@
 #include "common/config.h"
 #include "common/shardmap.h"
 #include "kernels/topk.h"
+#include "server/buffers.h"
 #include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/session.h"
@@ -301,6 +302,11 @@ int dcps_shard_set_groups(dcps_shard_t *s, dcps_groups_t **g, char *why, size_t 
 
 /* The shard's groups, or NULL: borrowed until the shard is unsized or freed. */
 const dcps_groups_t *dcps_shard_groups(const dcps_shard_t *s);
+
+/* The model's buffers (server/buffers.h), which shard 0 serves to BUFFERS
+ * requests and every shard saves in its checkpoints: the shard's, kept across
+ * dcps_shard_unsize (they are not of the parameters' size), freed with it. */
+dcps_buffers_t *dcps_shard_buffers(const dcps_shard_t *s);
 
 /* Sets the learning rate of every update rule (a reload changed it). */
 void dcps_shard_set_lr(dcps_shard_t *s, double lr);

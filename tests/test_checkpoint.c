@@ -25,6 +25,9 @@
 #include "tests/harness.h"
 
 #define MAXN 512
+/* Format 3's tables of a shard without groups and buffers: the groups' word count,
+ * then the buffers' word count and their five words of a table nobody published. */
+#define TABLES3 (8 + 8 * (1 + 5))
 
 static char err[2048];
 
@@ -436,12 +439,12 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     m = records;
     for (size_t r = 0; r < workers; r++, m += 8)
         memcpy(out + m, in + records + 24 * r + 8, 8); /* the seq */
-    /* Without format 3's last word (the count of group table words, 0). */
-    memcpy(out + m, in + rest, n - 4 - 8 - rest);
-    m += n - 4 - 8 - rest;
+    /* Without format 3's tables (no groups, no buffers). */
+    memcpy(out + m, in + rest, n - 4 - TABLES3 - rest);
+    m += n - 4 - TABLES3 - rest;
     uint64_t payload;
     memcpy(&payload, out + 104, 8);
-    payload -= 16 * workers + 8;
+    payload -= 16 * workers + TABLES3;
     memcpy(out + 104, &payload, 8);
     as_old_header(out, 1);
     put32(out, m, dcps_checkpoint_crc32c(0, out, m));
@@ -451,6 +454,41 @@ static void as_format_1(const char *path, const dcps_shard_t *s)
     ck_assert_uint_eq(fwrite(out, 1, m, f), m);
     fclose(f);
 }
+
+/* The buffers of shard 0 go into format 3 after the groups and come back:
+ * mode, sizes and each rank's latest values. */
+START_TEST(buffers_are_saved_and_restored)
+{
+    box_t a, b;
+    char p[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    const float f[3] = {1.5f, -2, 3};
+    const double i[1] = {7};
+    bool counted[8] = {true, true, true, true, true, true, true, true};
+    dcps_buffers_view_t v;
+    ck_assert_int_eq(dcps_buffers_request(dcps_shard_buffers(a.s), 0, DCPS_BUF_AVERAGE, true, f,
+                                          3, i, 1, counted, &v, err, sizeof err),
+                     0);
+    save(&a, 3, p);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    dcps_buffers_t *bb = dcps_shard_buffers(b.s);
+    ck_assert_int_eq(dcps_buffers_mode(bb), DCPS_BUF_AVERAGE);
+    ck_assert_int_eq(dcps_buffers_request(bb, 0, DCPS_BUF_AVERAGE, false, NULL, 0, NULL, 0,
+                                          counted, &v, err, sizeof err),
+                     0);
+    ck_assert_uint_eq(v.n_floats, 3);
+    ck_assert_uint_eq(v.n_ints, 1);
+    ck_assert_mem_eq(v.floats, f, sizeof f);
+    ck_assert_mem_eq(v.ints, i, sizeof i);
+    /* Another mode is refused after the restore too. */
+    ck_assert_int_eq(dcps_buffers_request(bb, 1, DCPS_BUF_RANK0, false, NULL, 0, NULL, 0,
+                                          counted, &v, err, sizeof err),
+                     DCPS_E_FIELD);
+    box_free(&a);
+    box_free(&b);
+}
+END_TEST
 
 /* A shard's parameter groups go into format 3 and come back: the restored
  * shard has the same table and applies it (the same w after the same pushes). */
@@ -495,9 +533,9 @@ START_TEST(format_2_checkpoint_restores_exactly)
     uint8_t h[128];
     ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
     ck_assert_uint_eq(h[56], DCPS_OPT_SGD);
-    uint64_t payload; /* without format 3's last word, the group table's (0 words) */
+    uint64_t payload; /* without format 3's tables (no groups, no buffers) */
     memcpy(&payload, h + 104, 8);
-    payload -= 8;
+    payload -= TABLES3;
     memcpy(h + 104, &payload, 8);
     as_old_header(h, 2);
     ck_assert_uint_eq(h[56], DCPS_OPT_DCASGD);
@@ -509,7 +547,7 @@ START_TEST(format_2_checkpoint_restores_exactly)
     rewind(f);
     ck_assert_uint_eq(fread(all, 1, (size_t)size, f), (size_t)size);
     memcpy(all, h, sizeof h);
-    size -= 8;
+    size -= TABLES3;
     put32(all, (size_t)size - 4, dcps_checkpoint_crc32c(0, all, (size_t)size - 4));
     fclose(f);
     f = fopen(p, "wb");
@@ -825,6 +863,7 @@ int main(void)
     tcase_add_test(tc, format_1_checkpoint_is_read_without_sessions);
     tcase_add_test(tc, format_2_checkpoint_restores_exactly);
     tcase_add_test(tc, parameter_groups_are_saved_and_restored);
+    tcase_add_test(tc, buffers_are_saved_and_restored);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);

@@ -1153,8 +1153,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 68);
-    ck_assert_int_eq(docs, 68);
+    ck_assert_int_eq(keys, 69);
+    ck_assert_int_eq(docs, 69);
     free(text);
 }
 END_TEST

@@ -1199,6 +1199,65 @@ int dcps_client_barrier(dcps_client_t *c, uint64_t step)
     return exchange(c, slots, NULL, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
 }
 
+/* Where a BUFFERS reply goes, and whether it carried the job's buffers. */
+typedef struct {
+    float *floats;
+    double *ints;
+    size_t n_floats, n_ints;
+    int took;
+} buffers_sink_t;
+
+static int on_buffers(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    buffers_sink_t *b = arg;
+    const void *f, *i;
+    size_t nf, ni;
+    bool any;
+    char why[DCPS_ERROR_TEXT_MAX] = "";
+    int rc = dcps_codec_buffers(m, &f, &nf, &i, &ni, &any, why, sizeof why);
+    if (rc != 0)
+        return fail(c, rc, "shard %d (%s) sent a bad BUFFERS reply: %s", s, c->cfg.shards[s],
+                    why);
+    if (!any)
+        return 0;
+    if (nf != b->n_floats || ni != b->n_ints)
+        return fail(c, DCPS_E_SIZE,
+                    "the job's buffers are %zu floating-point and %zu integer values, this "
+                    "worker's model has %zu and %zu: every rank's model must have the same buffers",
+                    nf, ni, b->n_floats, b->n_ints);
+    memcpy(b->floats, f, nf * sizeof *b->floats);
+    memcpy(b->ints, i, ni * sizeof *b->ints);
+    b->took = 1;
+    return 0;
+}
+
+int dcps_client_buffers(dcps_client_t *c, int mode, int publish, const float *floats,
+                        size_t n_floats, const double *ints, size_t n_ints, float *out_floats,
+                        double *out_ints)
+{
+    static const uint32_t flags[] = {[DCPS_BUFFERS_RANK0] = 0,
+                                     [DCPS_BUFFERS_AVERAGE] = DCPS_FLAG_AVERAGE,
+                                     [DCPS_BUFFERS_LOCAL] = DCPS_FLAG_LOCAL};
+    slot_t slots[DCPS_MAX_SHARDS];
+    buffers_sink_t sink = {out_floats, out_ints, n_floats, n_ints, 0};
+    if (mode < DCPS_BUFFERS_RANK0 || mode > DCPS_BUFFERS_LOCAL)
+        return fail(c, DCPS_E_INVAL, "buffers mode %d is none of rank0, average, local", mode);
+    slots_all(c, slots, DCPS_MSG_BUFFERS, DCPS_MSG_BUFFERS);
+    for (int s = 1; s < c->cfg.n_shards; s++)
+        slots[s].active = false; /* shard 0 keeps them */
+    dcps_msg_t *m = &slots[0].req;
+    m->flags = flags[mode];
+    if (publish) {
+        m->nframes = 2;
+        m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_BUFFER_FLOATS, DCPS_DTYPE_F32, n_floats};
+        m->payload[0] = (dcps_buf_t){floats, n_floats * sizeof *floats};
+        m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_BUFFER_INTS, DCPS_DTYPE_F64, n_ints};
+        m->payload[1] = (dcps_buf_t){ints, n_ints * sizeof *ints};
+    }
+    int rc = exchange(c, slots, on_buffers, &sink, c->cfg.timeout_ms, c->cfg.retries + 1);
+    return rc != 0 ? rc : sink.took;
+}
+
 void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out)
 {
     *out = c->stats;

@@ -163,6 +163,28 @@ int dcps_client_done(dcps_client_t *c);
  * shard (workers declared dead or gone are not waited for). */
 int dcps_client_barrier(dcps_client_t *c, uint64_t step);
 
+/* The model's buffers (BatchNorm's running statistics: docs/pytorch.md,
+ * "Buffers"), which shard 0 keeps for the job in one of three modes; every
+ * worker of a job uses the same one, and a shard refuses another (DCPS_E_FIELD). */
+enum dcps_buffers_mode {
+    DCPS_BUFFERS_RANK0 = 0,   /* the job's are rank 0's latest; only rank 0 publishes */
+    DCPS_BUFFERS_AVERAGE = 1, /* the mean of every live rank's latest (integers: rank 0's) */
+    DCPS_BUFFERS_LOCAL = 2    /* every rank keeps its own; nothing is published */
+};
+
+/* One BUFFERS exchange with shard 0 (docs/protocol.md 7.9). With publish, this
+ * rank's floating-point values `floats` (n_floats) and integer values `ints`
+ * (n_ints, whole numbers as double) become its latest there (borrowed until
+ * the call returns). Then, if the shard has the job's buffers, they are
+ * written to out_floats and out_ints (n_floats and n_ints of them; they may be
+ * floats and ints themselves) and the call returns 1; 0 if it has none yet
+ * (nobody published; mode local). Else a negative code: DCPS_E_FIELD for a
+ * mode other than the job's, DCPS_E_STATE for a publish the mode does not
+ * allow, DCPS_E_SIZE for sizes other than the job's, DCPS_E_NONFINITE. */
+int dcps_client_buffers(dcps_client_t *c, int mode, int publish, const float *floats,
+                        size_t n_floats, const double *ints, size_t n_ints, float *out_floats,
+                        double *out_ints);
+
 void dcps_client_stats(const dcps_client_t *c, dcps_client_stats_t *out);
 
 /* The learning rate in force on the shards at the last pull: each shard's

@@ -22,6 +22,7 @@ void dcps_job_get(const dcps_step_t *s, dcps_job_t *out)
                         .batch_size = in.cfg->batch_size,
                         .epochs = in.cfg->epochs,
                         .log_every = in.cfg->log_every,
+                        .buffer_every = in.cfg->buffer_every,
                         .seed = in.cfg->seed,
                         .n = in.n,
                         .optimizer = dcps_config_optimizer_name(dcps_config_rule(in.cfg)),

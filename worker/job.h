@@ -18,9 +18,9 @@
 
 /* The job's values a caller needs to feed a step: its rank and worker count,
  * the mode (enum dcps_mode), the seed, batch size and epochs of [data], the
- * [worker] log_every, and the model's size. */
+ * [worker] log_every and buffer_every, and the model's size. */
 typedef struct {
-    int rank, workers, mode, batch_size, epochs, log_every;
+    int rank, workers, mode, batch_size, epochs, log_every, buffer_every;
     uint64_t seed;
     size_t n;
     /* [optimizer], resolved (auto keys given their value): what dcps.torch

@@ -569,6 +569,23 @@ uint64_t dcps_step_clock(const dcps_step_t *s)
     return st.clock;
 }
 
+int dcps_step_buffers(dcps_step_t *s, int mode, int publish, const float *floats,
+                      size_t n_floats, const double *ints, size_t n_ints, float *out_floats,
+                      double *out_ints)
+{
+    int rc;
+    if (s->state == FINISHED) {
+        s->err[0] = '\0';
+    } else if ((rc = check_state(s, STARTED, "exchange buffers")) != 0) {
+        return rc;
+    } else if ((rc = comm_wait(s)) != 0) { /* the client is the pipeline's until then */
+        return rc;
+    }
+    rc = dcps_client_buffers(s->client, mode, publish, floats, n_floats, ints, n_ints,
+                             out_floats, out_ints);
+    return rc < 0 ? fail(s, rc, "exchanging buffers") : rc;
+}
+
 int dcps_step_wait(dcps_step_t *s)
 {
     return comm_wait(s);

@@ -152,6 +152,17 @@ int dcps_step_finish(dcps_step_t *s, float *params);
  * the step is failed, as after a failed run. */
 int dcps_step_pull(dcps_step_t *s, float *params);
 
+/* The model's buffers (dcps_client_buffers, enum dcps_buffers_mode): waits for
+ * the pipeline's step in flight, then one exchange with shard 0 that publishes
+ * this rank's (with publish) and writes the job's into out_floats and
+ * out_ints. Returns 1 if it did, 0 if the shard has none yet, or a negative
+ * code (dcps_step_error says why). Between dcps_step_start and
+ * dcps_step_close, also after dcps_step_finish: a rank takes the job's final
+ * buffers after the final barrier. A failure does not end the step. */
+int dcps_step_buffers(dcps_step_t *s, int mode, int publish, const float *floats,
+                      size_t n_floats, const double *ints, size_t n_ints, float *out_floats,
+                      double *out_ints);
+
 /* Pipeline: waits for the step in flight and returns its result (0 without
  * the pipeline). Then dcps_step_pulled() holds the parameters it pulled. */
 int dcps_step_wait(dcps_step_t *s);

@@ -41,6 +41,9 @@ __all__ = ["Worker", "shard", "decay_groups", "sampler", "Sampler"]
 _current = None  # the Worker shard() uses when none is given
 
 
+_BUFFER_MODES = ("rank0", "average", "local")
+
+
 def _env(name, what):
     value = os.environ.get(name)
     if value is None or value == "":
@@ -68,10 +71,24 @@ class Worker:
     to its parameters (docs/pytorch.md, "Parameter groups"); rank 0 sets the
     groups, and every rank's must be the same. ``decay_groups(model)`` builds
     the usual split.
+
+    ``buffers``: what becomes of the model's buffers (BatchNorm's running
+    statistics; docs/pytorch.md, "Buffers"). ``"rank0"`` (the default, as
+    DDP's ``broadcast_buffers``): rank 0 publishes its buffers to the shards
+    every ``[worker] buffer_every`` steps and at ``finish()``, and the other
+    ranks take them; ``"average"``: every rank publishes and takes the mean of
+    every live rank's latest (integer buffers such as ``num_batches_tracked``
+    follow rank 0); ``"local"``: every rank keeps its own. After ``finish()``
+    every rank holds the same parameters and, but with ``"local"``, the same
+    buffers. Every rank of a job must be given the same mode.
     """
 
-    def __init__(self, model, job=None, rank=None, overrides=(), param_groups=None):
+    def __init__(self, model, job=None, rank=None, overrides=(), param_groups=None,
+                 buffers="rank0"):
         global _current
+        if buffers not in _BUFFER_MODES:
+            raise ValueError(f"buffers={buffers!r}: the modes are \"rank0\" (rank 0's, as "
+                             "DDP's broadcast_buffers), \"average\" and \"local\"")
         if job is None:
             job = _env("DCPS_JOB", "job file")
         if rank is None:
@@ -161,7 +178,53 @@ class Worker:
             self._step.start(self._p_arg)
         self._t_start = time.monotonic()  # training time counts from here (final:)
         self.resumed = self._step.resumed
+        self._buffers_setup(buffers, job_values["buffer_every"])
         _current = self
+
+    def _buffers_setup(self, mode, every):
+        """The model's buffers, floating-point and integer ones apart, and one
+        host array of each kind for the exchanges with shard 0. A first
+        exchange that publishes nothing says the mode (a shard refuses one that
+        is not the job's) and takes the job's buffers if the shards have some
+        (a resumed run)."""
+        self.buffers = mode
+        self._buffer_every = every
+        seen = set()
+        self._buf_f, self._buf_i = [], []
+        for _, b in self.model.named_buffers():
+            if id(b) in seen or b.numel() == 0:
+                continue
+            seen.add(id(b))
+            (self._buf_f if b.is_floating_point() else self._buf_i).append(b)
+        self._bf = numpy.zeros(sum(b.numel() for b in self._buf_f), dtype=numpy.float32)
+        self._bi = numpy.zeros(sum(b.numel() for b in self._buf_i), dtype=numpy.float64)
+        self._buffers_exchange(publish=False)
+
+    def _buffers_exchange(self, publish):
+        """One exchange with shard 0: publishes this rank's buffers if
+        ``publish``, then takes the job's into the model if the shards have
+        them (not with "local")."""
+        if publish:
+            with torch.no_grad():
+                for bufs, arr in ((self._buf_f, self._bf), (self._buf_i, self._bi)):
+                    at = 0
+                    for b in bufs:
+                        k = b.numel()
+                        arr[at:at + k] = b.detach().reshape(-1).cpu().numpy()
+                        at += k
+        took = self._step.buffers(self.buffers, publish, self._bf, self._bi)
+        if not took or self.buffers == "local":
+            return
+        with torch.no_grad():
+            for bufs, arr in ((self._buf_f, self._bf), (self._buf_i, self._bi)):
+                at = 0
+                for b in bufs:
+                    k = b.numel()
+                    b.copy_(torch.from_numpy(arr[at:at + k]).view_as(b))
+                    at += k
+
+    def _buffers_publishes(self):
+        return self.buffers == "average" or (self.buffers == "rank0" and self.rank == 0)
 
     def _on_device(self):
         """The model's CUDA device as the current one (libdcps launches its
@@ -234,6 +297,8 @@ class Worker:
             self._epoch_loss += value
             self._epoch_count += 1
         clock = self._step.clock
+        if self.buffers != "local" and clock % self._buffer_every == 0:
+            self._buffers_exchange(self._buffers_publishes())
         if self.log_every > 0 and clock % self.log_every == 0:
             self._progress(clock)
 
@@ -300,9 +365,15 @@ class Worker:
         if self._cuda:
             self._use_current_stream()
         self._check_bound()
+        # Buffers: published before the final barrier, taken after it, so that
+        # every rank takes the same final ones.
+        if self._buffers_publishes():
+            self._buffers_exchange(True)
         with self._on_device():
             self._step.finish(self._p_arg)
         trained = time.monotonic() - self._t_start  # before evaluate(): final: counts training
+        if self.buffers != "local":
+            self._buffers_exchange(False)
         self._live = False
         if evaluate is not None:
             result = evaluate(self.model)

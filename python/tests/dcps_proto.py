@@ -104,7 +104,7 @@ class Timeout(Exception):
 
 class Reply:
     """A message from a shard: h, its dcps.Header; arrays, its payload frames as
-    numpy arrays (float32 or uint32), in order."""
+    numpy arrays (float32, uint32 or float64), in order."""
 
     def __init__(self, parts):
         self.h = pb.Header.FromString(parts[0])
@@ -112,9 +112,10 @@ class Reply:
         if len(self.h.frames) != len(parts) - 1:
             raise ValueError(f"{len(self.h.frames)} frames described, {len(parts) - 1} sent")
         for d, p in zip(self.h.frames, parts[1:]):
-            if d.bytes != len(p) or d.bytes != 4 * d.count:
+            size = 8 if d.dtype == pb.DTYPE_FLOAT64 else 4
+            if d.bytes != len(p) or d.bytes != size * d.count:
                 raise ValueError(f"frame of {len(p)} bytes described as {d.count} in {d.bytes}")
-            dt = "<f4" if d.dtype == pb.DTYPE_FLOAT32 else "<u4"
+            dt = {pb.DTYPE_FLOAT32: "<f4", pb.DTYPE_FLOAT64: "<f8"}.get(d.dtype, "<u4")
             self.arrays.append(np.frombuffer(p, dtype=dt))
 
     @property
@@ -149,6 +150,17 @@ def groups(ranges, options):
                   bytes=r.nbytes), r.tobytes()),
             (dict(kind=pb.FRAME_GROUP_OPTIONS, dtype=pb.DTYPE_FLOAT64, count=o.size,
                   bytes=o.nbytes), o.tobytes())]
+
+
+def buffers(floats, ints):
+    """A publish of the model's buffers (section 15): BUFFER_FLOATS, float32,
+    then BUFFER_INTS, float64 (whole numbers)."""
+    f = np.asarray(floats, dtype="<f4").reshape(-1)
+    i = np.asarray(ints, dtype="<f8").reshape(-1)
+    return [(dict(kind=pb.FRAME_BUFFER_FLOATS, dtype=pb.DTYPE_FLOAT32, count=f.size,
+                  bytes=f.nbytes), f.tobytes()),
+            (dict(kind=pb.FRAME_BUFFER_INTS, dtype=pb.DTYPE_FLOAT64, count=i.size,
+                  bytes=i.nbytes), i.tobytes())]
 
 
 def sparse(indices, values):
@@ -283,6 +295,12 @@ class Conn:
 
     def heartbeat(self, **kw):
         return self.request(pb.HEARTBEAT, **kw)
+
+    def buffers(self, floats=None, ints=None, flags=0, **kw):
+        """BUFFERS to shard 0 (section 15): publishes floats and ints if given,
+        else only asks; the reply's frames are the job's buffers, if any."""
+        frames = buffers(floats, ints) if floats is not None else ()
+        return self.request(pb.BUFFERS, frames, flags=flags, **kw)
 
     def done(self, **kw):
         return self.request(pb.DONE, **kw)

@@ -578,6 +578,60 @@ class Errors(Case):
         r = other.request(pb.HELLO, table, shard=0, n_params=N)
         self.assertEqual(r.type, pb.WELCOME)
 
+    def test_buffers_refusals_and_replies(self):
+        """Section 15: shard 0 keeps the buffers; rank 0 publishes (rank0 mode),
+        every rank gets them back; another mode, rank 1 publishing, other
+        sizes, NaN, a fraction for an integer, shard 1 are refused, and a
+        refused publish changes nothing."""
+        c0, c1 = self.ready(0, 0), self.ready(1, 0)
+        r = c1.buffers()  # nobody published yet: no frames; sets the mode rank0
+        self.assertEqual((r.type, r.kinds()), (pb.BUFFERS, []))
+        self.refused(c0, "FIELD", "rank 0's buffers are average, the job's are rank0 (the "
+                     "first BUFFERS request this shard took): every worker of a job is given "
+                     "the same buffers=", pb.BUFFERS, flags=pb.FLAG_AVERAGE)
+        self.refused(c0, "FIELD", "BUFFERS with both AVERAGE (the ranks' mean) and LOCAL "
+                     "(every rank its own)", pb.BUFFERS, flags=pb.FLAG_AVERAGE | pb.FLAG_LOCAL)
+        self.refused(c0, "FIELD", "BUFFERS with flags 8: BUFFERS has only AVERAGE (32) and "
+                     "LOCAL (64)", pb.BUFFERS, flags=pb.FLAG_DELTA)
+        r = c0.buffers([1.5, -2, 3], [7])
+        self.assertEqual(r.kinds(), [pb.FRAME_BUFFER_FLOATS, pb.FRAME_BUFFER_INTS])
+        self.assertEqual(r.arrays[0].tolist(), [1.5, -2, 3])
+        self.assertEqual(r.arrays[1].tolist(), [7])
+        self.refused(c1, "STATE", "with buffers = rank0 only rank 0 publishes buffers, not "
+                     "rank 1", pb.BUFFERS, P.buffers([1, 2, 3], [1]))
+        self.refused(c0, "SIZE", "rank 0's buffers are 2 floating-point and 1 integer values, "
+                     "the job's 3 and 1 (the first publisher's)", pb.BUFFERS,
+                     P.buffers([1, 2], [1]))
+        self.refused(c0, "NONFINITE", "buffer value nan at offset 1 is not finite", pb.BUFFERS,
+                     P.buffers([1, np.nan, 3], [1]))
+        self.refused(c0, "FIELD", "integer buffer value 2.5 at offset 0 is not a whole number "
+                     "of at most 2^53", pb.BUFFERS, P.buffers([1, 2, 3], [2.5]))
+        self.refused(c0, "FRAMECOUNT", "BUFFERS carries no frames (it asks) or a BUFFER_FLOATS "
+                     "frame then a BUFFER_INTS frame (it publishes); got 1 frame "
+                     "(BUFFER_FLOATS)", pb.BUFFERS, P.buffers([1, 2, 3], [1])[:1])
+        self.refused(c0, "FRAMELEN", "a BUFFER_FLOATS frame holds float32 values and a "
+                     "BUFFER_INTS frame float64 values", pb.BUFFERS,
+                     [(dict(kind=pb.FRAME_BUFFER_FLOATS, dtype=pb.DTYPE_FLOAT64, count=1,
+                            bytes=8), np.float64(1).tobytes()), P.buffers([1], [1])[1]])
+        r = c1.buffers()  # what the refusals left: rank 0's first publish
+        self.assertEqual(r.arrays[0].tolist(), [1.5, -2, 3])
+        self.refused(self.ready(0, 1), "STATE", "the model's buffers are kept by shard 0; this "
+                     "is shard 1", pb.BUFFERS)
+
+    def test_buffers_average_is_the_mean_of_the_ranks_latest(self):
+        """Section 15, flag AVERAGE: the mean of each rank's latest floats; the
+        integers are rank 0's once it published."""
+        c0, c1 = self.ready(0, 0), self.ready(1, 0)
+        r = c1.buffers([1, 2], [5], flags=pb.FLAG_AVERAGE)
+        self.assertEqual(r.arrays[0].tolist(), [1, 2])  # rank 1's alone
+        self.assertEqual(r.arrays[1].tolist(), [5])     # rank 0 has none: the lowest rank's
+        r = c0.buffers([2, 3.5], [3], flags=pb.FLAG_AVERAGE)
+        self.assertEqual(r.arrays[0].tolist(), [1.5, 2.75])
+        self.assertEqual(r.arrays[1].tolist(), [3])     # rank 0's
+        r = c1.buffers([3, 3.5], [9], flags=pb.FLAG_AVERAGE)  # its latest replaces its first
+        self.assertEqual(r.arrays[0].tolist(), [2.5, 3.5])
+        self.assertEqual(c1.buffers(flags=pb.FLAG_AVERAGE).arrays[1].tolist(), [3])
+
     def test_header(self):
         c = self.conn()
         for hdr, text in ((b"", "header of 0 bytes: a header is 1 to 4096 bytes, unknown fields "
@@ -672,8 +726,8 @@ class Errors(Case):
         def described(kind, dtype, count, nbytes, data):
             return [(dict(kind=kind, dtype=dtype, count=count, bytes=nbytes), data)]
         data = ones.tobytes()
-        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 6 or dtype 1", pb.PUSH,
-                     described(6, 1, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 8 or dtype 1", pb.PUSH,
+                     described(8, 1, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 4", pb.PUSH,
                      described(1, 4, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2047 bytes, frame "

@@ -207,6 +207,19 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
         FUZZ_ASSERT(rc == 0);
         break;
     }
+    case DCPS_MSG_BUFFERS: { /* shard 0's: none, or the job's buffers, finite */
+        const void *f, *iv;
+        size_t nf, ni;
+        bool any;
+        FUZZ_ASSERT(s.index == 0);
+        FUZZ_ASSERT(dcps_codec_buffers(&d, &f, &nf, &iv, &ni, &any, why, sizeof why) == 0);
+        for (size_t k = 0; k < nf; k++) {
+            float x;
+            memcpy(&x, (const float *)f + k, sizeof x);
+            FUZZ_ASSERT(isfinite(x));
+        }
+        break;
+    }
     case DCPS_MSG_WELCOME:
     case DCPS_MSG_PUSH_ACK:
     case DCPS_MSG_BARRIER:
