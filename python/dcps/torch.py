@@ -143,6 +143,7 @@ class Worker:
         self._names = names
         self._bound = _binding(self._params)  # what step() checks the model against
         self._live = True  # the shards own the parameters: until finish() or close()
+        self._finished = False  # finish() ran: the model holds the final parameters
         self._hooks = _guard_model(self, model)
         self.skipped_steps = 0  # steps whose gradient was not finite: nothing pushed
         self._shard_next = 1  # the job-epoch dt.shard serves next on this worker
@@ -375,6 +376,7 @@ class Worker:
         if self.buffers != "local":
             self._buffers_exchange(False)
         self._live = False
+        self._finished = True
         if evaluate is not None:
             result = evaluate(self.model)
             if isinstance(result, tuple):
@@ -412,7 +414,10 @@ class Worker:
         is a clone that owns its storage, so ``torch.save`` of it writes only
         the model and ``load_state_dict`` of it needs no dcps. Buffers are this
         rank's. Mid-run it waits for the step in flight; after finish() it is
-        the final model."""
+        the final model (which finish()'s exact pull left in the model, with
+        the job's buffers)."""
+        if self._finished:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         flat = torch.empty(self.n, dtype=torch.float32, device=self.device)
         if self._cuda:  # device arrays: a pointer, on the current stream
             self._use_current_stream()
@@ -849,8 +854,13 @@ class Sampler(torch.utils.data.Sampler):
         return max(0, w.resumed - done)
 
     def __iter__(self):
-        order = self._order(self.epoch)
-        return iter(order[self._skip() * self.batch_size:].tolist())
+        """The indices; each counts as a sample of the worker's as it is handed
+        to the DataLoader (its workers run a few batches ahead of training)."""
+        w = self.worker
+        for i in self._order(self.epoch)[self._skip() * self.batch_size:].tolist():
+            w.samples += 1
+            w._win_samples += 1
+            yield i
 
     def __len__(self):
         return max(0, len(self._order(self.epoch)) - self._skip() * self.batch_size)

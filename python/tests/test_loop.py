@@ -73,6 +73,8 @@ class SamplerOrder(unittest.TestCase):
                 self.assertEqual(len(s), len(got))
                 self.assertEqual(got, want[epoch], f"rank {rank} epoch {epoch}")
             self.assertNotEqual(want[1], want[2])
+            # samples_per_s and final: count what the sampler handed out
+            self.assertEqual(w.samples, len(want[1]) + len(want[2]))
         with self.assertRaises(ValueError) as cm:
             s.set_epoch(0)
         self.assertIn("count from 1", str(cm.exception))

@@ -82,6 +82,9 @@ class StateDict(unittest.TestCase):
             w.finish(out=io.StringIO())  # exact pull: the shards' parameters
             exact = flat(model)
             self.assertTrue(np.array_equal(flat(fresh), exact), "state_dict is not the shards'")
+            after = small_model(3)  # and after finish(): the final model, from no Step
+            after.load_state_dict(w.state_dict())
+            self.assertTrue(np.array_equal(flat(after), exact), "state_dict after finish()")
             self.assertFalse(np.array_equal(before, exact), "the test needs a model off w")
         finally:
             job.close()
