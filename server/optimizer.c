@@ -42,15 +42,28 @@ void dcps_momentum_sparse(float *w, float *u, size_t n, uint64_t base, const uin
     }
 }
 
-/* One entry of DC-ASGD; ms may be NULL (constant λ). */
-static inline void dc_one(float *w, float bak, float *ms, float g, const dcps_dcasgd_t *p)
+/* The corrected gradient of one entry, with ms its mean square before the
+ * push (adaptive) and *m_out the one after. */
+static inline float delay_one(float w, float bak, const float *ms, float g, float *m_out,
+                              const dcps_dcasgd_t *p)
 {
     float lambda = p->lambda;
+    *m_out = 0.0f;
     if (ms) {
-        *ms = p->ms_decay * *ms + (1.0f - p->ms_decay) * g * g;
-        lambda = p->lambda / sqrtf(*ms + p->epsilon);
+        *m_out = p->ms_decay * *ms + (1.0f - p->ms_decay) * g * g;
+        lambda = p->lambda / sqrtf(*m_out + p->epsilon);
     }
-    *w -= p->lr * (g + lambda * g * g * (*w - bak));
+    return g + lambda * g * g * (w - bak);
+}
+
+/* One entry of DC-ASGD: SGD on the corrected gradient; ms may be NULL (constant λ). */
+static inline void dc_one(float *w, float bak, float *ms, float g, const dcps_dcasgd_t *p)
+{
+    float m;
+    const float gc = delay_one(*w, bak, ms, g, &m, p);
+    if (ms)
+        *ms = m;
+    *w -= p->lr * gc;
 }
 
 void dcps_dcasgd_dense(float *w, const float *bak, float *ms, const float *g, size_t n,
@@ -445,20 +458,6 @@ void dcps_rule_lazy(const dcps_rule_t *r, float *w, float *const st[2], uint64_t
         w[i] = rule_one(r, w[i], v[j], &a, &b);
         st_put(st, i, a, b);
     }
-}
-
-/* The corrected gradient of one entry, with ms its mean square before the
- * push (adaptive) and *m_out the one after. */
-static inline float delay_one(float w, float bak, const float *ms, float g, float *m_out,
-                              const dcps_dcasgd_t *p)
-{
-    float lambda = p->lambda;
-    *m_out = 0.0f;
-    if (ms) {
-        *m_out = p->ms_decay * *ms + (1.0f - p->ms_decay) * g * g;
-        lambda = p->lambda / sqrtf(*m_out + p->epsilon);
-    }
-    return g + lambda * g * g * (w - bak);
 }
 
 size_t dcps_delay_dense_to(float *gc, const float *w, const float *bak, const float *ms,
