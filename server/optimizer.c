@@ -283,14 +283,16 @@ dcps_rule_t dcps_rule_new(int kind, double momentum, bool nesterov, double beta1
 
 void dcps_rule_at(dcps_rule_t *r, double lr, uint64_t t)
 {
-    const double bc1 = 1 - pow(r->beta1, (double)t), bc2 = 1 - pow(r->beta2, (double)t);
+    const bool adam = r->kind == DCPS_OPT_ADAM || r->kind == DCPS_OPT_ADAMW;
+    /* Adam's bias corrections (the other rules have none: no pow per update) */
+    const double bc1 = adam ? 1 - pow(r->beta1, (double)t) : 1;
+    const double bc2 = adam ? 1 - pow(r->beta2, (double)t) : 1;
     r->lr = (float)lr;
     r->b1 = (float)r->beta1, r->one_b1 = (float)(1 - r->beta1);
     r->b2 = (float)r->beta2, r->one_b2 = (float)(1 - r->beta2);
     r->epsf = (float)r->eps;
     r->wd = (float)r->weight_decay;
-    r->step_size = r->kind == DCPS_OPT_ADAM || r->kind == DCPS_OPT_ADAMW ? (float)(lr / bc1)
-                                                                          : (float)lr;
+    r->step_size = (float)(lr / bc1);
     r->bc2_sqrt = (float)sqrt(bc2);
     r->shrink = (float)(1 - lr * r->weight_decay);
 }

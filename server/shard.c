@@ -411,11 +411,14 @@ static double lr_at(const dcps_shard_t *s)
  * update version + 1). */
 static void prepare(dcps_shard_t *s)
 {
-    s->lr_now = (float)lr_at(s);
+    const double lr = lr_at(s);
+    s->lr_now = (float)lr;
     s->dc.lr = s->lr_now;
-    dcps_rule_at(&s->r, lr_at(s), s->version + 1);
+    if (!s->generic)
+        return; /* the fast paths take lr_now and dc alone */
+    dcps_rule_at(&s->r, lr, s->version + 1);
     for (uint32_t j = 0; s->groups && j < s->groups->n_groups; j++)
-        dcps_rule_at(&s->gr[j], lr_at(s) * s->groups->opt[j].lr_factor, s->version + 1);
+        dcps_rule_at(&s->gr[j], lr * s->groups->opt[j].lr_factor, s->version + 1);
 }
 
 /* The segments the rule runs over, each with its rule: the groups' in this

@@ -21,8 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import dcps.torch as dt
-
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
@@ -81,6 +79,8 @@ def evaluate(model, test):
 
 
 def main():
+    import dcps.torch as dt  # here, so that the data and model helpers import without dcps
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=DATA, help="folder of the IDX files (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=1, help="torch seed of rank 0's initial model")

@@ -17,43 +17,17 @@ feature maps 28, 14, 7, 4). The data are the IDX files of Debian's
 dataset-fashion-mnist (read as fashion_cnn.py reads them), pixels in [0, 1].
 """
 import argparse
-import gzip
 import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-DATA = "/usr/share/datasets/fashion-mnist"
-
-
-# read_idx and load as in fashion_cnn.py (copied: that module imports dcps, and
-# --check must run without it).
-def read_idx(path):
-    """An IDX file (MNIST format, gzipped or not) as a numpy array."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
-        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
-    dims = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
-    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
-    if body.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: {body.size} bytes of data for shape {shape}")
-    return body.reshape(shape)
-
-
-def load(directory, part):
-    """Fashion-MNIST's 'train' or 't10k' part as a TensorDataset (N, 1, 28, 28)."""
-    images = read_idx(os.path.join(directory, f"{part}-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(directory, f"{part}-labels-idx1-ubyte.gz"))
-    x = torch.from_numpy(images.astype(np.float32) / np.float32(255)).unsqueeze(1)
-    return torch.utils.data.TensorDataset(x, torch.from_numpy(labels.astype(np.int64)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fashion_cnn import DATA, load  # noqa: E402  (Fashion-MNIST as a TensorDataset; no dcps)
 
 
 def resnet18_fashion():
