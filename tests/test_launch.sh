@@ -37,7 +37,19 @@ small=(-s data.epochs=1 -s data.train_limit=2000 -s worker.log_every=10)
 launch=$DCPS_SRCDIR/deploy/launch-local.sh
 
 # A metrics port for the job: each shard gets its own, port + shard.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Shard s serves its metrics at P + s: a P whose P + 1 is free too (a free P alone
+# met a P + 1 another test held, once, in a parallel distcheck).
+port=$(python3 -c '
+import socket
+while True:
+    a, b = socket.socket(), socket.socket()
+    a.bind(("127.0.0.1", 0))
+    try:
+        b.bind(("127.0.0.1", a.getsockname()[1] + 1))
+    except OSError:
+        continue
+    print(a.getsockname()[1])
+    break')
 rc=0
 bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" \
     -s "server.metrics_port=$port" >"$tmp/out" 2>&1 || rc=$?
