@@ -15,7 +15,7 @@ static const char *const type_names[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_BARRIER] = "BARRIER",     [DCPS_MSG_HEARTBEAT] = "HEARTBEAT",
     [DCPS_MSG_BYE] = "BYE",             [DCPS_MSG_ERROR] = "ERROR",
     [DCPS_MSG_INIT] = "INIT",           [DCPS_MSG_DONE] = "DONE",
-    [DCPS_MSG_BUFFERS] = "BUFFERS",
+    [DCPS_MSG_BUFFERS] = "BUFFERS",     [DCPS_MSG_ROUND] = "ROUND",
 };
 
 const char *dcps_msg_type_name(uint32_t type)
@@ -131,7 +131,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     for (size_t i = 0; i < nframes; i++) {
         const Dcps__FrameDesc *d = h->frames[i];
         size_t sz = dtype_size(d->dtype);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_BUFFER_INTS || sz == 0)
+        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_RANKS || sz == 0)
             FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
                  d->dtype);
         if (d->count > SIZE_MAX / sz || d->bytes != d->count * sz || d->bytes != frames[i].len)
@@ -217,7 +217,8 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
                                         [DCPS_FRAME_GROUP_RANGES] = "GROUP_RANGES",
                                         [DCPS_FRAME_GROUP_OPTIONS] = "GROUP_OPTIONS",
                                         [DCPS_FRAME_BUFFER_FLOATS] = "BUFFER_FLOATS",
-                                        [DCPS_FRAME_BUFFER_INTS] = "BUFFER_INTS"};
+                                        [DCPS_FRAME_BUFFER_INTS] = "BUFFER_INTS",
+                                        [DCPS_FRAME_RANKS] = "RANKS"};
     if (m->nframes <= 0) {
         snprintf(buf, len, "no frames");
         return buf;
@@ -226,7 +227,7 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
     for (int i = 0; i < m->nframes && at >= 0 && (size_t)at < len; i++) {
         uint32_t k = m->frame[i].kind;
         at += snprintf(buf + at, len - (size_t)at, "%s%s", i ? ", " : "",
-                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_BUFFER_INTS ? kinds[k] : "unknown");
+                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_RANKS ? kinds[k] : "unknown");
     }
     if (at >= 0 && (size_t)at < len)
         snprintf(buf + at, len - (size_t)at, ")");

@@ -37,6 +37,7 @@ enum dcps_msg_type {
     DCPS_MSG_INIT = 11,
     DCPS_MSG_DONE = 12,
     DCPS_MSG_BUFFERS = 13,
+    DCPS_MSG_ROUND = 14, /* between the shards of a sync job (server/rounds.h) */
     DCPS_MSG_TYPE_END
 };
 
@@ -49,19 +50,24 @@ enum dcps_frame_kind {
     DCPS_FRAME_GROUP_RANGES = 4,
     DCPS_FRAME_GROUP_OPTIONS = 5,
     DCPS_FRAME_BUFFER_FLOATS = 6,
-    DCPS_FRAME_BUFFER_INTS = 7
+    DCPS_FRAME_BUFFER_INTS = 7,
+    DCPS_FRAME_RANKS = 8 /* ROUND: worker ranks, uint32 */
 };
 enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2, DCPS_DTYPE_F64 = 3 };
 
 /* Header flags. */
 #define DCPS_FLAG_DUPLICATE 1u /* PUSH_ACK/INIT ack: already applied, not applied again */
-#define DCPS_FLAG_STALE 2u     /* PUSH_ACK: its step was closed without it; dropped (sync) */
+#define DCPS_FLAG_STALE 2u     /* PUSH_ACK: its step was closed without it; dropped (sync);
+                                  BARRIER reply: the others passed it without this rank */
 #define DCPS_FLAG_WAITING 4u   /* HEARTBEAT with a request's seq: still waiting for others */
 #define DCPS_FLAG_DELTA 8u     /* PULL: the worker holds the range tagged param_version and
                                   takes a delta (INDICES + VALUES to add) in reply */
 #define DCPS_FLAG_EXACT 16u    /* PULL: send the parameters themselves, dense */
 #define DCPS_FLAG_AVERAGE 32u  /* BUFFERS: the job's buffers are the ranks' mean */
 #define DCPS_FLAG_LOCAL 64u    /* BUFFERS: every rank keeps its own (a declaration) */
+#define DCPS_FLAG_CHECKPOINT 128u /* ROUND from shard 0: checkpoint after applying it */
+#define DCPS_FLAG_RESTORE 256u    /* ROUND: a shard's checkpoints (to shard 0), or the one
+                                     to restore (from shard 0): docs/protocol.md, 16 */
 
 typedef struct {
     const void *data;

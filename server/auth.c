@@ -90,7 +90,9 @@ static void decide(dcps_auth_t *a, zmq_msg_t *part, int n)
         return;
     }
     const uint8_t *client = zmq_msg_data(&part[F_CREDENTIALS]);
-    const char *name = dcps_keyset_find(a->keys, client);
+    const char *name = a->has_peer && memcmp(client, a->peer, DCPS_KEY_BYTES) == 0
+                           ? "another shard of this job"
+                           : dcps_keyset_find(a->keys, client);
     dcps_key_text(client, key);
     if (!name) {
         DCPS_WARN("refused a connection from %s: CURVE key %.8s\u2026 is not in worker_keys_dir %s",
@@ -102,6 +104,21 @@ static void decide(dcps_auth_t *a, zmq_msg_t *part, int n)
     DCPS_INFO("admitted a connection from %s: CURVE key %.8s\u2026 (%s)", address, key, name);
     a->admitted++;
     reply(a, &part[F_REQUEST_ID], "200", "OK", key);
+}
+
+void dcps_auth_set_peer(dcps_auth_t *a, const uint8_t *key)
+{
+    memcpy(a->peer, key, DCPS_KEY_BYTES);
+    a->has_peer = true;
+}
+
+bool dcps_auth_is_peer(const dcps_auth_t *a, const char *user_id)
+{
+    char text[DCPS_KEY_Z85 + 1];
+    if (!a->has_peer || !user_id)
+        return false;
+    dcps_key_text(a->peer, text);
+    return strcmp(text, user_id) == 0;
 }
 
 /* The bridge's callback: one request, read whole, then answered. */

@@ -43,6 +43,8 @@ typedef struct dcps_auth {
     char dir[1024];      /* where keys came from, for the log */
     uint64_t admitted;   /* connections admitted */
     uint64_t refused;    /* connections refused (the router's stats report them) */
+    bool has_peer;       /* the shards' own public key is admitted (dcps_auth_set_peer) */
+    uint8_t peer[DCPS_KEY_BYTES];
 } dcps_auth_t;
 
 /* Binds the handler in ctx (before the ROUTER socket of ctx binds) and takes
@@ -50,6 +52,14 @@ typedef struct dcps_auth {
  * a sentence in err; then nothing is bound and *keys is still the caller's. */
 int dcps_auth_open(dcps_auth_t *a, void *ctx, dcps_keyset_t **keys, const char *dir, char *err,
                    size_t errlen);
+
+/* Admits the shards' own public key too (server_public_key), with which the
+ * other shards of a sync job connect to shard 0 (server/rounds.h): it speaks
+ * for no rank, only for ROUND messages (dcps_auth_is_peer). */
+void dcps_auth_set_peer(dcps_auth_t *a, const uint8_t *key);
+
+/* Whether a request's key (user_id, as in dcps_auth_check) is that peer key. */
+bool dcps_auth_is_peer(const dcps_auth_t *a, const char *user_id);
 
 /* Answers requests from the loop from now on (they wait in the socket until
  * then). Returns 0 or a negative libuv/dcps code. */

@@ -836,9 +836,47 @@ out:
     return rc;
 }
 
+int dcps_checkpoint_newest(const char *dir, int index, size_t *count, uint64_t *version,
+                           char *err, size_t errlen)
+{
+    entry_t *e;
+    size_t n;
+    struct stat st;
+    *count = 0;
+    *version = 0;
+    if (stat(dir, &st) != 0 && errno == ENOENT)
+        return 0;
+    int rc = list(dir, index, false, &e, &n, err, errlen);
+    if (rc != 0)
+        return rc;
+    *count = n;
+    *version = n ? e[0].version : 0;
+    free_entries(e, n);
+    return 0;
+}
+
+static int restore(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                   dcps_consistency_t *cons, bool any, uint64_t version, char *path,
+                   size_t pathlen, char *err, size_t errlen);
+
 int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
                             dcps_consistency_t *cons, char *path, size_t pathlen, char *err,
                             size_t errlen)
+{
+    return restore(dir, cfg, s, cons, true, 0, path, pathlen, err, errlen);
+}
+
+int dcps_checkpoint_restore_version(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                                    dcps_consistency_t *cons, uint64_t version, char *path,
+                                    size_t pathlen, char *err, size_t errlen)
+{
+    return restore(dir, cfg, s, cons, false, version, path, pathlen, err, errlen);
+}
+
+/* Restores the newest usable checkpoint (of `version` only, unless any). */
+static int restore(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                   dcps_consistency_t *cons, bool any, uint64_t version, char *path,
+                   size_t pathlen, char *err, size_t errlen)
 {
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     char file[DCPS_PATH_MAX + 256], why[384], newest[384] = "";
@@ -856,6 +894,16 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
                         cons->workers, st.workers);
     if ((rc = list(dir, st.index, false, &e, &n, err, errlen)) != 0)
         return rc;
+    if (!any) { /* only that version's: the others are not there */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (e[i].version == version)
+                e[k++] = e[i];
+            else
+                free(e[i].name);
+        }
+        n = k;
+    }
     rc = dcps_say(err, errlen, 0, "no checkpoint of shard %d in %s", st.index, dir);
     for (size_t i = 0; i < n; i++) {
         if (join(file, sizeof file, dir, e[i].name, "") != 0) {

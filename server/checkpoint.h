@@ -105,6 +105,19 @@ int dcps_checkpoint_restore(const char *dir, const dcps_config_t *cfg, dcps_shar
                             dcps_consistency_t *cons, char *path, size_t pathlen, char *err,
                             size_t errlen);
 
+/* dcps_checkpoint_restore among the checkpoints of `version` only (a sync job's
+ * shards restoring the newest round they all hold: server/rounds.h). Returns 0
+ * also when dir holds checkpoints but none of that version. */
+int dcps_checkpoint_restore_version(const char *dir, const dcps_config_t *cfg, dcps_shard_t *s,
+                                    dcps_consistency_t *cons, uint64_t version, char *path,
+                                    size_t pathlen, char *err, size_t errlen);
+
+/* How many checkpoints of shard `index` dir holds, and the version of the
+ * newest (0 if none), without reading them. Returns 0, or DCPS_E_IO if dir
+ * cannot be read (a missing dir holds none), DCPS_E_NOMEM. */
+int dcps_checkpoint_newest(const char *dir, int index, size_t *count, uint64_t *version,
+                           char *err, size_t errlen);
+
 /* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use it) of n bytes, chained:
  * crc32c(crc32c(0, a), b) is the CRC of a followed by b. */
 uint32_t dcps_checkpoint_crc32c(uint32_t crc, const void *data, size_t n);

@@ -100,7 +100,7 @@ enum dcps_push_verdict dcps_consistency_check_push(const dcps_consistency_t *c, 
                                                    uint64_t step)
 {
     if (c->mode != DCPS_MODE_SYNC)
-        return DCPS_PUSH_ACCEPT;
+        return step < c->m[rank].clock ? DCPS_PUSH_DONE : DCPS_PUSH_ACCEPT;
     if (step < c->round)
         return DCPS_PUSH_STALE;
     if (step > c->round)
@@ -140,6 +140,14 @@ void dcps_consistency_close_round(dcps_consistency_t *c)
     c->round++;
 }
 
+void dcps_consistency_open_round(dcps_consistency_t *c, uint64_t round)
+{
+    for (int i = 0; i < c->workers; i++)
+        c->m[i].contributed = false;
+    c->contributions = 0;
+    c->round = round;
+}
+
 bool dcps_consistency_may_start(dcps_consistency_t *c, uint32_t rank, uint64_t step)
 {
     switch (c->mode) {
@@ -177,10 +185,7 @@ bool dcps_consistency_catch_up(dcps_consistency_t *c, uint32_t rank, uint64_t st
     uint64_t open = pull ? step - 1 : step;
     bool changed = false;
     if (open > c->round) {
-        for (int i = 0; i < c->workers; i++)
-            c->m[i].contributed = false;
-        c->contributions = 0;
-        c->round = open;
+        dcps_consistency_open_round(c, open);
         changed = true;
     }
     if (pull && open == c->round && !m->contributed) {

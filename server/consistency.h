@@ -44,12 +44,14 @@ typedef struct {
     dcps_member_t *m;   /* one per rank */
 } dcps_consistency_t;
 
-/* What to do with a push for step `step` (sync mode; the other modes accept all). */
+/* What to do with a push for step `step`. */
 enum dcps_push_verdict {
     DCPS_PUSH_ACCEPT = 0, /* apply (async, ssp) or add to the round (sync) */
     DCPS_PUSH_STALE,      /* sync: that round closed without it; drop, tell the worker */
     DCPS_PUSH_FUTURE,     /* sync: a step after the open round; refuse */
     DCPS_PUSH_AGAIN,      /* sync: a second, different push for the open round; refuse */
+    DCPS_PUSH_DONE,       /* async, ssp: a step below the rank's clock, which it pushed
+                             already (a restarted worker doing it again): not applied again */
 };
 
 /* Sets up cfg's workers, all expected from now. Returns 0 or DCPS_E_NOMEM. */
@@ -99,6 +101,10 @@ void dcps_consistency_pushed(dcps_consistency_t *c, uint32_t rank, uint64_t step
  * it opens the next one; c->contributions says how many pushes it holds. */
 bool dcps_consistency_round_full(const dcps_consistency_t *c);
 void dcps_consistency_close_round(dcps_consistency_t *c);
+
+/* Sync: opens `round` (later than the open one) at once, discarding the open
+ * round's contributions: the job went on past them without this shard. */
+void dcps_consistency_open_round(dcps_consistency_t *c, uint64_t round);
 
 /* Whether rank may start step now (its pull can be answered). For ssp a granted
  * start updates max_ahead. */

@@ -46,6 +46,7 @@ struct dcps_daemon {
     dcps_metrics_t *metrics; /* NULL: [server] metrics_port = 0 */
     dcps_shard_t *shard;
     void *ctx, *sock;
+    void *peer;              /* sync, several shards, not shard 0: a DEALER to shard 0 */
     char endpoint[DCPS_ENDPOINT_MAX]; /* what the socket bound */
     dcps_auth_t auth;        /* [security] curve: the ZAP handler; else never opened */
     uv_loop_t loop;
@@ -282,9 +283,17 @@ static void on_checkpoint_timer(uv_timer_t *t)
 {
     dcps_daemon_t *d = t->data;
     const dcps_shard_stats_t s = dcps_shard_stats(d->shard);
-    if (!s.initialized || (d->saved && s.version == d->saved_version))
+    if (!s.initialized || (d->saved && s.version == d->saved_version) ||
+        dcps_router_checkpoint_by_round(d->router))
         return;
     checkpoint_now(d, DCPS_LOG_INFO, "periodic");
+}
+
+/* A round shard 0 marked (its periodic checkpoint was due): every shard of a
+ * sync job writes its periodic checkpoint after applying it. */
+static void on_round_checkpoint(void *data)
+{
+    checkpoint_now(data, DCPS_LOG_INFO, "periodic");
 }
 
 /* (Re)starts the periodic checkpoints from the job's [server] checkpoint_dir
@@ -359,7 +368,7 @@ static void reload(dcps_daemon_t *d)
             DCPS_NOTICE("reload: %s unchanged", o->config);
         } else {
             dcps_log_set_level(dcps_log_level_parse(d->cfg->log_level));
-            dcps_shard_set_lr(d->shard, d->cfg->lr);
+            dcps_router_set_lr(d->router, d->cfg->lr);
             schedule_checkpoints(d);
             log_checkpoint_room(d);
             DCPS_NOTICE("reload: %s", changes);
@@ -508,6 +517,61 @@ static int curve_server(void *sock, const uint8_t *secret)
     return 0;
 }
 
+/* Whether this shard agrees its sync rounds with others (server/rounds.h). */
+static bool agrees_rounds(const dcps_config_t *cfg)
+{
+    return cfg->mode == DCPS_MODE_SYNC && cfg->n_shards > 1;
+}
+
+/* Sync mode with several shards: shard 0 admits the shards' own key (theirs
+ * is the job's one server key pair), and every other shard makes its link to
+ * shard 0 a CURVE client with that pair. Returns 0, or -1 with errno. */
+static int setup_peer_keys(dcps_daemon_t *d)
+{
+    uint8_t pub[DCPS_KEY_BYTES];
+    if (!agrees_rounds(d->cfg) || dcps_key_public(d->secret, pub) != 0)
+        return 0;
+    if (d->opt->shard == 0) {
+        dcps_auth_set_peer(&d->auth, pub);
+        return 0;
+    }
+    if (!(d->peer = zmq_socket(d->ctx, ZMQ_DEALER)) ||
+        zmq_setsockopt(d->peer, ZMQ_CURVE_SERVERKEY, pub, DCPS_KEY_BYTES) != 0 ||
+        zmq_setsockopt(d->peer, ZMQ_CURVE_PUBLICKEY, pub, DCPS_KEY_BYTES) != 0 ||
+        zmq_setsockopt(d->peer, ZMQ_CURVE_SECRETKEY, d->secret, DCPS_KEY_BYTES) != 0)
+        return -1;
+    return 0;
+}
+
+/* A follower's link to shard 0: connected (ZeroMQ reconnects by itself while
+ * shard 0 is down or restarts). Returns 0, or -1 after logging why. */
+static int setup_peer(dcps_daemon_t *d)
+{
+    const dcps_config_t *cfg = d->cfg;
+    int linger = 0;
+    if (!agrees_rounds(cfg) || d->opt->shard == 0)
+        return 0;
+    if (!d->peer && !(d->peer = zmq_socket(d->ctx, ZMQ_DEALER))) {
+        DCPS_ERR("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
+        return -1;
+    }
+    zmq_setsockopt(d->peer, ZMQ_LINGER, &linger, sizeof linger);
+    if (strchr(cfg->shards[0], '*')) {
+        DCPS_ERR("shard 0's address %s names no port to connect to: in a sync job with "
+                 "several shards the others connect to shard 0, which leads the rounds; give "
+                 "its address as the workers see it ([servers] shards, or --set "
+                 "servers.shards=...)",
+                 cfg->shards[0]);
+        return -1;
+    }
+    if (zmq_connect(d->peer, cfg->shards[0]) != 0) {
+        DCPS_ERR("cannot connect to shard 0 at %s, which leads this sync job's rounds: %s",
+                 cfg->shards[0], zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* The ZeroMQ context and ROUTER socket, with the ZAP handler bound first under
  * curve (until it is, libzmq admits every client); the socket bound to the
  * shard's endpoint. Returns 0, or -1 after logging why. */
@@ -529,6 +593,8 @@ static int setup_sockets(dcps_daemon_t *d)
             return -1;
         }
         int rc = curve_server(d->sock, d->secret);
+        if (rc == 0)
+            rc = setup_peer_keys(d);
         explicit_bzero(d->secret, sizeof d->secret); /* libzmq keeps its own copy */
         if (rc != 0) {
             DCPS_ERR("cannot make %s a CURVE server: %s", at, zmq_strerror(errno));
@@ -580,6 +646,20 @@ static int setup_router(dcps_daemon_t *d)
         DCPS_ERR("cannot start serving: %s", rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
         return -1;
     }
+    if (agrees_rounds(d->cfg)) {
+        rc = d->opt->shard == 0 ? dcps_router_lead(d->router)
+                                : dcps_router_follow(d->router, d->peer);
+        if (rc != 0) {
+            DCPS_ERR("cannot set up the rounds' agreement: %s",
+                     rc < -1000 ? uv_strerror(rc) : dcps_strerror(rc));
+            dcps_router_close(d->router, on_closed);
+            uv_run(&d->loop, UV_RUN_DEFAULT);
+            return -1;
+        }
+        dcps_router_on_checkpoint(d->router, on_round_checkpoint, d);
+        DCPS_INFO("sync rounds: %s", d->opt->shard == 0 ? "this shard leads them (shard 0)"
+                                                        : "shard 0 leads them");
+    }
     if (!d->cfg->curve)
         return 0;
     dcps_router_set_auth(d->router, &d->auth); /* which ranks each worker key may speak for */
@@ -609,17 +689,15 @@ static void setup_timers(dcps_daemon_t *d)
     start_alive(d);
 }
 
-/* Restores the newest usable checkpoint in [server] checkpoint_dir through the
- * router (server/router.h). Returns 0 (restored, or nothing to restore) or -1
- * (logged: do not serve). */
-static int setup_restore(dcps_daemon_t *d)
+/* Restores the newest usable checkpoint in [server] checkpoint_dir (any), or
+ * its newest of `version`, through the router (server/router.h). Returns 1
+ * restored, 0 none there, -1 logged: do not serve. */
+static int restore_now(dcps_daemon_t *d, bool any, uint64_t version)
 {
     const dcps_config_t *cfg = d->cfg;
     char path[DCPS_PATH_MAX + 256], err[2 * DCPS_PATH_MAX + 512];
-    if (!*cfg->checkpoint_dir)
-        return 0;
     uint64_t t0 = dcps_now_ns();
-    int rc = dcps_router_restore(d->router, path, sizeof path, err, sizeof err);
+    int rc = dcps_router_restore(d->router, any, version, path, sizeof path, err, sizeof err);
     if (rc == DCPS_E_DATA) {
         DCPS_ERR("%s; not starting: move them out of %s to start fresh", err, cfg->checkpoint_dir);
         return -1;
@@ -629,7 +707,8 @@ static int setup_restore(dcps_daemon_t *d)
         return -1;
     }
     if (rc == 0) {
-        DCPS_NOTICE("no checkpoint in %s: starting fresh", cfg->checkpoint_dir);
+        if (any)
+            DCPS_NOTICE("no checkpoint in %s: starting fresh", cfg->checkpoint_dir);
         return 0;
     }
     /* How old it is says how much the job may have lost: every update applied
@@ -643,6 +722,39 @@ static int setup_restore(dcps_daemon_t *d)
                 (double)(dcps_now_ns() - t0) / 1e6, difftime(time(NULL), (time_t)written));
     d->saved = true;
     d->saved_version = s.version;
+    return 1;
+}
+
+/* dcps_router_restore_fn: a sync job's shards agreed where to resume. */
+static int restore_agreed(void *data, bool any, uint64_t version)
+{
+    return restore_now(data, any, version);
+}
+
+/* Restores the newest usable checkpoint in [server] checkpoint_dir through the
+ * router (server/router.h), or, in a sync job with several shards, offers the
+ * checkpoints to the round the shards agree on (dcps_router_defer_restore).
+ * Returns 0 (restored, deferred, or nothing to restore) or -1 (logged: do not
+ * serve). */
+static int setup_restore(dcps_daemon_t *d)
+{
+    const dcps_config_t *cfg = d->cfg;
+    char err[2 * DCPS_PATH_MAX + 512];
+    size_t count;
+    uint64_t newest;
+    if (!*cfg->checkpoint_dir)
+        return 0;
+    if (!agrees_rounds(cfg))
+        return restore_now(d, true, 0) < 0 ? -1 : 0;
+    if (dcps_checkpoint_newest(cfg->checkpoint_dir, d->opt->shard, &count, &newest, err,
+                               sizeof err) != 0) {
+        DCPS_ERR("cannot restore a checkpoint: %s", err);
+        return -1;
+    }
+    DCPS_NOTICE("%zu checkpoints in %s (the newest of version %" PRIu64 "): waiting for the "
+                "shards to agree on the newest version all of them hold",
+                count, cfg->checkpoint_dir, newest);
+    dcps_router_defer_restore(d->router, count, newest, restore_agreed, d);
     return 0;
 }
 
@@ -701,7 +813,7 @@ dcps_daemon_t *dcps_daemon_new(const dcps_daemon_options_t *opt, int *status)
         goto fail;
     *status = 1;
     if (setup_keys(d) != 0 || setup_metrics(d) != 0 || setup_shard(d) != 0 ||
-        setup_sockets(d) != 0 || setup_router(d) != 0)
+        setup_sockets(d) != 0 || setup_peer(d) != 0 || setup_router(d) != 0)
         goto fail;
     setup_timers(d);
     if (setup_restore(d) != 0)
@@ -728,6 +840,8 @@ int dcps_daemon_run(dcps_daemon_t *d)
     const dcps_router_stats_t r = dcps_router_stats(d->router);
     log_staleness(d);
     log_memory(d->shard, "end");
+    if (d->cfg->mode == DCPS_MODE_SYNC)
+        DCPS_NOTICE("rounds: %" PRIu64 " closed, digest %016" PRIx64, r.rounds, r.digest);
     DCPS_NOTICE("stopped: version %" PRIu64 ", %" PRIu64 " pushes (%" PRIu64 " duplicates, %" PRIu64
                 " dropped), %" PRIu64 " pulls (%" PRIu64 " deltas), %" PRIu64
                 " bad messages, %" PRIu64 " bytes in, %" PRIu64 " bytes out",
@@ -746,6 +860,8 @@ void dcps_daemon_destroy(dcps_daemon_t **dp)
         uv_loop_close(&d->loop);
     if (d->sock)
         zmq_close(d->sock);
+    if (d->peer)
+        zmq_close(d->peer);
     dcps_auth_destroy(&d->auth); /* after the ROUTER socket: see server/auth.h */
     if (d->ctx)
         zmq_ctx_term(d->ctx);

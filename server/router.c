@@ -17,6 +17,7 @@
 #include "server/bridge.h"
 #include "server/checkpoint.h"
 #include "server/loglimit.h"
+#include "server/rounds.h"
 #include "server/session.h"
 #include "server/snapshot.h"
 
@@ -62,6 +63,9 @@ struct dcps_router {
     bool *counted;         /* one per rank: BUFFERS' scratch, whose values count in a mean */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
+    bool *passed;          /* per rank: in the last barrier released */
+    bool released;         /* a barrier was released: released_step, at released_version */
+    uint64_t released_step, released_version;
     uint64_t messages, heartbeats, bytes_in, bytes_out;
     uint64_t errors[DCPS_ERROR_SLOTS]; /* by −code; every bad message */
     dcps_loglimit_t badlog;            /* the lines about them: at most a few per peer and 10 s */
@@ -76,7 +80,34 @@ struct dcps_router {
     dcps_latency_t apply_round; /* sync: each round's mean applied */
     dcps_router_send_fn *send;  /* where every reply goes (router.h) */
     double clock_ms;            /* the time in ms when there is no loop; the caller moves it */
+    /* Sync mode with several shards (server/rounds.h): shard 0 leads, the
+     * others follow it over a link of their own. */
+    int role;                 /* enum role */
+    dcps_rounds_t rounds;     /* the leader's view of the followers */
+    route_t *follower;        /* leader: per shard, where its reports come from */
+    void *peer;               /* follower: a DEALER connected to shard 0 */
+    dcps_bridge_t peer_bridge;
+    bool *members;            /* per rank: scratch for a round's members */
+    uint32_t *ranks;          /* per rank: scratch for a ROUND's RANKS frame */
+    double lr;                /* the lr base in force: [optimizer] lr, or the leader's */
+    bool checkpoint_due;      /* leader: checkpoint after the next round it closes */
+    dcps_router_checkpoint_fn *checkpoint; /* writes one (dcps_router_on_checkpoint) */
+    void *checkpoint_data;
+    uint64_t rounds_applied;  /* sync: rounds closed here */
+    uint64_t digest;          /* of every round closed here: number and members */
+    double waiting_logged;    /* leader: when it last said which shard a round waits for */
+    /* A restart of a sync job's shards resumes at a round all of them hold. */
+    bool settled;             /* restored (or fresh), serving workers */
+    size_t ckpt_count;        /* until then: its checkpoints */
+    uint64_t ckpt_newest;     /* and the newest one's version */
+    dcps_router_restore_fn *restore_fn; /* restores one (dcps_router_defer_restore) */
+    void *restore_data;
+    bool cut_valid;           /* leader: it restored at cut, and has closed no round since */
+    uint64_t cut;
+    double unsettled_logged;  /* when it last said why it does not resume yet */
 };
+
+enum role { ALONE, LEADER, FOLLOWER };
 
 /* The shard as it is now (a copy: dcps_shard_stats). */
 static dcps_shard_stats_t shard_now(const dcps_router_t *r)
@@ -183,7 +214,7 @@ static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, cons
     /* The lr of the shard's next update: t is the version the reply names, and
      * the base is lr since the last reload (docs/protocol.md, 7.5). Sent also
      * when it is 0 (a schedule at min_lr 0), so a client tells 0 from absent. */
-    reply.lr = dcps_schedule_lr(&r->cfg->sched, r->cfg->lr, st.version);
+    reply.lr = dcps_schedule_lr(&r->cfg->sched, r->lr, st.version);
     reply.has |= DCPS_HAS_LR;
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
@@ -223,35 +254,80 @@ static void barrier_check(dcps_router_t *r)
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
         if (dcps_consistency_live(&r->cons, i) && !r->waits[i].in_barrier)
             return;
+    /* A rank that passes the barrier again when the others had passed it
+     * without it, and the parameters moved since, learns so (flag STALE). */
+    bool again = r->released && r->barrier_step == r->released_step;
+    bool moved = shard_now(r).version != r->released_version;
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         wait_t *p = &r->waits[i];
+        if (!again)
+            r->passed[i] = p->in_barrier;
         if (!p->in_barrier)
             continue;
-        dcps_msg_t reply = {.step = r->barrier_step};
+        dcps_msg_t reply = {.step = r->barrier_step,
+                            .flags = again && moved && !r->passed[i] ? DCPS_FLAG_STALE : 0};
         send_to(r, &p->to, i, p->wait_seq, DCPS_MSG_BARRIER, &reply, NULL);
         p->in_barrier = false;
+    }
+    if (!again) {
+        r->released = true;
+        r->released_step = r->barrier_step;
+        r->released_version = shard_now(r).version;
     }
     DCPS_DEBUG("barrier %llu released", (unsigned long long)r->barrier_step);
     r->barrier_waiting = 0;
 }
 
-/* After any change of membership or clocks: closes a full sync round, then
- * answers what may go on. */
+/* Closes the open sync round with members (per rank): a push held here of a
+ * rank that is not a member is taken back out of the sum first (only a leader's
+ * or a follower's: they keep the pushes), then the members' mean is applied. */
+static void close_round(dcps_router_t *r, const bool *members)
+{
+    const uint64_t round = r->cons.round;
+    int pushes = 0;
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
+        bool held = r->cons.m[i].contributed;
+        if (held && !members[i] && dcps_shard_round_remove(r->shard, i))
+            DCPS_NOTICE("round %llu: rank %u's push is taken back out: not every shard has "
+                        "it and rank %u is not counted (shard 0's decision)",
+                        (unsigned long long)round, i, i);
+        else if (!held && members[i])
+            DCPS_WARN("round %llu: rank %u's push is not here (lost with this shard's "
+                      "previous process); the round's mean goes without it on this shard",
+                      (unsigned long long)round, i);
+        pushes += held && members[i];
+    }
+    /* A round of ranks whose pushes were all lost with a restarted shard's
+     * previous process holds nothing to apply. */
+    if (pushes > 0) {
+        uint64_t t0 = dcps_now_ns();
+        if (dcps_shard_apply_round(r->shard, pushes) == 0)
+            timed(&r->apply_round, t0);
+        else
+            DCPS_ERR("round %llu (%d pushes) not applied, the version stays %llu: %s",
+                     (unsigned long long)round, pushes,
+                     (unsigned long long)shard_now(r).version, dcps_shard_why(r->shard));
+    } else {
+        dcps_shard_clear_round(r->shard);
+    }
+    dcps_rounds_digest(&r->digest, round, members, r->cfg->workers, r->lr);
+    r->rounds_applied++;
+    dcps_consistency_close_round(&r->cons);
+}
+
+static void lead(dcps_router_t *r);
+
+/* After any change of membership or clocks: closes the open sync round if it
+ * may close (alone: when full; the leader: by its rule; a follower only on the
+ * leader's word), then answers what may go on. */
 static void progress(dcps_router_t *r)
 {
-    if (dcps_consistency_round_full(&r->cons)) {
-        /* A round of ranks whose pushes were all lost with a restarted shard's
-         * previous process holds nothing to apply. */
-        if (r->cons.contributions > 0) {
-            uint64_t t0 = dcps_now_ns();
-            if (dcps_shard_apply_round(r->shard, r->cons.contributions) == 0)
-                timed(&r->apply_round, t0);
-            else
-                DCPS_ERR("round %llu (%d pushes) not applied, the version stays %llu: %s",
-                         (unsigned long long)r->cons.round, r->cons.contributions,
-                         (unsigned long long)shard_now(r).version, dcps_shard_why(r->shard));
-        }
-        dcps_consistency_close_round(&r->cons);
+    if (r->role == LEADER) {
+        lead(r);
+    } else if (r->role == ALONE && dcps_consistency_round_full(&r->cons)) {
+        for (int i = 0; i < r->cfg->workers; i++)
+            r->members[i] = r->cons.m[i].contributed;
+        close_round(r, r->members);
     }
     serve_pulls(r);
     barrier_check(r);
@@ -274,6 +350,370 @@ static void heard(dcps_router_t *r, uint32_t rank)
     double silent = now_ms(r) - m->last_seen;
     if (dcps_consistency_heard(&r->cons, rank, now_ms(r)))
         DCPS_NOTICE("worker %u is back after %.0f ms of silence; admitted again", rank, silent);
+}
+
+/* --- sync rounds that every shard agrees on (server/rounds.h) ----------------------- */
+
+/* A ROUND message of this shard for `round`: the ranks set in `set` as its
+ * RANKS frame (in r->ranks), this shard's version and the lr base in force. */
+static void round_msg(dcps_router_t *r, dcps_msg_t *m, uint64_t round, const bool *set)
+{
+    size_t k = 0;
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++)
+        if (set[i])
+            r->ranks[k++] = i;
+    *m = (dcps_msg_t){.type = DCPS_MSG_ROUND, .job_id = r->cfg->job_id,
+                      .shard = (uint32_t)shard_now(r).index, .param_version = shard_now(r).version,
+                      .step = round, .lr = r->lr, .has = DCPS_HAS_STEP | DCPS_HAS_LR, .nframes = 1};
+    m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_RANKS, DCPS_DTYPE_U32, k};
+    m->payload[0] = (dcps_buf_t){r->ranks, k * sizeof *r->ranks};
+}
+
+/* A ROUND's RANKS frame as a set (r->members). */
+static int ranks_of(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    if (m->nframes != 1 || m->frame[0].kind != DCPS_FRAME_RANKS ||
+        m->frame[0].dtype != DCPS_DTYPE_U32) {
+        snprintf(why, whylen, "ROUND carries one RANKS frame of uint32");
+        return DCPS_E_FRAMECOUNT;
+    }
+    memset(r->members, 0, (size_t)r->cfg->workers * sizeof *r->members);
+    for (uint64_t j = 0; j < m->frame[0].count; j++) {
+        uint32_t rank;
+        memcpy(&rank, (const uint8_t *)m->payload[0].data + j * sizeof rank, sizeof rank);
+        if (rank >= (uint32_t)r->cfg->workers) {
+            snprintf(why, whylen, "ROUND names rank %u, the job has ranks 0 to %d", rank,
+                     r->cfg->workers - 1);
+            return DCPS_E_RANK;
+        }
+        r->members[rank] = true;
+    }
+    return 0;
+}
+
+/* A follower tells the leader its open round and whose pushes it holds. */
+static void report(dcps_router_t *r)
+{
+    dcps_msg_t m;
+    if (!r->peer)
+        return;
+    for (int i = 0; i < r->cfg->workers; i++)
+        r->members[i] = r->cons.m[i].contributed;
+    round_msg(r, &m, r->cons.round, r->members);
+    if (!r->settled) { /* an offer: how many checkpoints, the newest's version */
+        m.flags = DCPS_FLAG_RESTORE;
+        m.step = r->ckpt_count;
+        m.param_version = r->ckpt_newest;
+    }
+    if (dcps_frames_send(r->peer, NULL, &m, NULL, NULL, ZMQ_DONTWAIT) < 0)
+        DCPS_DEBUG("ROUND to shard 0 not sent: %s", zmq_strerror(errno));
+}
+
+/* The leader tells follower s the last round it closed (again, if s has not
+ * applied it yet). */
+static void send_close(dcps_router_t *r, int s)
+{
+    dcps_msg_t m;
+    const dcps_rounds_t *t = &r->rounds;
+    round_msg(r, &m, t->closed, t->members);
+    m.lr = t->lr;
+    m.flags = t->checkpoint ? DCPS_FLAG_CHECKPOINT : 0;
+    const route_t *to = &r->follower[s];
+    send_reply(r, &(dcps_buf_t){to->b, to->len}, &m, NULL, NULL);
+}
+
+/* The leader closes its open round when its rule says so, and tells every
+ * follower. */
+static void lead(dcps_router_t *r)
+{
+    const uint64_t round = r->cons.round;
+    if (!dcps_rounds_decide(&r->rounds, &r->cons, r->members))
+        return;
+    bool checkpoint = r->checkpoint_due;
+    close_round(r, r->members);
+    r->cut_valid = false;
+    dcps_rounds_closed(&r->rounds, round, r->members, r->lr, checkpoint);
+    for (int s = 1; s < r->rounds.shards; s++)
+        if (r->rounds.reported[s])
+            send_close(r, s);
+    if (checkpoint) {
+        r->checkpoint_due = false;
+        if (r->checkpoint)
+            r->checkpoint(r->checkpoint_data);
+    }
+}
+
+/* The leader was restored from an older checkpoint than a follower's round:
+ * the rounds between are lost on the leader's part of the model. */
+static void skip_to(dcps_router_t *r, uint64_t round, const char *who)
+{
+    DCPS_NOTICE("%s is at round %llu, this shard at round %llu (restored from an older "
+                "checkpoint): rounds %llu to %llu are lost on this shard's part of the model",
+                who, (unsigned long long)round, (unsigned long long)r->cons.round,
+                (unsigned long long)r->cons.round, (unsigned long long)round - 1);
+    dcps_shard_clear_round(r->shard);
+    dcps_consistency_open_round(&r->cons, round);
+}
+
+/* Restores this shard's checkpoint of `version` (any: its newest) through the
+ * daemon, or starts it fresh (fresh); says so and stays unsettled if it
+ * cannot (and tries again 10 s later at the earliest). Returns whether it is
+ * settled now. */
+static bool settle(dcps_router_t *r, bool fresh, bool any, uint64_t version)
+{
+    if (!fresh && now_ms(r) - r->unsettled_logged < 10000)
+        return false; /* it failed less than 10 s ago: not again yet */
+    int rc = fresh ? 0 : r->restore_fn(r->restore_data, any, version);
+    if (rc < 0 || (rc == 0 && !fresh && !any)) {
+        r->unsettled_logged = now_ms(r);
+        if (rc == 0)
+            DCPS_ERR("this shard holds no checkpoint of version %llu, the newest one every "
+                     "shard of this sync job holds: it cannot resume with them (move the "
+                     "checkpoints out of every shard's checkpoint_dir to start fresh)",
+                     (unsigned long long)version);
+        return false;
+    }
+    r->settled = true;
+    return true;
+}
+
+/* A ROUND with RESTORE from the leader to follower s: start fresh (step 0) or
+ * restore version. */
+static void send_restore(dcps_router_t *r, int s, bool restore, uint64_t version)
+{
+    dcps_msg_t m;
+    memset(r->members, 0, (size_t)r->cfg->workers * sizeof *r->members);
+    round_msg(r, &m, restore ? 1 : 0, r->members); /* no ranks */
+    m.flags = DCPS_FLAG_RESTORE;
+    m.param_version = version;
+    const route_t *to = &r->follower[s];
+    send_reply(r, &(dcps_buf_t){to->b, to->len}, &m, NULL, NULL);
+}
+
+/* The leader, not restored yet, decides where the job resumes once every
+ * follower has reported (dcps_rounds_cut), restores itself there and tells
+ * them; while it cannot, it says why every 10 s. */
+static void lead_restore(dcps_router_t *r)
+{
+    uint64_t cut;
+    int shard;
+    enum dcps_cut c = dcps_rounds_cut(&r->rounds, r->ckpt_count, r->ckpt_newest, &cut, &shard);
+    bool now = now_ms(r) - r->unsettled_logged >= 10000;
+    switch (c) {
+    case DCPS_CUT_WAIT:
+        return;
+    case DCPS_CUT_RUNNING:
+        settle(r, r->ckpt_count == 0, true, 0);
+        return;
+    case DCPS_CUT_NONE:
+        if (now) {
+            r->unsettled_logged = now_ms(r);
+            DCPS_ERR("shard %d holds no checkpoint while other shards of this sync job do: "
+                     "the job cannot resume at a round every shard holds, and waits (move the "
+                     "checkpoints out of every shard's checkpoint_dir to start it fresh)",
+                     shard);
+        }
+        return;
+    case DCPS_CUT_FRESH:
+    case DCPS_CUT_AT:
+        if (!settle(r, c == DCPS_CUT_FRESH, false, cut))
+            return;
+        if (c == DCPS_CUT_AT) {
+            DCPS_NOTICE("every shard resumes at version %llu, the newest checkpoint all of "
+                        "them hold", (unsigned long long)cut);
+            r->cut_valid = true;
+            r->cut = cut;
+        }
+        for (int s = 1; s < r->rounds.shards; s++)
+            send_restore(r, s, c == DCPS_CUT_AT, cut);
+    }
+}
+
+/* The leader hears from follower m->shard: its open round and what it holds. */
+static int on_round(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
+                    const char *user_id, char *why, size_t whylen)
+{
+    char who[32];
+    if (r->role != LEADER) {
+        snprintf(why, whylen, "ROUND goes to shard 0 of a sync job with several shards");
+        return DCPS_E_MSGTYPE;
+    }
+    if (r->auth && !dcps_auth_is_peer(r->auth, user_id)) {
+        snprintf(why, whylen, "ROUND from a CURVE key that is not the shards' own");
+        return DCPS_E_AUTH;
+    }
+    if (m->shard == 0 || m->shard >= (uint32_t)r->rounds.shards) {
+        snprintf(why, whylen, "ROUND from shard %u, the followers are shards 1 to %d", m->shard,
+                 r->rounds.shards - 1);
+        return DCPS_E_FIELD;
+    }
+    int rc = ranks_of(r, m, why, whylen);
+    if (rc == 0)
+        rc = route_set(&r->follower[m->shard], id, why, whylen);
+    if (rc != 0)
+        return rc;
+    if (m->flags & DCPS_FLAG_RESTORE) { /* it has not restored yet */
+        dcps_rounds_offer(&r->rounds, (int)m->shard, m->step, m->param_version, now_ms(r));
+        if (!r->settled)
+            lead_restore(r);
+        else /* it restarted alone, or missed the leader's word */
+            send_restore(r, (int)m->shard, m->step > 0,
+                         r->cut_valid && r->cut < m->param_version ? r->cut : m->param_version);
+        return 0;
+    }
+    dcps_rounds_report(&r->rounds, (int)m->shard, m->step, r->members, now_ms(r));
+    if (!r->settled)
+        lead_restore(r);
+    snprintf(who, sizeof who, "shard %u", m->shard);
+    if (m->step > r->cons.round)
+        skip_to(r, m->step, who);
+    else if (m->step < r->cons.round && r->rounds.closed_any && m->step == r->rounds.closed)
+        send_close(r, (int)m->shard);
+    progress(r);
+    return 0;
+}
+
+/* A follower hears from the leader: round m->step closed with the members in
+ * RANKS, at the lr base m->lr; it applies the same round here. */
+static int follow(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whylen)
+{
+    if (m->type == DCPS_MSG_ERROR) {
+        snprintf(why, whylen, "%s", m->error_text);
+        return -(int)m->error_code;
+    }
+    if (m->type != DCPS_MSG_ROUND || m->shard != 0) {
+        snprintf(why, whylen, "%s from shard %u, expected ROUND from shard 0",
+                 dcps_msg_type_name(m->type), m->shard);
+        return DCPS_E_MSGTYPE;
+    }
+    int rc = ranks_of(r, m, why, whylen);
+    if (rc != 0)
+        return rc;
+    if (m->flags & DCPS_FLAG_RESTORE) {
+        if (!r->settled && settle(r, m->step == 0, false, m->param_version))
+            report(r);
+        return 0;
+    }
+    if (!r->settled || m->step < r->cons.round || !shard_now(r).initialized)
+        return 0; /* applied already */
+    if (m->step > r->cons.round)
+        skip_to(r, m->step, "shard 0");
+    if (m->lr != r->lr) {
+        r->lr = m->lr;
+        dcps_shard_set_lr(r->shard, m->lr);
+    }
+    close_round(r, r->members);
+    uint64_t version = shard_now(r).version;
+    if (version != m->param_version)
+        DCPS_WARN("after round %llu this shard is at version %llu, shard 0 at %llu",
+                  (unsigned long long)m->step, (unsigned long long)version,
+                  (unsigned long long)m->param_version);
+    if ((m->flags & DCPS_FLAG_CHECKPOINT) && r->checkpoint)
+        r->checkpoint(r->checkpoint_data);
+    report(r);
+    serve_pulls(r);
+    barrier_check(r);
+    return 0;
+}
+
+/* The follower's link: a message from the leader. */
+static void on_peer(dcps_bridge_t *b)
+{
+    dcps_router_t *r = b->data;
+    dcps_frames_t f;
+    dcps_msg_t m;
+    char why[DCPS_ERROR_TEXT_MAX] = "";
+    int rc = dcps_frames_recv(r->peer, &f, ZMQ_DONTWAIT);
+    if (rc <= 0)
+        return;
+    rc = dcps_frames_decode(&f, 0, r->cfg->job_id, &m, why, sizeof why);
+    if (rc == 0)
+        rc = follow(r, &m, why, sizeof why);
+    if (rc != 0)
+        DCPS_WARN("from shard 0: %s: %s", dcps_errname(rc), why);
+    dcps_frames_close(&f);
+}
+
+/* The leader, every tick: says (every 10 s at most) which follower a round
+ * that all counted workers have pushed waits for, once it is silent. */
+static void leader_tick(dcps_router_t *r)
+{
+    double silent, now = now_ms(r);
+    if (!r->settled) {
+        lead_restore(r);
+        return;
+    }
+    int s = dcps_rounds_waiting_for(&r->rounds, r->cons.round, now, &silent);
+    if (s < 0 || now - r->waiting_logged < 10000 ||
+        (silent >= 0 && silent < r->cfg->dead_after_ms))
+        return;
+    r->waiting_logged = now;
+    if (silent < 0)
+        DCPS_NOTICE("round %llu waits for shard %d, which has not reported to this shard yet",
+                    (unsigned long long)r->cons.round, s);
+    else
+        DCPS_NOTICE("round %llu waits for shard %d, silent for %.0f ms",
+                    (unsigned long long)r->cons.round, s, silent);
+}
+
+int dcps_router_lead(dcps_router_t *r)
+{
+    int rc = dcps_rounds_init(&r->rounds, r->cfg->n_shards, r->cfg->workers);
+    if (rc == 0 && !(r->follower = calloc((size_t)r->cfg->n_shards, sizeof *r->follower)))
+        rc = DCPS_E_NOMEM;
+    if (rc == 0)
+        rc = dcps_shard_keep_pushes(r->shard);
+    if (rc == 0)
+        r->role = LEADER;
+    return rc;
+}
+
+int dcps_router_follow(dcps_router_t *r, void *peer)
+{
+    int rc = dcps_shard_keep_pushes(r->shard);
+    if (rc != 0)
+        return rc;
+    r->peer = peer;
+    r->role = FOLLOWER;
+    if (peer && r->loop && (rc = dcps_bridge_init(r->loop, &r->peer_bridge, peer, on_peer, r)) != 0)
+        r->peer = NULL;
+    return rc;
+}
+
+void dcps_router_defer_restore(dcps_router_t *r, size_t count, uint64_t newest,
+                               dcps_router_restore_fn *fn, void *data)
+{
+    r->settled = false;
+    r->ckpt_count = count;
+    r->ckpt_newest = newest;
+    r->restore_fn = fn;
+    r->restore_data = data;
+    report(r); /* a follower's offer, at once (ZeroMQ queues it until connected) */
+}
+
+void dcps_router_on_checkpoint(dcps_router_t *r, dcps_router_checkpoint_fn *fn, void *data)
+{
+    r->checkpoint = fn;
+    r->checkpoint_data = data;
+}
+
+bool dcps_router_checkpoint_by_round(dcps_router_t *r)
+{
+    if (r->role == LEADER)
+        r->checkpoint_due = true;
+    return r->role != ALONE;
+}
+
+void dcps_router_set_lr(dcps_router_t *r, double lr)
+{
+    if (r->role == FOLLOWER) {
+        if (lr != r->lr)
+            DCPS_NOTICE("lr %g: this shard takes the lr of shard 0, which leads the rounds, "
+                        "with its next round", lr);
+        return;
+    }
+    r->lr = lr;
+    dcps_shard_set_lr(r->shard, lr);
 }
 
 void dcps_router_tick(dcps_router_t *r)
@@ -304,6 +744,9 @@ void dcps_router_tick(dcps_router_t *r)
         drop_waits(r, (uint32_t)rank);
     }
     progress(r);
+    if (r->role == LEADER)
+        leader_tick(r);
+    report(r);
     dcps_loglimit_flush(&r->badlog, now_ms(r), false);
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         const wait_t *p = &r->waits[i];
@@ -589,7 +1032,7 @@ typedef struct {
  * a negative code refuses it, with a sentence in why; a positive outcome (ACT,
  * or the check's own) asks the row's act to carry it out. An act returns
  * GO_ON, ANSWERED (the push was answered without an error) or a negative code. */
-enum { GO_ON = 0, ACT = 1, ANSWERED = 2 };
+enum { GO_ON = 0, ACT = 1, ANSWERED = 2, DONE_BEFORE = 3 };
 
 /* One row: check decides without changing anything the push should not (a
  * restored shard's catch-up aside: round below), act carries out what it
@@ -717,15 +1160,23 @@ static int push_round(dcps_router_t *r, push_t *p, char *why, size_t whylen)
         snprintf(why, whylen, "a second push from rank %u for step %llu", m->rank,
                  (unsigned long long)m->step);
         return DCPS_E_STATE;
+    case DCPS_PUSH_DONE:
+        return DONE_BEFORE;
     default:
         return ACT; /* DCPS_PUSH_STALE */
     }
 }
 
-/* Its round closed without it (it was declared dead, or left): dropped, and the
- * worker learns the open round. */
-static int push_stale_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
+/* A step the rank pushed already (async, ssp): acknowledged DUPLICATE, not
+ * applied again; or its round closed without it (sync: it was declared dead,
+ * or left): dropped, and the worker learns the open round. */
+static int push_round_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
 {
+    if (outcome == DONE_BEFORE) {
+        dcps_shard_duplicate(r->shard);
+        send_ack(r, p->id, p->m, DCPS_MSG_PUSH_ACK, DCPS_FLAG_DUPLICATE);
+        return ANSWERED;
+    }
     DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", p->m->rank,
               (unsigned long long)p->m->step, (unsigned long long)r->cons.round);
     dcps_shard_drop(r->shard, p->m->rank, p->m->seq);
@@ -751,6 +1202,7 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
+    report(r);
     progress(r);
     return ANSWERED;
 }
@@ -764,7 +1216,7 @@ static const push_check_t push_checks[] = {
     {push_version,     push_version_act, true},  /* 2: VERSION; a restored shard adopts */
     {push_initialised, NULL,             true},  /* 3: NOTREADY */
     {push_sequence,    push_retry_act,   true},  /* 4: DUPLICATE, STALE again, STATE */
-    {push_round,       push_stale_act,   true},  /* 5: STALE, STATE (sync) */
+    {push_round,       push_round_act,   true},  /* 5: DUPLICATE (async, ssp), STALE, STATE (sync) */
     {NULL,             push_update_act,  false}, /* 6: applied, or NONFINITE */
 };
 
@@ -1066,12 +1518,13 @@ static int req_rejoin(dcps_router_t *r, request_t *q, char *why, size_t whylen)
     return 0;
 }
 
-/* What every request goes through, in the order docs/protocol.md (7.1)
- * promises; then its type's handler (a push: push_checks). Each returns 0 or a
+/* What every request goes through after req_decode, in the order
+ * docs/protocol.md (7.1) promises; then its type's handler (a push: push_checks). Each returns 0 or a
  * negative code with a sentence in why, which the ERROR reply carries. */
 static int (*const request_checks[])(dcps_router_t *r, request_t *q, char *why,
                                      size_t whylen) = {
-    req_decode,  /* 2-8: HEADER, PROTOVER, JOBID, MSGTYPE, FRAMECOUNT, FRAMELEN */
+    /* req_decode first: 2-8: HEADER, PROTOVER, JOBID, MSGTYPE, FRAMECOUNT, FRAMELEN;
+     * then a ROUND (another shard's) goes to on_round */
     req_rank,    /* 9: RANK */
     req_type,    /* 10: MSGTYPE, a reply's type */
     req_fields,  /* 11: FIELD, FRAMECOUNT */
@@ -1091,6 +1544,22 @@ void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, con
     r->messages++;
     for (size_t i = 0; i < n && i < DCPS_MAX_PARTS; i++)
         r->bytes_in += parts[i].len;
+    rc = req_decode(r, &q, why, sizeof why);
+    if (rc == 0 && q.m.type == DCPS_MSG_ROUND) { /* another shard's, not a worker's */
+        if ((rc = on_round(r, &parts[0], &q.m, user_id, why, sizeof why)) != 0)
+            reply_error(r, &parts[0], peer, &q.m, rc, why);
+        return;
+    }
+    if (!r->settled) {
+        /* Not restored yet (dcps_router_defer_restore): a worker's request is
+         * left unanswered, and its client asks again after timeout_ms, by
+         * when the shards have agreed where to resume (a round trip to
+         * shard 0). Answering it now would tell the worker of a shard that
+         * knows no session and no parameters. */
+        DCPS_DEBUG("%s from rank %u left unanswered: not restored yet",
+                   dcps_msg_type_name(q.m.type), q.m.rank);
+        return;
+    }
     for (size_t i = 0; rc == 0 && i < sizeof request_checks / sizeof request_checks[0]; i++)
         rc = request_checks[i](r, &q, why, sizeof why);
     if (rc == 0)
@@ -1116,8 +1585,14 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
     if ((*err = dcps_consistency_init(&r->cons, cfg->mode, cfg->staleness, cfg->workers,
                                       cfg->dead_after_ms, now_ms(r))) != 0)
         goto fail_cons;
+    r->lr = cfg->lr;
+    r->settled = true;
+    r->unsettled_logged = r->waiting_logged = -1e18; /* never */
     if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits)) ||
-        !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted))) {
+        !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted)) ||
+        !(r->members = calloc((size_t)cfg->workers, sizeof *r->members)) ||
+        !(r->passed = calloc((size_t)cfg->workers, sizeof *r->passed)) ||
+        !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks))) {
         *err = DCPS_E_NOMEM;
         goto fail_waits;
     }
@@ -1133,6 +1608,9 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
 
 fail_bridge:
 fail_waits:
+    free(r->passed);
+    free(r->ranks);
+    free(r->members);
     free(r->counted);
     free(r->waits);
     dcps_consistency_free(&r->cons);
@@ -1147,6 +1625,8 @@ void dcps_router_close(dcps_router_t *r, uv_close_cb close_cb)
     if (!r->sock)
         return;
     uv_close((uv_handle_t *)&r->tick, NULL);
+    if (r->peer)
+        dcps_bridge_close(&r->peer_bridge, NULL);
     dcps_bridge_close(&r->bridge, close_cb);
 }
 
@@ -1155,6 +1635,11 @@ void dcps_router_destroy(dcps_router_t **rp)
     dcps_router_t *r = *rp;
     if (!r)
         return;
+    dcps_rounds_free(&r->rounds);
+    free(r->follower);
+    free(r->passed);
+    free(r->ranks);
+    free(r->members);
     free(r->counted);
     free(r->waits);
     dcps_consistency_free(&r->cons);
@@ -1207,11 +1692,15 @@ static void restarted(dcps_router_t *r)
         dcps_consistency_start(&r->cons, now_ms(r));
 }
 
-int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
+int dcps_router_restore(dcps_router_t *r, bool any, uint64_t version, char *path, size_t pathlen,
+                        char *err, size_t errlen)
 {
     struct stat st;
-    int rc = dcps_checkpoint_restore(r->cfg->checkpoint_dir, r->cfg, r->shard, &r->cons, path,
-                                     pathlen, err, errlen);
+    const dcps_config_t *cfg = r->cfg;
+    int rc = any ? dcps_checkpoint_restore(cfg->checkpoint_dir, cfg, r->shard, &r->cons, path,
+                                           pathlen, err, errlen)
+                 : dcps_checkpoint_restore_version(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
+                                                   version, path, pathlen, err, errlen);
     if (rc != 1)
         return rc;
     /* How old it is says how much the job may have lost: every update applied
@@ -1250,6 +1739,8 @@ dcps_router_stats_t dcps_router_stats(const dcps_router_t *r)
         .live_workers = dcps_consistency_joined(&r->cons),
         .max_ahead = r->cons.max_ahead,
         .barrier_waiting = r->barrier_waiting,
+        .rounds = r->rounds_applied,
+        .digest = r->digest,
     };
     memcpy(st.errors, r->errors, sizeof st.errors);
     for (int i = 0; i < r->cfg->workers; i++)

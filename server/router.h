@@ -108,6 +108,43 @@ void dcps_router_handle(dcps_router_t *r, const dcps_buf_t *parts, size_t n, con
  * what that completes, and tells each waiting worker it still waits. */
 void dcps_router_tick(dcps_router_t *r);
 
+/* Sync mode with several shards (server/rounds.h). Shard 0 leads: it decides
+ * every round's members for all shards (dcps_router_lead). Every other shard
+ * follows over peer, a DEALER socket connected to shard 0 (NULL in process),
+ * closing a round only when shard 0 says so (dcps_router_follow). Both keep
+ * each rank's push of the open round. Called once, before the first message.
+ * Return 0, DCPS_E_NOMEM, or a libuv code. */
+int dcps_router_lead(dcps_router_t *r);
+int dcps_router_follow(dcps_router_t *r, void *peer);
+
+/* A sync job's shards with [server] checkpoint_dir resume at the newest round
+ * all of them hold (docs/algorithms.md): so such a shard does not restore at
+ * start but waits (leaving workers' requests unanswered: their clients ask
+ * again after timeout_ms) until the leader has heard every
+ * follower's offer (count checkpoints, the newest of version newest) and says
+ * which version every shard restores, or that all start fresh. fn restores:
+ * its newest checkpoint (any) or the one of version, returning 1 restored, 0
+ * none there, or a negative code (logged). Call after dcps_router_lead or
+ * dcps_router_follow. */
+typedef int dcps_router_restore_fn(void *data, bool any, uint64_t version);
+void dcps_router_defer_restore(dcps_router_t *r, size_t count, uint64_t newest,
+                               dcps_router_restore_fn *fn, void *data);
+
+/* What writes a checkpoint when a round says so (leader and followers). */
+typedef void dcps_router_checkpoint_fn(void *data);
+void dcps_router_on_checkpoint(dcps_router_t *r, dcps_router_checkpoint_fn *fn, void *data);
+
+/* The periodic checkpoint is due. A shard that agrees rounds with others does
+ * not write it now: the leader marks its next round, and every shard writes
+ * one after applying that round (a consistent cut). Returns true then; false
+ * when the caller writes it now. */
+bool dcps_router_checkpoint_by_round(dcps_router_t *r);
+
+/* SIGHUP changed [optimizer] lr: the schedule's base from now on. A follower
+ * keeps the leader's, which each round carries, so that every shard changes lr
+ * at the same round. */
+void dcps_router_set_lr(dcps_router_t *r, double lr);
+
 /* Total bad messages answered with ERROR so far. */
 uint64_t dcps_router_error_count(const dcps_router_t *r);
 
@@ -123,14 +160,16 @@ void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth);
  * in err. Blocks the loop while it writes. */
 int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen);
 
-/* Restores the newest usable checkpoint of [server] checkpoint_dir into the
- * shard and the consistency model (dcps_checkpoint_restore), before anything
- * was served. With one restored (returns 1, its path in path) the router
+/* Restores the newest usable checkpoint of [server] checkpoint_dir (any), or
+ * the newest of `version` (dcps_checkpoint_restore_version), into the shard
+ * and the consistency model, before the shard served a worker (at start, or
+ * when the shards agreed where to resume: dcps_router_defer_restore). With one restored (returns 1, its path in path) the router
  * records its version (updates a worker shows beyond it are lost) and its
  * file's time as the newest good checkpoint's, and a job that had started
  * starts again as at INIT: workers not heard yet are expected from now.
  * Returns what dcps_checkpoint_restore returns, with err. */
-int dcps_router_restore(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen);
+int dcps_router_restore(dcps_router_t *r, bool any, uint64_t version, char *path, size_t pathlen,
+                        char *err, size_t errlen);
 
 /* What the router counts and knows of the job, for /metrics, the daemon's log
  * and tests: a copy, taken on the loop thread. */
@@ -146,6 +185,8 @@ typedef struct {
     int live_workers;   /* said HELLO, no BYE, not dead (dcps_consistency_joined) */
     uint64_t max_ahead; /* ssp: most steps a started step was ahead of the slowest */
     int barrier_waiting; /* workers the open barrier counts */
+    uint64_t rounds;     /* sync: rounds closed by this process */
+    uint64_t digest;     /* sync: of those rounds' numbers and members (rounds.h) */
     int in_barrier;      /* workers whose BARRIER waits for an answer */
 } dcps_router_stats_t;
 

@@ -37,6 +37,8 @@ struct dcps_shard {
     float *bak;            /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
     float *acc;            /* n: sync mode's sum of the open round (swapped with
                               spare); NULL otherwise */
+    struct kept *kept;     /* per rank: its push of the open round (dcps_shard_keep_pushes);
+                              NULL otherwise */
     float *mirror;         /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
     float *diff;           /* n: w − mirror (pull = delta); NULL otherwise */
     bool delta;            /* pull = delta */
@@ -86,6 +88,15 @@ struct dcps_shard {
 };
 
 static void own_w(dcps_shard_t *s, bool keep);
+
+/* A rank's push of the open round as received: k values at idx, or n dense
+ * values (idx NULL). */
+struct kept {
+    bool held;
+    uint32_t *idx;
+    float *v;
+    size_t k, cap;
+};
 
 /* Whether the job's rule is one of 0.1's, which have fast paths (sgd,
  * momentum, DC-ASGD: server/optimizer.h); *kind is then the path. */
@@ -256,6 +267,11 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     dcps_shard_unsize(s);
     dcps_groups_destroy(&s->groups);
     dcps_buffers_destroy(&s->buffers);
+    for (int r = 0; s->kept && r < s->workers; r++) {
+        free(s->kept[r].idx);
+        free(s->kept[r].v);
+    }
+    free(s->kept);
     free(s->gr);
     free(s->behind);
     free(s->session);
@@ -765,13 +781,79 @@ static int refuse_sum(dcps_shard_t *s, size_t i, float would, float g)
                   (double)g);
 }
 
+/* Keeps rank's push (idx NULL: k = n dense values) when the shard keeps them;
+ * then it is held once added. Returns 0 or DCPS_E_NOMEM (nothing added). */
+static int keep(dcps_shard_t *s, uint32_t rank, const uint32_t *idx, const float *v, size_t k)
+{
+    struct kept *p = s->kept ? &s->kept[rank] : NULL;
+    if (!p)
+        return 0;
+    if (k > p->cap) {
+        float *nv = realloc(p->v, k * sizeof *nv);
+        if (nv)
+            p->v = nv;
+        uint32_t *ni = realloc(p->idx, k * sizeof *ni);
+        if (ni)
+            p->idx = ni;
+        if (!nv || !ni) {
+            refuse(s, "no memory to keep rank %u's push of %zu entries", rank, k);
+            return DCPS_E_NOMEM;
+        }
+        p->cap = k;
+    }
+    memcpy(p->v, v, k * sizeof *v);
+    if (idx)
+        memcpy(p->idx, idx, k * sizeof *idx);
+    p->k = idx ? k : SIZE_MAX;
+    p->held = false;
+    return 0;
+}
+
+static void kept_added(dcps_shard_t *s, uint32_t rank)
+{
+    if (s->kept)
+        s->kept[rank].held = true;
+}
+
+int dcps_shard_keep_pushes(dcps_shard_t *s)
+{
+    if (s->kept)
+        return 0;
+    s->kept = calloc((size_t)s->workers, sizeof *s->kept);
+    return s->kept ? 0 : DCPS_E_NOMEM;
+}
+
+bool dcps_shard_round_holds(const dcps_shard_t *s, uint32_t rank)
+{
+    return s->kept && s->kept[rank].held;
+}
+
+bool dcps_shard_round_remove(dcps_shard_t *s, uint32_t rank)
+{
+    struct kept *p = s->kept ? &s->kept[rank] : NULL;
+    if (!p || !p->held)
+        return false;
+    if (p->k == SIZE_MAX)
+        for (size_t i = 0; i < s->n; i++)
+            s->acc[i] -= p->v[i];
+    else
+        for (size_t j = 0; j < p->k; j++)
+            s->acc[p->idx[j] - s->range.lo] -= p->v[j];
+    p->held = false;
+    return true;
+}
+
 int dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
+    int rc = keep(s, rank, NULL, g, s->n);
+    if (rc != 0)
+        return rc;
     free_spare(s);
     size_t bad = dcps_add_dense_to(s->spare, s->acc, g, s->n);
     if (bad < s->n)
         return refuse_sum(s, bad, s->spare[bad], g[bad]);
     swap(&s->acc, &s->spare);
+    kept_added(s, rank);
     dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
     return 0;
@@ -781,12 +863,16 @@ int dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
                                  const uint32_t *idx, const float *v, size_t k)
 {
     size_t bad = dcps_add_sparse_check(s->acc, s->range.lo, idx, v, k);
+    int rc = bad < k ? 0 : keep(s, rank, idx, v, k);
+    if (rc != 0)
+        return rc;
     if (bad < k) {
         size_t i = idx[bad] - s->range.lo;
         return refuse_sum(s, i, s->acc[i] + v[bad], v[bad]);
     }
     for (size_t j = 0; j < k; j++)
         s->acc[idx[j] - s->range.lo] += v[j];
+    kept_added(s, rank);
     dcps_session_pushed(&s->session[rank], seq, true);
     s->pushes++;
     return 0;
@@ -814,6 +900,8 @@ int dcps_shard_apply_round(dcps_shard_t *s, int pushes)
 void dcps_shard_clear_round(dcps_shard_t *s)
 {
     memset(s->acc, 0, s->n * sizeof *s->acc);
+    for (int r = 0; s->kept && r < s->workers; r++)
+        s->kept[r].held = false;
 }
 
 void dcps_shard_drop(dcps_shard_t *s, uint32_t rank, uint64_t seq)

@@ -214,6 +214,20 @@ int dcps_shard_apply_round(dcps_shard_t *s, int pushes);
  * when the workers are in a later round: dcps_consistency_catch_up). */
 void dcps_shard_clear_round(dcps_shard_t *s);
 
+/* Sync mode with several shards (server/rounds.h): from now on every rank's
+ * push of the open round is kept, as received, until the round is applied or
+ * cleared, so that dcps_shard_round_remove can take it back out. Costs up to
+ * workers × n floats (dense pushes). Returns 0 or DCPS_E_NOMEM. */
+int dcps_shard_keep_pushes(dcps_shard_t *s);
+
+/* Whether rank's push is in the open round's sum (kept pushes only). */
+bool dcps_shard_round_holds(const dcps_shard_t *s, uint32_t rank);
+
+/* Takes rank's kept push back out of the open round's sum (the leader left
+ * rank out of the round). The sum then differs from one that never had it by
+ * float rounding. Returns whether a push was held. */
+bool dcps_shard_round_remove(dcps_shard_t *s, uint32_t rank);
+
 /* Records a push (rank, seq) that is not applied (sync: its round closed without
  * it) as rank's session's last push, dropped: a retry of it is answered STALE
  * again. */

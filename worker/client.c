@@ -1190,13 +1190,29 @@ int dcps_client_done(dcps_client_t *c)
     return exchange(c, slots, NULL, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
 }
 
+/* A BARRIER answered STALE: the others passed this barrier without this rank
+ * (it was declared dead meanwhile), and the parameters have moved since. */
+static int on_barrier(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
+{
+    if (m->flags & DCPS_FLAG_STALE)
+        *(int *)arg |= 1 << s;
+    return 0;
+}
+
 int dcps_client_barrier(dcps_client_t *c, uint64_t step)
 {
     slot_t slots[DCPS_MAX_SHARDS];
+    int late = 0;
     slots_all(c, slots, DCPS_MSG_BARRIER, DCPS_MSG_BARRIER);
     for (int s = 0; s < c->cfg.n_shards; s++)
         slots[s].req.step = step;
-    return exchange(c, slots, NULL, NULL, c->cfg.timeout_ms, c->cfg.retries + 1);
+    int rc = exchange(c, slots, on_barrier, &late, c->cfg.timeout_ms, c->cfg.retries + 1);
+    if (rc == 0 && late)
+        DCPS_WARN("rank %d reached barrier %" PRIu64 " after the other ranks had passed it "
+                  "without it (it was declared dead meanwhile), and the parameters have moved "
+                  "since: what this rank evaluates after it is not what they evaluated",
+                  c->rank, step);
+    return rc;
 }
 
 /* Where a BUFFERS reply goes, and whether it carried the job's buffers. */

@@ -615,8 +615,9 @@ static int refuse_finished(trainer_t *t, long resume)
                  total, t->rank, cfg->checkpoint_dir);
     else
         snprintf(t->err, t->errlen,
-                 "the shards hold all %ld steps of rank %d: they still run from an earlier run "
-                 "of this job that has ended. To train again, restart the shards",
+                 "the shards hold all %ld steps of rank %d: this job has run to its end (in an "
+                 "earlier run, or in this one while this rank was away: a sync job goes on "
+                 "without a rank it declared dead). To train again, restart the shards",
                  total, t->rank);
     return DCPS_E_STATE;
 }

@@ -63,10 +63,11 @@ class Job:
             _made.append(self.dir)
         self.path = os.path.join(self.dir, "job.ini")
         with open(self.path, "w") as f:
-            f.write(text)
+            f.write(text.replace("@DIR@", self.dir))
         self.procs = []
         self.servers = []
         self.shards = None
+        self.n_shards = shards
         for s in range(shards):
             self.servers.append(self.start_shard(s))
         self.shards = "servers.shards=" + ",".join(self.endpoints)
@@ -75,7 +76,12 @@ class Job:
         """Starts shard s: on a port of its choosing the first time, on its own
         port again after that (restart)."""
         ep = os.path.join(self.dir, f"shard{s}.endpoint")
-        if self.shards is None:
+        if self.shards is None and s > 0:
+            # A sync job's other shards connect to shard 0 (server/rounds.h),
+            # which chose its port: they are told it.
+            leader = [self.endpoints[0]] + ["tcp://127.0.0.1:*"] * (self.n_shards - 1)
+            argv = ["--endpoint-file", ep, "--set", "servers.shards=" + ",".join(leader)]
+        elif self.shards is None:
             argv = ["--endpoint-file", ep]
         else:
             os.unlink(ep)
@@ -127,9 +133,9 @@ class Job:
         self.procs.append(p)
         return p
 
-    def spawn_c_worker(self, rank, *extra):
+    def spawn_c_worker(self, rank, *extra, tag=None):
         return self.spawn(rank, [os.path.join(BUILD, "dcps-worker"), "--config", self.path,
-                                 "--rank", str(rank), "--set", self.shards, *extra])
+                                 "--rank", str(rank), "--set", self.shards, *extra], tag)
 
     def spawn_mlp_worker(self, rank, layers, limit, *extra, tag=None):
         return self.spawn(rank, [sys.executable, MLP_WORKER, "--layers", layers, "--images",

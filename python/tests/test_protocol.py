@@ -438,12 +438,16 @@ class Identity(Case):
                                              rf"{short(SA)} .*"), pb.HELLO, shard=0, n_params=N)
         time.sleep(1.0)  # the old session falls silent: declared dead after 500 ms
         w = new.hello(0, N)
-        self.assertEqual((w.type, w.h.initialized, w.h.param_version), (pb.WELCOME, True, 1))
+        self.assertEqual((w.type, w.h.initialized, w.h.param_version, w.h.step),
+                         (pb.WELCOME, True, 1, 1))
         self.refused(old, "SESSION", f"rank 0's session is {short(SB)}, this request names "
                      f"{short(SA)}", pb.HEARTBEAT)
         self.refused(old, "LIVE", re.compile(r".*"), pb.HELLO, shard=0, n_params=N)
-        # The new session starts with no last push: seq 1 is new.
+        # The new session starts with no last push: seq 1 is new. Its step 0 was the old
+        # session's: DUPLICATE, not applied again (7.4, 5); step 1, WELCOME's, is applied.
         ack = new.push(0, 1, g=np.ones(512, F32), seq=1)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+        ack = new.push(1, 1, g=np.ones(512, F32), seq=2)
         self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
 
     def test_a_routing_id_in_use_cuts_nobody_off(self):

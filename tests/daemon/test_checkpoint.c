@@ -201,7 +201,9 @@ START_TEST(restarted_shard_recognises_a_retried_push_and_its_session)
     ck_assert_uint_eq(v, 1);
     raw_ask(d, &cfg, raw_push(4, g, 210), sid, DCPS_MSG_ERROR, DCPS_E_STATE, NULL);
     raw_ask(d, &cfg, raw_push(9, g, 210), sid ^ 1, DCPS_MSG_ERROR, DCPS_E_SESSION, NULL);
-    ck_assert_uint_eq(raw_ask(d, &cfg, raw_push(6, g, 210), sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
+    dcps_msg_t next = raw_push(6, g, 210);
+    next.step = 1; /* step 0 was pushed: DUPLICATE (docs/protocol.md, 7.4) */
+    ck_assert_uint_eq(raw_ask(d, &cfg, next, sid, DCPS_MSG_PUSH_ACK, 0, &v), 0);
     ck_assert_uint_eq(v, 2);
     zmq_close(d);
     ck_assert_int_eq(h_stop(srv, 10000), 0);

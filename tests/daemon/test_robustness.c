@@ -1168,25 +1168,48 @@ static void send_without_shard(void *on, uint32_t type, uint32_t rank, uint64_t 
         ck_assert_int_ge(zmq_send(on, v, n * 4, 0), 0);
 }
 
+/* Shard 0 of the sync job of replies_name_their_shard_and_session, which
+ * decides its rounds (server/rounds.h): ranks 0 and 1 say to it what they say
+ * to shard 1 that moves a round (HELLO, INIT, PUSH, a sign of life), on
+ * sockets of their own, and its answers are read and left. */
+static void to_shard_0(void *on, uint32_t type, uint32_t rank, uint64_t sid, uint64_t seq,
+                       uint64_t step, const float *v)
+{
+    dcps_frames_t f;
+    dcps_msg_t m, req = req_of(type, rank, sid, seq);
+    dcps_range_t r0 = dcps_shardmap_range(cfg.n_params, 2, 0);
+    req.step = step;
+    if (v)
+        dense(&req, type, v, r0.hi - r0.lo);
+    req.rank = rank, req.session = sid, req.seq = seq, req.step = step;
+    ask(on, &req, &f, &m);
+    ck_assert_msg(m.type != DCPS_MSG_ERROR, "shard 0: %s", m.error_text);
+    dcps_frames_close(&f);
+}
+
 /* Every reply names the shard that sends it, and every reply but an ERROR the
  * request's session (docs/protocol.md §7): a pull answered at once and one
  * answered after waiting, its WAITING heartbeats, a barrier, and a push
  * acknowledged STALE whose request left out the shard field. A message of 6
- * payload frames is told it has 6. Shard 1 of 2, sync mode. */
+ * payload frames is told it has 6. Shard 1 of 2, sync mode (shard 0, which
+ * decides the rounds, is told the same pushes: to_shard_0). */
 START_TEST(replies_name_their_shard_and_session)
 {
-    char ep[256], text[4096];
+    char ep[256], ep0[256], text[4096];
     snprintf(text, sizeof text,
              "%s[server]\nheartbeat_ms = 50\ndead_after_ms = 400\n[job]\nmode = sync\n",
              h_slurp(job(2, "tcp://127.0.0.1:*,tcp://127.0.0.1:*")));
     const char *j = h_write("replies.ini", text);
     load(j);
+    pid_t s0 = h_server(j, 0, ep0);
+    ck_assert_int_gt(s0, 0);
     pid_t s = h_server(j, 1, ep);
     ck_assert_int_gt(s, 0);
     dcps_range_t r = dcps_shardmap_range(cfg.n_params, 2, 1);
     const uint64_t n = r.hi - r.lo;
     void *w0 = dealer(ep, NULL), *w1 = dealer(ep, NULL);
-    float *g = calloc(n, sizeof(float));
+    void *v0 = dealer(ep0, NULL), *v1 = dealer(ep0, NULL);
+    float *g = calloc(cfg.n_params, sizeof(float));
     dcps_frames_t f;
     dcps_msg_t m;
 
@@ -1198,6 +1221,9 @@ START_TEST(replies_name_their_shard_and_session)
     hello.shard = 1;
     ask(w1, &hello, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_WELCOME, SESSION_B);
+    to_shard_0(v0, DCPS_MSG_HELLO, 0, SESSION_A, 1, 0, NULL);
+    to_shard_0(v1, DCPS_MSG_HELLO, 1, SESSION_B, 1, 0, NULL);
+    to_shard_0(v0, DCPS_MSG_INIT, 0, SESSION_A, 2, 0, g);
     send_without_shard(w0, DCPS_MSG_INIT, 0, SESSION_A, 2, 0, g, n);
     reply_to(w0, 2, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
@@ -1206,6 +1232,7 @@ START_TEST(replies_name_their_shard_and_session)
     from_shard_1(&f, &m, DCPS_MSG_PULL_REPLY, SESSION_A);
 
     /* Round 0: rank 0's pull for step 1 waits for rank 1's push. */
+    to_shard_0(v0, DCPS_MSG_PUSH, 0, SESSION_A, 4, 0, g);
     send_without_shard(w0, DCPS_MSG_PUSH, 0, SESSION_A, 4, 0, g, n);
     reply_to(w0, 4, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
@@ -1213,6 +1240,7 @@ START_TEST(replies_name_their_shard_and_session)
     reply_to(w0, 5, &f, &m);
     ck_assert_uint_eq(m.flags, DCPS_FLAG_WAITING);
     from_shard_1(&f, &m, DCPS_MSG_HEARTBEAT, SESSION_A);
+    to_shard_0(v1, DCPS_MSG_PUSH, 1, SESSION_B, 2, 0, g);
     send_without_shard(w1, DCPS_MSG_PUSH, 1, SESSION_B, 2, 0, g, n);
     reply_to(w1, 2, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_B);
@@ -1227,10 +1255,18 @@ START_TEST(replies_name_their_shard_and_session)
         send_without_shard(w0, DCPS_MSG_HEARTBEAT, 0, SESSION_A, seq, 0, NULL, 0);
         reply_to(w0, seq, &f, &m);
         from_shard_1(&f, &m, DCPS_MSG_HEARTBEAT, SESSION_A);
+        to_shard_0(v0, DCPS_MSG_HEARTBEAT, 0, SESSION_A, seq, 0, NULL);
     }
+    to_shard_0(v0, DCPS_MSG_PUSH, 0, SESSION_A, 14, 1, g);
     send_without_shard(w0, DCPS_MSG_PUSH, 0, SESSION_A, 14, 1, g, n);
     reply_to(w0, 14, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_A);
+    /* Shard 1 closes round 1 on shard 0's word: rank 0's pull for step 2 says when. */
+    send_without_shard(w0, DCPS_MSG_PULL, 0, SESSION_A, 15, 2, NULL, 0);
+    do
+        reply_to(w0, 15, &f, &m);
+    while (m.type == DCPS_MSG_HEARTBEAT && (dcps_frames_close(&f), 1));
+    from_shard_1(&f, &m, DCPS_MSG_PULL_REPLY, SESSION_A);
     send_without_shard(w1, DCPS_MSG_PUSH, 1, SESSION_B, 3, 1, g, n);
     reply_to(w1, 3, &f, &m);
     ck_assert_uint_eq(m.flags, DCPS_FLAG_STALE);
@@ -1238,7 +1274,7 @@ START_TEST(replies_name_their_shard_and_session)
     from_shard_1(&f, &m, DCPS_MSG_PUSH_ACK, SESSION_B);
 
     /* A barrier: rank 0 waits for rank 1, which is back. */
-    dcps_msg_t b0 = req_of(DCPS_MSG_BARRIER, 0, SESSION_A, 15), b1;
+    dcps_msg_t b0 = req_of(DCPS_MSG_BARRIER, 0, SESSION_A, 16), b1;
     b0.shard = 1, b0.step = 9, b0.job_id = cfg.job_id;
     ck_assert_int_ge(dcps_frames_send(w0, NULL, &b0, NULL, NULL, 0), 0);
     b1 = req_of(DCPS_MSG_BARRIER, 1, SESSION_B, 4);
@@ -1246,12 +1282,12 @@ START_TEST(replies_name_their_shard_and_session)
     ask(w1, &b1, &f, &m);
     from_shard_1(&f, &m, DCPS_MSG_BARRIER, SESSION_B);
     do
-        reply_to(w0, 15, &f, &m);
+        reply_to(w0, 16, &f, &m);
     while (m.type == DCPS_MSG_HEARTBEAT && (dcps_frames_close(&f), 1));
     from_shard_1(&f, &m, DCPS_MSG_BARRIER, SESSION_A);
 
     /* Six payload frames: the ERROR says six. */
-    dcps_msg_t beat = req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, 16);
+    dcps_msg_t beat = req_of(DCPS_MSG_HEARTBEAT, 0, SESSION_A, 17);
     beat.shard = 1, beat.job_id = cfg.job_id;
     uint8_t hdr[DCPS_HEADER_MAX];
     int len = dcps_codec_pack(&beat, hdr, sizeof hdr);
@@ -1259,7 +1295,7 @@ START_TEST(replies_name_their_shard_and_session)
     ck_assert_int_ge(zmq_send(w0, hdr, (size_t)len, ZMQ_SNDMORE), 0);
     for (int i = 0; i < 6; i++)
         ck_assert_int_ge(zmq_send(w0, g, 4, i < 5 ? ZMQ_SNDMORE : 0), 0);
-    reply_to(w0, 16, &f, &m);
+    reply_to(w0, 17, &f, &m);
     ck_assert_uint_eq(m.error_code, (uint32_t)-DCPS_E_FRAMECOUNT);
     ck_assert_msg(strstr(m.error_text, "HEARTBEAT header describes 0 payload frames, message has 6"),
                   "%s", m.error_text);
@@ -1267,8 +1303,9 @@ START_TEST(replies_name_their_shard_and_session)
     dcps_frames_close(&f);
 
     free(g);
-    zmq_close(w0), zmq_close(w1);
+    zmq_close(w0), zmq_close(w1), zmq_close(v0), zmq_close(v1);
     ck_assert_int_eq(h_stop(s, 5000), 0);
+    ck_assert_int_eq(h_stop(s0, 5000), 0);
 }
 END_TEST
 

@@ -1,0 +1,78 @@
+"""bench/faults.py — many faults at random moments (issue 29's long run).
+
+Draws N runs of python/tests/test_faults.py's job (2 shards, 3 workers of the
+built-in MLP, about 100 steps a worker) from every mode (async, sync, ssp) and
+fault (a worker stopped, or killed and started again; a shard stopped, or
+killed and started again from its checkpoint, also with delta pulls; every
+process killed at once and started again), each at a moment and for a time
+drawn at random, and one undisturbed twin of each mode and pull. Writes OUT/runs.csv (one
+row a run), OUT/summary.txt (hangs, runs whose shards ended apart, runs more
+than 1 point of test accuracy off their twin) and prints the summary.
+
+usage: python3 bench/faults.py N OUT [FIRST_SEED]   (DCPS_BUILDDIR: the build)
+"""
+import csv
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
+                                "tests"))
+import test_faults as T  # noqa: E402
+
+MODES = ("async", "sync", "ssp")
+FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard", "kill_all")
+
+
+def main():
+    n, out = int(sys.argv[1]), sys.argv[2]
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    os.makedirs(out, exist_ok=True)
+    rng = random.Random(first)
+    twins = {}
+    for mode in MODES:
+        for pull in ("dense", "delta"):
+            r = T.run_fault(mode, "none", 0, pull=pull)
+            twins[mode, pull] = float(r["accuracy"][0]) if r["finished"] else None
+            print(f"twin {mode} {pull}: {twins[mode, pull]}", flush=True)
+    rows, hangs, apart, off = [], 0, 0, 0
+    for i in range(n):
+        mode, fault = rng.choice(MODES), rng.choice(FAULTS)
+        pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 else "dense"
+        r = T.run_fault(mode, fault, first + i, pull=pull)
+        (v0, d0), (v1, d1) = r["shards"]
+        accs = [float(a) for a in r["accuracy"] if a is not None]
+        twin = twins[mode, pull]
+        worst = max((abs(a - twin) for a in accs), default=float("nan"))
+        split = v0 != v1 or (mode == "sync" and d0 != d1)
+        hangs += not r["finished"]
+        apart += split
+        off += not (worst <= 0.01)
+        rows.append({"run": i, "mode": mode, "fault": fault, "pull": pull, "seed": r["seed"],
+                     "at_s": r["at_s"], "hold_s": r["hold_s"],
+                     "target": r.get("rank", r.get("shard", "")),
+                     "finished": int(r["finished"]), "codes": " ".join(map(str, r["codes"])),
+                     "versions": f"{v0} {v1}", "rounds": f"{d0} {d1}" if mode == "sync" else "",
+                     "accuracy": " ".join(r["accuracy"][k] or "-" for k in range(3)),
+                     "twin": twin, "worst_off": round(worst, 4), "late": int(bool(r.get("late")))})
+        print(f"{i}: {mode} {fault} {pull} at {r['at_s']} s for {r['hold_s']} s: "
+              f"finished {r['finished']} versions {v0} {v1} rounds {d0} {d1} "
+              f"accuracy {r['accuracy']} (twin {twin})", flush=True)
+        for tag, err in r["errors"].items():
+            print(f"  {tag}: {err.strip().splitlines()[-1] if err.strip() else ''}", flush=True)
+    with open(os.path.join(out, "runs.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = (f"{n} runs with a fault: {hangs} did not finish, {apart} ended with the shards "
+               f"apart (versions, or sync rounds' digests), {off} more than 1 point of test "
+               f"accuracy off their undisturbed twin\n"
+               f"twins: " + ", ".join(f"{m} {p} {a}" for (m, p), a in twins.items()) + "\n")
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write(summary)
+    print(summary, end="")
+    return 1 if hangs or apart else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

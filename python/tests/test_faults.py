@@ -1,0 +1,190 @@
+"""dcps tests — faults at random moments (issue 29): a worker stopped
+(SIGSTOP ... SIGCONT) or killed and started again, or a shard stopped, at a
+moment drawn at random (so also mid-push, mid-pull, between the sends to two
+shards), for a time drawn around dead_after_ms. Real dcps-server and dcps-worker
+processes: 2 shards, 3 workers of the built-in MLP on Fashion-MNIST.
+
+Every run must finish (no worker waits forever), and at its end every shard
+must have closed the same rounds with the same members: the shards' "rounds: N
+closed, digest D" lines (server/rounds.h) and their versions are equal. In
+sync mode that is the rounds' agreement; in async and ssp mode (no rounds) the
+versions say that every push reached both shards exactly once.
+
+make check runs SEEDS seeds of each fault in each mode (short jobs);
+bench/faults.sh runs many more through run_fault() and records them.
+"""
+import os
+import random
+import re
+import signal
+import time
+import unittest
+import zlib
+
+import harness
+
+SEEDS = int(os.environ.get("DCPS_FAULT_SEEDS", "2"))
+DEAD_AFTER_MS = 600
+
+
+def fault_job(mode, epochs=2, limit=4800, **extra):
+    """A job of about 100 steps a worker (3 workers, batch 32), slowed to last
+    a few seconds so that a fault lands inside it; checkpoints every second
+    (a kill of everything resumes from them)."""
+    worker = {"log_every": 10, "timeout_ms": 300, "retries": 20, "delay_ms": 15}
+    worker.update(extra.pop("worker", {}))
+    return harness.job_text(
+        shards=2, workers=3,
+        job={"mode": mode, "staleness": 3},
+        data={"epochs": epochs, "train_limit": limit},
+        worker=worker,
+        server={"heartbeat_ms": 100, "dead_after_ms": DEAD_AFTER_MS,
+                "checkpoint_dir": "@DIR@/ckpt", "checkpoint_every": 1},
+        **extra)
+
+
+def shard_end(log):
+    """What a shard's log says at its end: version, rounds closed and digest."""
+    v = re.findall(r"stopped: version (\d+)", log)
+    r = re.findall(r"rounds: (\d+) closed, digest ([0-9a-f]+)", log)
+    return (int(v[-1]) if v else None, r[-1] if r else None)
+
+
+def run_fault(mode, fault, seed, timeout=120, pull="dense"):
+    """One job with one fault; returns a dict: finished (every worker exited
+    0), shards (each shard's end), accuracy (each rank's final test_acc),
+    fault (what was done, when), and the worker logs' complaints."""
+    rng = random.Random(seed)
+    job = harness.Job(fault_job(mode, compression={"pull": pull}))  # @DIR@: harness.Job's
+    try:
+        procs = [job.spawn_c_worker(r) for r in range(3)]
+        # The jobs run 3 to 5 s here; a fault lands in its first half or so.
+        at = rng.uniform(0.4, 2.5)
+        hold = rng.uniform(0.3, 2.0) * DEAD_AFTER_MS / 1000
+        time.sleep(at)
+        what = {"mode": mode, "fault": fault, "pull": pull, "seed": seed, "at_s": round(at, 3),
+                "hold_s": round(hold, 3)}
+        if fault == "stop_worker":
+            rank = rng.randrange(3)
+            what["rank"] = rank
+            if procs[rank].poll() is None:
+                procs[rank].send_signal(signal.SIGSTOP)
+                time.sleep(hold)
+                procs[rank].send_signal(signal.SIGCONT)
+        elif fault == "kill_worker":
+            rank = rng.randrange(3)
+            what["rank"] = rank
+            if procs[rank].poll() is None:
+                procs[rank].kill()
+                procs[rank].wait()
+                time.sleep(hold)
+                # Started again unless the job ended meanwhile: a worker that
+                # comes after the end is told so (it exits 1, see below).
+                if any(p.poll() is None for p in procs):
+                    procs[rank] = job.spawn_c_worker(rank, tag=f"worker{rank}b")
+                    what["restarted"] = True
+                else:
+                    what["late"] = True
+        elif fault == "kill_all":
+            # A power cut: every process killed at once, then all started again
+            # (the shards restore their checkpoints, the workers resume).
+            for p in procs + job.servers:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs + job.servers:
+                p.wait()
+            time.sleep(hold)
+            for sh in range(2):
+                job.servers[sh] = job.start_shard(sh)
+            procs = [job.spawn_c_worker(r, tag=f"worker{r}b") for r in range(3)]
+            what["restarted"] = "all"
+        elif fault == "kill_shard":
+            s = rng.randrange(2)
+            what["shard"] = s
+            job.servers[s].kill()
+            job.servers[s].wait()
+            time.sleep(hold)
+            job.servers[s] = job.start_shard(s)
+        elif fault == "sighup_lr":
+            # A new lr, taken by the two shards' reloads 0 to 0.3 s apart, in
+            # either order: a sync job changes lr at one round on every shard
+            # (the rounds' digests hold each round's lr).
+            with open(job.path) as f:
+                text = f.read()
+            with open(job.path, "w") as f:
+                f.write(text.replace("lr = 0.1\n", "lr = 0.05\n"))
+            first = rng.randrange(2)
+            job.servers[first].send_signal(signal.SIGHUP)
+            time.sleep(rng.uniform(0, 0.3))
+            job.servers[1 - first].send_signal(signal.SIGHUP)
+        elif fault == "stop_shard":
+            s = rng.randrange(2)
+            what["shard"] = s
+            job.servers[s].send_signal(signal.SIGSTOP)
+            time.sleep(hold)
+            job.servers[s].send_signal(signal.SIGCONT)
+        elif fault != "none":
+            raise ValueError(fault)
+        codes = [job.wait(p, timeout) for p in procs]
+        tags = [f"worker{r}b" if what.get("restarted") == "all" or
+                (what.get("restarted") and r == what["rank"]) else f"worker{r}" for r in range(3)]
+        if what.get("late"):
+            codes[what["rank"]] = 0  # killed, and the job ended without it
+        elif what.get("restarted") is True and codes[what["rank"]] == 1 and \
+                "run to its end" in job.output(tags[what["rank"]], "err"):
+            codes[what["rank"]] = 0  # started again as the others ended the job
+            what["late"] = True
+        for p in job.servers:
+            p.send_signal(signal.SIGTERM)
+        for p in job.servers:
+            job.wait(p, 20)
+        return {**what,
+                "finished": all(c == 0 for c in codes), "codes": codes,
+                "shards": [shard_end(job.shard_log(s)) for s in range(2)],
+                "accuracy": [harness.final(job.output(t)).get("test_acc") for t in tags],
+                "errors": {t: job.output(t, "err") for t, c in zip(tags, codes) if c != 0}}
+    finally:
+        job.close()
+
+
+class FaultsAtRandomMoments(unittest.TestCase):
+    def check(self, mode, fault):
+        for seed in range(SEEDS):
+            with self.subTest(seed=seed):
+                r = run_fault(mode, fault, 1000 * seed + zlib.crc32(f"{mode} {fault}".encode()) % 997)
+                self.assertTrue(r["finished"], f"a worker did not finish: {r}")
+                (v0, d0), (v1, d1) = r["shards"]
+                self.assertIsNotNone(v0, r)
+                self.assertEqual(v0, v1, f"the shards ended at different versions: {r}")
+                if mode == "sync":
+                    self.assertEqual(d0, d1, f"the shards closed different rounds: {r}")
+                    acc = {a for a in r["accuracy"] if a is not None}
+                    self.assertEqual(len(acc), 1, f"the ranks ended on different models: {r}")
+                print(f"  {mode} {fault} seed {r['seed']}: at {r['at_s']} s for "
+                      f"{r['hold_s']} s: versions {v0}, {v1}; rounds {d0}; "
+                      f"accuracy {r['accuracy']}", flush=True)
+
+    def test_sync_worker_stopped(self):
+        self.check("sync", "stop_worker")
+
+    def test_sync_worker_killed_and_restarted(self):
+        self.check("sync", "kill_worker")
+
+    def test_sync_everything_killed_and_restarted(self):
+        self.check("sync", "kill_all")
+
+    def test_sync_lr_reloaded(self):
+        self.check("sync", "sighup_lr")
+
+    def test_sync_shard_stopped(self):
+        self.check("sync", "stop_shard")
+
+    def test_async_worker_stopped(self):
+        self.check("async", "stop_worker")
+
+    def test_ssp_shard_stopped(self):
+        self.check("ssp", "stop_shard")
+
+
+if __name__ == "__main__":
+    harness.main(need_torch=False)
