@@ -13,6 +13,9 @@
 #   says where it is not.
 # - The keys of the final: lines and the header of the metrics CSV shown in
 #   docs/operating.md are those worker/job.c and worker/trainer.c print.
+# - docs/operating.md's metrics table has a row for every metric server/metrics.c
+#   writes; its installation table and docs/packaging.md list every installed
+#   example (Makefile.am); its systemd steps name the package's examples directory.
 # - Every ```sh, ```python and ```c block of README.md and docs/pytorch.md runs, as
 #   a user would run it after the demo, unless the line before it says why not
 #   ("<!-- not run: ... -->") or which test runs it ("<!-- example: tests/... -->"):
@@ -112,6 +115,31 @@ code_csv=$(sed -n '/"elapsed_s,step/,/\\n");/p' "$src/worker/trainer.c" | grep -
 grep -qxF -- "$code_csv" "$src/docs/operating.md" ||
     fail "docs/operating.md does not show the metrics CSV header of worker/trainer.c: $code_csv"
 [ "$fails" = 0 ] && pass "docs/operating.md shows the final: keys ($code_keys) and the CSV header"
+
+# --- what is installed and exported, as the docs list it ----------------------------
+# Every metric family server/metrics.c writes has a row in docs/operating.md's table.
+for m in $(grep -ohE '"dcps_[a-z_]+' "$src"/server/metrics.c | tr -d '"' |
+           sed -E 's/_(bucket|count|sum)$//' | sort -u); do
+    grep -q "^| \`$m\` |" "$src/docs/operating.md" ||
+        fail "docs/operating.md's metrics table has no row for $m (server/metrics.c writes it)"
+done
+# Every example Makefile.am installs is in the lists of operating.md and packaging.md.
+examples=$(sed -n '/^dist_examples_\(DATA\|SCRIPTS\) *=/,/[^\\]$/p' "$src/Makefile.am" |
+           tr ' \t\\' '\n\n\n' | grep '/' | xargs -n 1 basename)
+[ -n "$examples" ] || fail "no dist_examples_DATA in Makefile.am"
+for e in $examples; do
+    grep '^| examples |' "$src/docs/operating.md" | grep -qF "\`$e\`" ||
+        fail "docs/operating.md's installation table does not list the example $e"
+    grep '^| `dcps-common`' "$src/docs/packaging.md" | grep -qF "\`$e\`" ||
+        fail "docs/packaging.md's dcps-common row does not list the example $e"
+done
+# The systemd guide names the examples where the package puts them too.
+if [ -f "$src/debian/dcps-common.install" ]; then
+    pkg_examples=/$(grep '/examples$' "$src/debian/dcps-common.install")
+    sed -n '/^## Under systemd, step by step/,/^## /p' "$src/docs/operating.md" | grep -qF "$pkg_examples" ||
+        fail "docs/operating.md's systemd steps do not name $pkg_examples (debian/dcps-common.install)"
+fi
+[ "$fails" = 0 ] && pass "docs/operating.md and docs/packaging.md list every metric and example"
 
 # --- the code blocks of README.md and docs/pytorch.md ------------------------------
 # Each block into $tmp/blocks/N.LANG, and a line "N LANG DOC:LINE MARK" (MARK: the
