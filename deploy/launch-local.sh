@@ -117,7 +117,7 @@ fi
 # its script names it), or every worker would fail alike after the shards started.
 # Exits 2 naming the python, what it lacks and a python that has it, if any.
 check_python() {
-    local py=${cmd[0]} path script= a mods=dcps why other= c
+    local py=${cmd[0]} path script='' a mods=dcps why other='' c
     case ${py##*/} in python | python3 | python3.[0-9]*) ;; *) return 0 ;; esac
     path=$(command -v "$py") || { echo "launch-local.sh: $py: command not found" >&2; exit 2; }
     for a in "${cmd[@]:1}"; do

@@ -187,6 +187,7 @@ cat "$src/tests/doc_prelude.py" "$tmp/blocks/$readme_py.python" >"$tree/train.py
 awk '/^<!-- example:/ { on = 1; next } on && /^```c$/ { inside = 1; next }
      inside && /^```$/ { exit } inside { print }' "$src/README.md" >"$tree/client.c"
 torch_ok=0
+fashion=$($AWK -F' *= *' '$1 == "train_images" { print $2 }' "$src/deploy/jobs/local.ini")
 PYTHONPATH=$DCPS_BUILDDIR/python /usr/bin/python3 -c 'import torch, dcps.torch' 2>/dev/null && torch_ok=1
 
 # Python block N as the worker of JOB.ini (1 worker): the prelude, a worker unless
@@ -213,6 +214,11 @@ while read -r i lang where mark; do
     esac
     if [ $torch_ok = 0 ] && { [ "$lang" = python ] || grep -q 'train.py' "$tmp/blocks/$i.$lang"; }; then
         echo "SKIP ($where): /usr/bin/python3 cannot import torch and this build's dcps.torch"
+        nskip=$((nskip + 1))
+        continue
+    fi
+    if grep -q 'deploy/jobs/local.ini' "$tmp/blocks/$i.$lang" && [ ! -r "$fashion" ]; then
+        echo "SKIP ($where): no $fashion (Debian package dataset-fashion-mnist)"
         nskip=$((nskip + 1))
         continue
     fi
