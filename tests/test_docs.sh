@@ -164,7 +164,8 @@ done
 # Debian's. JOB.ini: 1 shard on an ephemeral port, 2 workers, a model of any size.
 tree=$tmp/tree
 mkdir -p "$tree/bin"
-cp -R "$src/deploy" "$tree/" && ln -s "$(cd "$DCPS_BUILDDIR" && pwd)" "$tree/build"
+cp -R "$src/deploy" "$tree/" && chmod -R u+w "$tree/deploy" && # (distcheck's srcdir is read-only)
+    ln -s "$(cd "$DCPS_BUILDDIR" && pwd)" "$tree/build"
 [ -x /usr/bin/python3 ] && ln -s /usr/bin/python3 "$tree/bin/python3"
 cat >"$tree/JOB.ini" <<'EOF_JOB'
 [job]
