@@ -128,15 +128,17 @@ examples=$(sed -n '/^dist_examples_\(DATA\|SCRIPTS\) *=/,/[^\\]$/p' "$src/Makefi
            tr ' \t\\' '\n\n\n' | grep '/' | xargs -n 1 basename)
 [ -n "$examples" ] || fail "no dist_examples_DATA in Makefile.am"
 for e in $examples; do
-    grep '^| examples |' "$src/docs/operating.md" | grep -qF "\`$e\`" ||
+    grep '^| examples |' "$src/docs/operating.md" | grep -F "\`$e\`" >/dev/null ||
         fail "docs/operating.md's installation table does not list the example $e"
-    grep '^| `dcps-common`' "$src/docs/packaging.md" | grep -qF "\`$e\`" ||
+    grep '^| `dcps-common`' "$src/docs/packaging.md" | grep -F "\`$e\`" >/dev/null ||
         fail "docs/packaging.md's dcps-common row does not list the example $e"
 done
 # The systemd guide names the examples where the package puts them too.
 if [ -f "$src/debian/dcps-common.install" ]; then
     pkg_examples=/$(grep '/examples$' "$src/debian/dcps-common.install")
-    sed -n '/^## Under systemd, step by step/,/^## /p' "$src/docs/operating.md" | grep -qF "$pkg_examples" ||
+    # (grep -q in a pipe could end sed with SIGPIPE, a failure under pipefail)
+    steps=$(sed -n '/^## Under systemd, step by step/,/^## /p' "$src/docs/operating.md")
+    grep -qF "$pkg_examples" <<<"$steps" ||
         fail "docs/operating.md's systemd steps do not name $pkg_examples (debian/dcps-common.install)"
 fi
 [ "$fails" = 0 ] && pass "docs/operating.md and docs/packaging.md list every metric and example"
