@@ -242,6 +242,76 @@ static int find(const char *section, const char *name)
     return r;
 }
 
+/* The edit distance (Levenshtein: insertions, deletions, substitutions) between
+ * a and b, each cut at NAME_CMP characters: longer names are no key's. */
+#define NAME_CMP 40
+static int distance(const char *a, const char *b)
+{
+    size_t la = strnlen(a, NAME_CMP), lb = strnlen(b, NAME_CMP);
+    int row[NAME_CMP + 1];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) !=
+                                            tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* A name counts as a typo of another within this distance: one edit for short
+ * names, about one in three letters for longer ones. */
+static int typo_max(const char *name)
+{
+    size_t n = strlen(name);
+    return n <= 5 ? 1 : (int)(n / 3);
+}
+
+/* What an unknown [section] name (find()'s -1 or -2) was probably meant to be,
+ * as "; did you mean [data] epochs?" (dotted: "; did you mean data.epochs?", as
+ * --set writes it) into buf; "" when no key is near enough. Tried in order: a key
+ * of the same section a typo away; the same name in another section; for an
+ * unknown section, a section a typo away, with the key if it has it. */
+static void suggest(const char *section, const char *name, bool dotted, char *buf, size_t n)
+{
+    bool known = find(section, name) == -1;
+    int best = -1, best_d = INT32_MAX;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].section, section) == 0) {
+            int d = distance(name, keys[i].name);
+            if (d <= typo_max(name) && d < best_d)
+                best = (int)i, best_d = d;
+        }
+    for (size_t i = 0; i < N_KEYS && best < 0; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            best = (int)i;
+    const char *sec = NULL;
+    for (size_t i = 0; i < N_KEYS && best < 0 && !known; i++) {
+        int d = distance(section, keys[i].section);
+        if (d > typo_max(section) || d >= best_d)
+            continue;
+        sec = keys[i].section, best_d = d;
+        int k = find(sec, name);
+        if (k >= 0)
+            best = k;
+    }
+    buf[0] = '\0';
+    if (best >= 0)
+        snprintf(buf, n, dotted ? "; did you mean %s.%s?" : "; did you mean [%s] %s?",
+                 keys[best].section, keys[best].name);
+    else if (sec)
+        snprintf(buf, n, "; did you mean [%s]?", sec);
+}
+
 static void join_names(const char *const *names, char *buf, size_t n)
 {
     size_t used = 0;
@@ -626,8 +696,12 @@ static int on_pair(void *user, const char *section, const char *name, const char
     int i = find(section, name);
     if (i < 0 && !*section)
         fail(st, st->line, "%s: key outside any [section]", name);
-    else if (i < 0)
-        fail(st, st->line, "[%s] %s: unknown %s", section, name, i == -1 ? "key" : "section");
+    else if (i < 0) {
+        char hint[160];
+        suggest(section, name, false, hint, sizeof hint);
+        fail(st, st->line, "[%s] %s: unknown %s%s", section, name, i == -1 ? "key" : "section",
+             hint);
+    }
     else if (st->seen[i])
         fail(st, st->line, "[%s] %s: key given twice (first on line %d)", section, name,
              st->seen[i]);
@@ -688,9 +762,12 @@ static int apply_override(dcps_config_t *cfg, const char *arg, char *err, size_t
     int i = dot && *section && *name ? find(section, name) : -3, rc = 0;
     if (i == -3)
         rc = say(err, errlen, "%s: not section.key=value", me);
-    else if (i < 0)
-        rc = say(err, errlen, "%s: [%s] %s: unknown %s", me, section, name,
-                 i == -1 ? "key" : "section");
+    else if (i < 0) {
+        char hint[160];
+        suggest(section, name, true, hint, sizeof hint);
+        rc = say(err, errlen, "%s: [%s] %s: unknown %s%s", me, section, name,
+                 i == -1 ? "key" : "section", hint);
+    }
     else if (set_value(cfg, &keys[i], value, why, sizeof why) != 0)
         rc = say(err, errlen, "%s: [%s] %s: %s", me, section, name, why);
     free(copy);

@@ -8,14 +8,20 @@
 #            default: the job's [job] workers
 #   -s K=V   pass --set K=V to every shard and worker (repeatable); with a
 #            [server] metrics_port P, shard s serves its metrics at port P + s
-#   -b DIR   where dcps-server and dcps-worker are (default: $DCPS_BINDIR, else PATH)
-#   -d DIR   run directory for logs, endpoint files and metrics (default: ./run)
+#   -b DIR   where dcps-server and dcps-worker are (default: $DCPS_BINDIR, else the
+#            build/ of the tree this script is in, else PATH)
+#   -d DIR   run directory for logs, endpoint files and metrics; one launch at a time
+#            may use it (default: a new run/JOB-TIME-PID/ of its own, run/latest
+#            pointing at it)
 #   -e       ephemeral ports: the shards bind tcp://127.0.0.1:* instead of the job's
 #            endpoints, so that several jobs (or test runs) can share the host
 #   -q       quiet: do not echo the workers' progress, only their final lines
 #   -- CMD   run CMD as each worker instead of the built-in MLP (a PyTorch script with
 #            dcps.torch, say): dcps-worker -- CMD sets DCPS_JOB, DCPS_RANK, DCPS_WORKERS
-#            and DCPS_SET (the -s overrides and the shards' endpoints, one a line)
+#            and DCPS_SET (the -s overrides and the shards' endpoints, one a line);
+#            the build's Python package (DIR/python) comes first in PYTHONPATH, and a
+#            python that cannot import dcps (or torch, for a script that uses it) is
+#            refused before anything starts, naming a python that can
 #
 # It starts one dcps-server per entry of the job's [servers] shards, waits until each
 # has written its endpoint file (--endpoint-file), starts the workers (ranks 0 to N-1)
@@ -24,13 +30,14 @@
 # workerR.log (stderr), workerR.csv (metrics).
 #
 # Exit status: 0 if every worker printed its final: line and every shard stopped with
-# status 0; 1 otherwise (the failing logs are named); 2 for a bad command line; 130 or
-# 143 after SIGINT (Ctrl-C) or SIGTERM. Whatever way it ends, it stops every process it
+# status 0; 1 otherwise (the failing logs are named); 2 for a bad command line, or a
+# job file or -s the programs refuse (their exit status 2); 130 or 143 after SIGINT
+# (Ctrl-C) or SIGTERM. Whatever way it ends, it stops every process it
 # started and waits for them: no daemon is left behind.
 set -uo pipefail
 
 usage() {
-    sed -n '4,20s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
+    sed -n '4,24s/^# \{0,1\}//p' "$0" | sed '1s/^ */usage: /' >&2
     exit 2
 }
 
@@ -61,7 +68,7 @@ ini_get() {
 job=
 workers=
 bindir=${DCPS_BINDIR:-}
-run=run
+run=
 ephemeral=0
 quiet=0
 sets=()
@@ -86,13 +93,56 @@ shift $((OPTIND - 1))
 cmd=("$@")
 [ -n "$job" ] || usage
 [ -r "$job" ] || { echo "launch-local.sh: cannot read $job" >&2; exit 2; }
-if [ -z "$bindir" ]; then
-    server=$(command -v dcps-server) || { echo "launch-local.sh: dcps-server is not in PATH; use -b DIR" >&2; exit 2; }
+# The programs: -b, $DCPS_BINDIR, the build/ of the tree this script is in (the
+# quickstart's), or PATH (the installed packages').
+tree_build=$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)/build
+if [ -z "$bindir" ] && [ -x "$tree_build/dcps-server" ]; then
+    bindir=$tree_build
+elif [ -z "$bindir" ]; then
+    server=$(command -v dcps-server) ||
+        { echo "launch-local.sh: no dcps-server in $tree_build nor in PATH: build it" \
+            "(deploy/quickstart.sh demo), or use -b DIR" >&2; exit 2; }
     bindir=$(dirname "$server")
 fi
 for p in dcps-server dcps-worker; do
     [ -x "$bindir/$p" ] || { echo "launch-local.sh: no $bindir/$p" >&2; exit 2; }
 done
+# A build tree's Python package, for a command that imports dcps.
+if [ -f "$bindir/python/dcps/__init__.py" ]; then
+    pkg=$(cd "$bindir/python" && pwd)
+    export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+# check_python: a command that runs a python must find dcps there (and torch, if
+# its script names it), or every worker would fail alike after the shards started.
+# Exits 2 naming the python, what it lacks and a python that has it, if any.
+check_python() {
+    local py=${cmd[0]} path script='' a mods=dcps why other='' c
+    case ${py##*/} in python | python3 | python3.[0-9]*) ;; *) return 0 ;; esac
+    path=$(command -v "$py") || { echo "launch-local.sh: $py: command not found" >&2; exit 2; }
+    for a in "${cmd[@]:1}"; do
+        case $a in *.py) script=$a; break ;; esac
+    done
+    [ -n "$script" ] && [ -r "$script" ] && grep -qw torch "$script" && mods="torch, dcps.torch"
+    why=$("$py" -c "import $mods" 2>&1 >/dev/null) && return 0
+    for c in /usr/bin/python3 $(type -ap python3); do
+        [ "$c" != "$path" ] && [ -x "$c" ] && "$c" -c "import $mods" >/dev/null 2>&1 &&
+            { other=$c; break; }
+    done
+    echo "launch-local.sh: $py ($path) cannot import $mods: $(printf '%s\n' "$why" | tail -n 1)" >&2
+    if [ -n "$other" ]; then
+        echo "launch-local.sh: $other can (Debian's python3-torch is for /usr/bin/python3):" \
+            "give it after --, as in: ... -- $other ${cmd[*]:1}" >&2
+    elif [ -z "${pkg:-}" ] && [ "$bindir" = "$tree_build" ]; then
+        echo "launch-local.sh: $bindir has no Python package (configured without Python 3" \
+            "headers?): install python3-dev, remove $bindir and build again" >&2
+    else
+        echo "launch-local.sh: no python3 here can; install python3-torch (and python3-dcps" \
+            "without a build tree), or use a python that has them" >&2
+    fi
+    exit 2
+}
+[ ${#cmd[@]} -gt 0 ] && check_python
 
 # The shard and worker counts and the metrics port: the job's, or the last -s
 # that sets them.
@@ -120,8 +170,27 @@ if [ $ephemeral -eq 1 ]; then
     server_sets=(--set "servers.shards=$eps")
 fi
 
+# The run directory: one launch's own. Without -d a new one, named after the job,
+# the time and this process; run/latest points at the newest. With -d, a lock
+# refuses a second launch in the same directory before it touches anything there.
+if [ -z "$run" ]; then
+    name=$(basename "$job" .ini)
+    run=run/$name-$(date +%Y%m%d-%H%M%S)-$$
+    mkdir -p "$run" || exit 2
+    ln -sfn "${run#run/}" run/latest 2>/dev/null || true
+fi
 mkdir -p "$run" || exit 2
-rm -f "$run"/shard*.endpoint "$run"/worker*.out
+if command -v flock >/dev/null; then
+    exec {lock}>>"$run/.lock"
+    if ! flock -n "$lock"; then
+        echo "launch-local.sh: $run is in use by another launch-local.sh (pid $(cat "$run/.lock" 2>/dev/null)):" \
+            "give another -d DIR, or no -d for a run directory of its own" >&2
+        exit 1
+    fi
+    echo $$ >"$run/.lock"
+fi
+# What an earlier launch left here is not this run's.
+rm -f "$run"/shard*.endpoint "$run"/shard*.log "$run"/worker*.out "$run"/worker*.log "$run"/worker*.csv
 
 # Every process started and not yet waited for (shards, workers and tees alike):
 # only these are ever signalled, so a recycled pid is never hit.
@@ -164,6 +233,10 @@ for ((s = 0; s < nshards; s++)); do
     if [ ! -s "$run/shard$s.endpoint" ]; then
         echo "launch-local.sh: shard $s did not start ($run/shard$s.log):" >&2
         cat "$run/shard$s.log" >&2
+        # Exit status 2 is dcps-server's for a bad job file or option: so is ours.
+        rc=0
+        kill -0 "${spids[$s]}" 2>/dev/null || reap "${spids[$s]}" || rc=$?
+        [ $rc -eq 2 ] && exit 2
         exit 1
     fi
     endpoints+=("$(cat "$run/shard$s.endpoint")")
@@ -177,9 +250,10 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM
 wpids=()
 for ((r = 0; r < workers; r++)); do
     # stdout goes through tee on its own descriptor, not `worker | tee`: $! must be
-    # the worker's pid, and the tee is waited for before the output is read.
+    # the worker's pid, and the tee is waited for before the output is read. The
+    # final: lines are shown once, at the end, each worker's in rank order.
     if [ $quiet -eq 0 ]; then
-        exec {out}> >(tee "$run/worker$r.out")
+        exec {out}> >(tee "$run/worker$r.out" | grep --line-buffered -v '^final:')
         live[$!]=1
     else
         exec {out}>"$run/worker$r.out"
@@ -217,7 +291,11 @@ for ((r = 0; r < workers; r++)); do
     fi
     echo "launch-local.sh: worker $r failed (exit status ${wstatus[$r]}); $run/worker$r.log:" >&2
     tail -n 20 "$run/worker$r.log" >&2
-    status=1
+    # dcps-worker's 2: a job file or option it refuses (a command's: its usage).
+    [ "${wstatus[$r]}" -eq 2 ] && status=2
+    [ $status -eq 2 ] || status=1
 done
-say "metrics: $run/worker<rank>.csv; logs: $run/shard<s>.log, $run/worker<rank>.log"
+# Only what this run wrote: a command (a dcps.torch script) may write no metrics.
+metrics=$(for ((r = 0; r < workers; r++)); do [ -s "$run/worker$r.csv" ] && echo "$run/worker$r.csv"; done | paste -sd' ' -)
+say "metrics: ${metrics:-none written}; logs: $run/shard<s>.log, $run/worker<rank>.log"
 exit $status

@@ -319,14 +319,18 @@ PROG
 # The demo is deploy/launch-local.sh on the example job: it starts the 2 shards
 # (127.0.0.1:17001 and :17002), waits for their endpoints, runs the 2 workers with
 # their progress on the terminal, prints their final: lines and stops the shards;
-# on Ctrl-C it stops everything it started. Logs, endpoints and metrics go to run/.
+# on Ctrl-C it stops everything it started. Logs, endpoints and metrics go to a
+# run directory of this run's own, run/local-TIME-PID/ (run/latest points at the
+# newest): a second demo at the same time fails to bind the same ports, and says
+# so, without touching the first one's files.
 do_demo() {
     say "2 shards and 2 workers train the Fashion-MNIST MLP (deploy/jobs/local.ini, progress every 200 steps)"
-    exec deploy/launch-local.sh deploy/jobs/local.ini -b "$build" -d run
+    exec deploy/launch-local.sh deploy/jobs/local.ini -b "$build"
 }
 
 # The PyTorch demo: launch-local.sh runs examples/torch/fashion_cnn.py as each
-# worker (dcps-worker -- COMMAND), with the package from the build tree.
+# worker (dcps-worker -- COMMAND), with the package from the build tree (the
+# launcher puts $build/python in PYTHONPATH).
 do_torch_demo() {
     if [ ! -f "$build/python/dcps/_dcps.so" ]; then
         echo "quickstart.sh: $build has no Python package (configured without Python 3" \
@@ -334,8 +338,8 @@ do_torch_demo() {
         exit 1
     fi
     say "2 shards and 2 dcps.torch workers train a CNN on Fashion-MNIST (examples/torch/fashion_cnn.ini)"
-    PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" exec deploy/launch-local.sh \
-        examples/torch/fashion_cnn.ini -b "$build" -d run -- "$py" examples/torch/fashion_cnn.py
+    exec deploy/launch-local.sh examples/torch/fashion_cnn.ini -b "$build" -- \
+        "$py" examples/torch/fashion_cnn.py
 }
 
 # The transformer demo: launch-local.sh runs examples/torch/char_lm.py as each
@@ -350,8 +354,7 @@ do_torch_lm() {
     fi
     local job=examples/torch/char_lm.ini
     say "2 shards and 2 dcps.torch workers train a character-level transformer on Debian's fortunes ($job)"
-    PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" exec deploy/launch-local.sh \
-        "$job" -b "$build" -d run -- "$py" examples/torch/char_lm.py
+    exec deploy/launch-local.sh "$job" -b "$build" -- "$py" examples/torch/char_lm.py
 }
 
 case "${1:-}" in

@@ -75,10 +75,13 @@ static void probe(void)
                  runtime / 1000, runtime % 1000 / 10,
                  driver > 0 ? "a driver is installed" : "no NVIDIA driver found");
     }
+    /* A driver too old for this build is an operator's problem worth a warning
+     * wherever the library runs. Otherwise the caller that falls back to the
+     * CPU says so, in its words (dcps-worker: docs/troubleshooting.md's line),
+     * and one that needs a GPU fails with dcps_gpu_why(): said here too, the
+     * reason would be logged twice. */
     if (e == cudaErrorInsufficientDriver && driver > 0)
         DCPS_WARN("no usable GPU: %s", why);
-    else
-        DCPS_INFO("no usable GPU: %s", why);
 }
 
 int dcps_gpu_count(void)

@@ -168,7 +168,7 @@ END_TEST
 START_TEST(unknown_section_is_refused_at_its_first_key)
 {
     expect_file_error("[job]\nworkers = 2\n[jobs]\nworkers = 3\n",
-                      ":4: [jobs] workers: unknown section");
+                      ":4: [jobs] workers: unknown section; did you mean [job] workers?");
 }
 END_TEST
 
@@ -195,6 +195,23 @@ END_TEST
 START_TEST(line_without_equals_is_a_syntax_error)
 {
     expect_file_error("[job]\nworkers = 2\nmode async\n", ":3: syntax error");
+}
+END_TEST
+
+/* A key a typo away from a known one is named: in its section first, then the
+ * same name in another section, then a section a typo away; nothing when
+ * nothing is near. */
+START_TEST(unknown_key_suggests_the_closest_key)
+{
+    expect_file_error("[data]\nepoch = 2\n", ":2: [data] epoch: unknown key; did you mean [data] epochs?");
+    expect_file_error("[optimizer]\nlearning_rat = 1\n", ":2: [optimizer] learning_rat: unknown key");
+    expect_file_error("[optimizer]\nwarmup_step = 1\n",
+                      ":2: [optimizer] warmup_step: unknown key; did you mean [optimizer] warmup_steps?");
+    expect_file_error("[job]\nepochs = 2\n", ":2: [job] epochs: unknown key; did you mean [data] epochs?");
+    expect_file_error("[servr]\nmetrics_port = 1\n",
+                      ":2: [servr] metrics_port: unknown section; did you mean [server] metrics_port?");
+    expect_file_error("[workr]\ncolour = 1\n", ":2: [workr] colour: unknown section; did you mean [worker]?");
+    expect_file_error("[colours]\nred = 1\n", ":2: [colours] red: unknown section");
 }
 END_TEST
 
@@ -1033,7 +1050,11 @@ END_TEST
 START_TEST(override_of_an_unknown_key_is_refused)
 {
     expect_set_error("job.colour=red", "--set \"job.colour=red\": [job] colour: unknown key");
-    expect_set_error("jobs.workers=3", "--set \"jobs.workers=3\": [jobs] workers: unknown section");
+    expect_set_error("jobs.workers=3",
+                     "--set \"jobs.workers=3\": [jobs] workers: unknown section; did you mean "
+                     "job.workers?");
+    expect_set_error("data.epoch=3",
+                     "--set \"data.epoch=3\": [data] epoch: unknown key; did you mean data.epochs?");
 }
 END_TEST
 
@@ -1374,6 +1395,7 @@ int main(void)
     tcase_add_test(tc, comments_blank_lines_and_inline_comments_are_ignored);
     tcase_add_test(tc, missing_file_names_the_path_and_the_reason);
     tcase_add_test(tc, unknown_key_names_line_section_and_key);
+    tcase_add_test(tc, unknown_key_suggests_the_closest_key);
     tcase_add_test(tc, unknown_section_is_refused_at_its_first_key);
     tcase_add_test(tc, key_before_any_section_is_refused);
     tcase_add_test(tc, key_given_twice_names_both_lines);

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The launchers run a real job end to end on this host, and leave nothing behind:
 # - deploy/launch-local.sh: 2 shards and 2 workers train a short job; both final:
-#   lines appear, it exits 0, no shard is left; with a bad -s value it exits 1; after
-#   SIGINT (Ctrl-C) in the middle of training it exits 130 and every process it
-#   started is gone.
+#   lines appear, it exits 0, no shard is left; with a bad -s value or a misspelt key
+#   it exits 2, as dcps-server does; after SIGINT (Ctrl-C) in the middle of training
+#   it exits 130 and every process it started is gone.
+# - run directories: two launches at once from a tree (no -b, no -d) each get a
+#   run directory of their own and both succeed, each final: line shown once, each
+#   worker's no-GPU reason logged once; a second launch into a -d directory in use
+#   is refused and leaves the first alone; the metrics files named are this run's.
+# - a python command: a python3 first in PATH that cannot import dcps.torch is
+#   refused before anything starts, naming one that can.
 # - deploy/slurm/dcps.sbatch, under stand-ins for scontrol and srun that run the
 #   tasks on this host (two "nodes" named localhost): both workers finish, the shards
 #   stop.
@@ -69,6 +75,39 @@ else
 fi
 [ -z "$(leftovers)" ] && pass "no process left after a run" || fail "left running: $(leftovers)"
 
+# A tree as a user's checkout has it after the demo: deploy/launch-local.sh and a
+# build/ (this build's), for the launcher's defaults (no -b, no -d).
+tree=$tmp/tree
+mkdir -p "$tree/deploy" && cp "$launch" "$tree/deploy/" &&
+    ln -s "$(cd "$DCPS_BUILDDIR" && pwd)" "$tree/build"
+# Two launches at once, not quiet: each its own run directory, both complete.
+(cd "$tree" && exec bash deploy/launch-local.sh "$job" -e "${small[@]}") >"$tmp/a.out" 2>&1 &
+apid=$!
+(cd "$tree" && exec bash deploy/launch-local.sh "$job" -e "${small[@]}") >"$tmp/b.out" 2>&1 &
+bpid=$!
+ra=0 rb=0
+wait $apid || ra=$?
+wait $bpid || rb=$?
+dirs=$(find "$tree/run" -mindepth 1 -maxdepth 1 -type d -name 'local-*' | wc -l)
+if [ $ra -eq 0 ] && [ $rb -eq 0 ] && [ "$dirs" -eq 2 ] && [ -L "$tree/run/latest" ] &&
+    [ "$(grep -c '^final: ' "$tmp/a.out")" -eq 2 ] && [ "$(grep -c '^final: ' "$tmp/b.out")" -eq 2 ]; then
+    pass "two launches at once: a run directory each (run/local-TIME-PID, run/latest), both exit 0, each final: line once"
+else
+    fail "two launches at once: exit $ra and $rb, $dirs run directories, final: lines $(grep -c '^final: ' "$tmp/a.out") and $(grep -c '^final: ' "$tmp/b.out")"
+    cat "$tmp/a.out" "$tmp/b.out"
+    ls -la "$tree/run"
+fi
+# A worker that falls back to the CPU says why once, in troubleshooting.md's words.
+gpu_lines=$(cat "$tree"/run/local-*/worker0.log | grep -c 'no usable GPU')
+if [ "$gpu_lines" -eq 0 ] || { [ "$gpu_lines" -eq 2 ] &&
+    [ "$(cat "$tree"/run/local-*/worker0.log | grep -c '\[worker\] device = auto: no usable GPU (.*); computing on the CPU')" -eq 2 ]; }; then
+    pass "each worker says why it computes on the CPU at most once ($gpu_lines lines in two runs' worker0.log)"
+else
+    fail "no-GPU lines in two runs' worker0.log:"
+    grep -h 'GPU' "$tree"/run/local-*/worker0.log
+fi
+[ -z "$(leftovers)" ] && pass "no process left after two runs at once" || fail "left running: $(leftovers)"
+
 # Any command as the workers (a dcps.torch script, say): dcps-worker -- CMD hands
 # it the job file, its rank, the worker count and the overrides with the shards'
 # bound endpoints.
@@ -79,9 +118,10 @@ bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}"
     >"$tmp/out" 2>&1 || rc=$?
 if [ $rc -eq 0 ] && grep -q "^final: rank=0 workers=2 job=$(realpath "$job")\$" "$tmp/out" &&
     grep -q '^final: rank=1 workers=2 ' "$tmp/out" &&
+    grep -q 'metrics: none written;' "$tmp/out" &&
     grep -qE '^servers\.shards=tcp://127\.0\.0\.1:[0-9]+,tcp://127\.0\.0\.1:[0-9]+$' "$tmp/set1" &&
     grep -qx 'data.train_limit=2000' "$tmp/set0"; then
-    pass "launch-local.sh -- CMD: each worker runs CMD with DCPS_JOB, DCPS_RANK, DCPS_WORKERS, DCPS_SET"
+    pass "launch-local.sh -- CMD: each worker runs CMD with DCPS_JOB, DCPS_RANK, DCPS_WORKERS, DCPS_SET; no earlier run's metrics named"
 else
     fail "launch-local.sh -- CMD: exit $rc"
     cat "$tmp/out" "$tmp"/set* 2>/dev/null
@@ -90,13 +130,44 @@ fi
 
 rc=0
 bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q -s optimizer.lr=99 >"$tmp/out" 2>&1 || rc=$?
-if [ $rc -eq 1 ] && grep -q 'did not start' "$tmp/out"; then
-    pass "launch-local.sh: a bad -s value (a shard does not start) gives exit status 1"
+if [ $rc -eq 2 ] && grep -q 'did not start' "$tmp/out"; then
+    pass "launch-local.sh: a bad -s value (a shard does not start) gives exit status 2"
 else
     fail "launch-local.sh with a bad -s value: exit $rc"
     cat "$tmp/out"
 fi
+sed 's/^epochs = /epoch = /' "$job" >"$tmp/typo.ini"
+rc=0
+bash "$launch" "$tmp/typo.ini" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q >"$tmp/out" 2>&1 || rc=$?
+if [ $rc -eq 2 ] && grep -q 'typo.ini:[0-9]*: \[data\] epoch: unknown key; did you mean \[data\] epochs?' "$tmp/out"; then
+    pass "launch-local.sh: a misspelt key in the job file gives exit status 2, and the key it means"
+else
+    fail "launch-local.sh with a misspelt key: exit $rc"
+    cat "$tmp/out"
+fi
 [ -z "$(leftovers)" ] && pass "no process left after a failed start" || fail "left running: $(leftovers)"
+
+# A python3 first in PATH that cannot import dcps.torch (pyenv's, a venv's): the
+# launcher says so before it starts anything, and names one that can.
+mkdir -p "$tmp/pybin"
+printf '#!/bin/sh\nexec /usr/bin/python3 -I -S "$@"\n' >"$tmp/pybin/python3"
+chmod +x "$tmp/pybin/python3"
+printf 'import dcps.torch\n' >"$tmp/train.py"
+if [ -x /usr/bin/python3 ] && [ -f "$DCPS_BUILDDIR/python/dcps/__init__.py" ] &&
+    PYTHONPATH=$DCPS_BUILDDIR/python /usr/bin/python3 -c 'import torch, dcps.torch' 2>/dev/null; then
+    rc=0
+    (cd "$tree" && PATH=$tmp/pybin:$PATH exec bash deploy/launch-local.sh "$job" -e -q -- \
+        python3 "$tmp/train.py") >"$tmp/out" 2>&1 || rc=$?
+    if [ $rc -eq 2 ] && grep -qF "python3 ($tmp/pybin/python3) cannot import torch, dcps.torch" "$tmp/out" &&
+        grep -q '/usr/bin/python3 can' "$tmp/out" && ! grep -q 'serving at' "$tmp/out"; then
+        pass "launch-local.sh -- python3 X.py: a python3 without dcps.torch is refused (exit 2), naming /usr/bin/python3"
+    else
+        fail "launch-local.sh -- python3 with a python3 that lacks dcps.torch: exit $rc"
+        cat "$tmp/out"
+    fi
+else
+    echo "SKIP (python check): /usr/bin/python3 cannot import torch and this build's dcps.torch"
+fi
 
 # Ctrl-C: SIGINT to the launcher while its workers train. Job control gives it a
 # process group of its own, so that SIGINT is not ignored as it would be in a
@@ -110,6 +181,17 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 sleep 0.5
+# A second launch into the same directory is refused and leaves the first alone.
+rc=0
+bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" >"$tmp/second" 2>&1 || rc=$?
+if [ $rc -eq 1 ] && grep -q "$tmp/run is in use by another launch-local.sh (pid $lpid)" "$tmp/second" &&
+    [ -s "$tmp/run/shard0.endpoint" ] && [ -s "$tmp/run/worker0.log" ] && kill -0 "$lpid" 2>/dev/null; then
+    pass "a second launch-local.sh -d DIR while one runs there: refused (exit 1), the first untouched"
+else
+    fail "a second launch-local.sh -d DIR while one runs there: exit $rc"
+    cat "$tmp/second"
+    ls -la "$tmp/run"
+fi
 kill -INT "$lpid"
 rc=0
 wait "$lpid" || rc=$?

@@ -18,12 +18,17 @@
  * another session holds the rank) the call fails. The sockets leave routing ids
  * to ZeroMQ: they identify nothing.
  *
+ * Each request socket has a monitor (zmq_socket_monitor) whose events the
+ * exchange polls beside the replies. A refused TCP connection (nothing listens
+ * at a shard's address) is known in milliseconds, long before a request times
+ * out: it is said at once, once per connection, with how long the worker keeps
+ * trying, and the retries go on (a shard may start after its workers).
+ *
  * With [security] curve = true every socket is a CURVE client with the worker's
  * key pair and the shards' public key. A shard that refuses the key does not
- * answer at all (the handshake fails before any message), so each request
- * socket has a monitor (zmq_socket_monitor) whose handshake events the
- * exchange polls beside the replies: a refusal ends the call at once with
- * DCPS_E_AUTH and a sentence that says why, instead of a timeout. */
+ * answer at all (the handshake fails before any message), so the monitor also
+ * reports the handshakes: a refusal ends the call at once with DCPS_E_AUTH and
+ * a sentence that says why, instead of a timeout. */
 #include "worker/internal.h"
 
 #include <errno.h>
@@ -51,8 +56,9 @@
 
 typedef struct {
     void *sock;
-    void *monitor;           /* curve: PAIR receiving sock's handshake events; else NULL */
+    void *monitor;           /* PAIR receiving sock's connection (and curve: handshake) events */
     int closed_handshakes;   /* curve: handshakes the shard closed since one succeeded */
+    bool told_refused;       /* a refused connection was said since the last one succeeded */
     dcps_range_t range;
     bool initialized;
     uint64_t version;        /* the shard's version in its last reply */
@@ -77,7 +83,9 @@ struct dcps_client {
     double pull_density; /* of a delta, asked for; 0: the job's */
     double lr;           /* dcps_client_lr: the shards' at the last pull; NaN before */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
-    int monitors;        /* curve: monitors made so far, to name each one's endpoint */
+    int monitors;        /* monitors made so far, to name each one's endpoint */
+    double until_ms;     /* when the exchange in progress gives up if nobody answers */
+    bool quiet_refusals; /* the exchange in progress is a farewell: refusals go unsaid */
     bool refused;        /* curve: a shard refused this worker's key, or its rank (AUTH) */
     pthread_t heartbeat;
     bool heartbeat_running;
@@ -125,7 +133,10 @@ static void released(void *data, void *hint)
 
 /* --- [security] curve ------------------------------------------------------------- */
 
-/* The handshake events a monitor reports (ZMQ_EVENT_HANDSHAKE_*). */
+/* The events a monitor reports: the connection's always, the handshake's with
+ * curve (ZMQ_EVENT_HANDSHAKE_*). CONNECT_RETRIED follows every failed connect
+ * (ECONNREFUSED: nothing listens there), as libzmq schedules the next try. */
+#define CONNECT_EVENTS (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED)
 #define HANDSHAKE_EVENTS                                                                       \
     (ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                    \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -173,22 +184,25 @@ static int curve_client(const dcps_client_t *c, void *sock)
     return 0;
 }
 
-/* curve: starts a monitor of sock's handshakes (before it connects, so that
- * none is missed) and returns the PAIR socket that receives its events; NULL
- * with errno on failure. Every context has its own inproc names. */
+/* Starts a monitor of sock's connection and (curve) handshake events, before
+ * it connects, so that none is missed, and returns the PAIR socket that
+ * receives them; NULL with errno on failure. Every context has its own inproc
+ * names. */
 static void *monitor(dcps_client_t *c, void *sock)
 {
     char endpoint[64];
     int linger = 0, unlimited = 0;
-    snprintf(endpoint, sizeof endpoint, "inproc://dcps-handshakes.%d", c->monitors++);
-    if (zmq_socket_monitor(sock, endpoint, HANDSHAKE_EVENTS) != 0)
+    snprintf(endpoint, sizeof endpoint, "inproc://dcps-monitor.%d", c->monitors++);
+    if (zmq_socket_monitor(sock, endpoint,
+                           CONNECT_EVENTS | (c->cfg.curve ? HANDSHAKE_EVENTS : 0)) != 0)
         return NULL;
     void *pair = zmq_socket(c->ctx, ZMQ_PAIR);
     if (!pair)
         return NULL;
     zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof linger);
     /* libzmq's I/O thread sends the events and would block on a full queue;
-     * they are read at the next exchange, and are few (one per handshake). */
+     * they are read at the next exchange, and are few (one per handshake, one
+     * per reconnect interval while a shard is down). */
     zmq_setsockopt(pair, ZMQ_RCVHWM, &unlimited, sizeof unlimited);
     if (zmq_connect(pair, endpoint) != 0) {
         int e = errno;
@@ -225,9 +239,25 @@ static int next_event(void *monitor, uint16_t *event, uint32_t *value)
     return 1;
 }
 
-/* Reads the handshake events of shard s's socket. Returns 0, or DCPS_E_AUTH
- * with a sentence once the shard has refused this worker. */
-static int check_handshakes(dcps_client_t *c, int s)
+/* A refused connection to shard s, said once until a connection succeeds: the
+ * address, and how long this worker keeps trying (the exchange's retries). */
+static void refused(dcps_client_t *c, int s)
+{
+    conn_t *k = &c->conn[s];
+    if (k->told_refused || c->quiet_refusals)
+        return;
+    k->told_refused = true;
+    double left = c->until_ms - dcps_now_ms();
+    DCPS_WARN("shard %d (%s) refused the connection: nothing listens there (yet); this worker "
+              "keeps trying for %.0f s more ([worker] timeout_ms = %d and retries = %d set how "
+              "long): is dcps-server running there, and is [servers] shards right?",
+              s, c->cfg.shards[s], left > 0 ? left / 1000 : 0, c->cfg.timeout_ms,
+              c->cfg.retries);
+}
+
+/* Reads the events of shard s's socket. Returns 0, or DCPS_E_AUTH with a
+ * sentence once the shard has refused this worker. */
+static int check_events(dcps_client_t *c, int s)
 {
     conn_t *k = &c->conn[s];
     const char *at = c->cfg.shards[s];
@@ -235,6 +265,12 @@ static int check_handshakes(dcps_client_t *c, int s)
     uint32_t value;
     while (next_event(k->monitor, &event, &value)) {
         switch (event) {
+        case ZMQ_EVENT_CONNECTED:
+            k->told_refused = false;
+            break;
+        case ZMQ_EVENT_CONNECT_RETRIED:
+            refused(c, s);
+            break;
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
             k->closed_handshakes = 0;
             break;
@@ -281,13 +317,14 @@ static int connect_shard(dcps_client_t *c, int s)
         return fail(c, DCPS_E_ZMQ, "cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
-    if (c->cfg.curve && (curve_client(c, sock) != 0 || !(k->monitor = monitor(c, sock)))) {
+    if (curve_client(c, sock) != 0 || !(k->monitor = monitor(c, sock))) {
         e = errno;
         zmq_close(sock);
-        return fail(c, DCPS_E_ZMQ, "cannot set up CURVE for shard %d (%s): %s", s,
-                    c->cfg.shards[s], zmq_strerror(e));
+        return fail(c, DCPS_E_ZMQ, "cannot set up %s for shard %d (%s): %s",
+                    c->cfg.curve ? "CURVE" : "a monitor", s, c->cfg.shards[s], zmq_strerror(e));
     }
     k->closed_handshakes = 0;
+    k->told_refused = false;
     if (zmq_connect(sock, c->cfg.shards[s]) != 0) {
         e = errno;
         zmq_close(sock);
@@ -550,7 +587,7 @@ static int collect(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int 
             return fail(c, DCPS_E_ZMQ, "poll: %s", zmq_strerror(errno));
         for (int i = socks; i < n && rc == 0; i++)
             if (items[i].revents & ZMQ_POLLIN)
-                rc = check_handshakes(c, who[i]);
+                rc = check_events(c, who[i]);
         for (int i = 0; i < socks; i++) {
             int s = who[i];
             if (!(items[i].revents & ZMQ_POLLIN))
@@ -581,9 +618,10 @@ static int unanswered(dcps_client_t *c, const slot_t *slots, int attempts, doubl
             bool first = slots[s].req.type == DCPS_MSG_HELLO;
             return fail(c, DCPS_E_TIMEOUT,
                         "shard %d (%s) did not answer %s: %d attempts over %.1f s (the first "
-                        "waited %d ms)%s",
+                        "waited %d ms)%s%s",
                         s, c->cfg.shards[s], dcps_msg_type_name(slots[s].req.type), attempts,
                         waited / 1000.0, attempt_ms,
+                        c->conn[s].told_refused ? "; it refused every connection" : "",
                         first ? "; is dcps-server running there, and is [servers] shards "
                                 "right?"
                               : "");
@@ -600,6 +638,12 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
     int rc = 0, attempt = 0;
     double waited = 0;
 
+    c->until_ms = dcps_now_ms();
+    for (int a = 0; a < attempts; a++)
+        c->until_ms += attempt_wait(attempt_ms, a);
+    c->quiet_refusals = false;
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        c->quiet_refusals |= slots[s].active && slots[s].req.type == DCPS_MSG_BYE;
     stamp(c, slots);
     for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
@@ -629,6 +673,22 @@ static void slots_all(dcps_client_t *c, slot_t *slots, uint32_t type, uint32_t w
     }
 }
 
+/* What to do when a shard's WELCOME describes another job shape than this
+ * worker's: the first of the differences that decides it. */
+static const char *shape_advice(const dcps_client_t *c, const dcps_msg_t *m)
+{
+    if (m->workers != (uint32_t)c->cfg.workers)
+        return "the shards and this worker read different [job] workers: give every shard and "
+               "worker the same job file and the same --set overrides (launch-local.sh -w N "
+               "sets it for all of them), and restart the shards after changing it (a running "
+               "shard keeps the count it started with)";
+    if (m->n_params != c->cfg.n_params)
+        return "the shards and this worker read different [model] params or layers: give them "
+               "the same job file and overrides";
+    return "the shards and this worker split the model differently: is [servers] shards the "
+           "same list, in the same order, for both?";
+}
+
 static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
     conn_t *k = &c->conn[s];
@@ -636,11 +696,11 @@ static int on_welcome(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
         m->n_params != c->cfg.n_params || m->workers != (uint32_t)c->cfg.workers)
         return fail(c, DCPS_E_SIZE,
                     "shard %d (%s) serves [%llu, %llu) of %llu parameters for %u workers; this "
-                    "job expects [%llu, %llu) of %llu for %d",
+                    "job expects [%llu, %llu) of %llu for %d: %s",
                     s, c->cfg.shards[s], (unsigned long long)m->range_lo,
                     (unsigned long long)m->range_hi, (unsigned long long)m->n_params, m->workers,
                     (unsigned long long)k->range.lo, (unsigned long long)k->range.hi,
-                    (unsigned long long)c->cfg.n_params, c->cfg.workers);
+                    (unsigned long long)c->cfg.n_params, c->cfg.workers, shape_advice(c, m));
     k->initialized = m->initialized;
     uint64_t *first = arg;
     if (m->step < *first)
@@ -849,8 +909,18 @@ dcps_client_t *dcps_client_open(const char *job_file, int rank, const char *cons
     }
     dcps_client_t *c = NULL;
     *err = dcps_config_load(cfg, job_file, overrides, n_overrides, errbuf, errlen);
-    if (*err == 0)
+    if (*err == 0 && cfg->n_params == 0) {
+        /* dcps_client_new's sentence speaks of the loaded configuration, which
+         * a caller of this function never holds. */
+        *err = DCPS_E_CONFIG;
+        snprintf(errbuf, errlen,
+                 "%s: [model] params = auto, and dcps_client_open has no model to take the size "
+                 "from: pass the override \"model.params=N\" with the model's parameter count "
+                 "N, or open the worker with dcps_step_open (<dcps/step.h>), which takes it",
+                 job_file);
+    } else if (*err == 0) {
         c = dcps_client_new(cfg, rank, err, errbuf, errlen);
+    }
     free(cfg);
     return c;
 }

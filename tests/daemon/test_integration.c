@@ -13,8 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "kernels/gpu.h"
 #include "tests/harness.h"
 #include "worker/internal.h"
@@ -202,6 +204,65 @@ START_TEST(worker_gives_up_on_an_unreachable_shard_with_a_clear_error)
                       strstr(err, "did not answer HELLO: 2 attempts over 0.6 s") &&
                       strstr(err, "is dcps-server running there"),
                   "worker said: %s", err);
+}
+END_TEST
+
+/* What a_refused_connection_... runs on a thread of its own: dcps_client_open
+ * of its job, which blocks until the shard answers or the retries run out. */
+struct late_open {
+    const char *job;
+    dcps_client_t *c;
+    int rc;
+    char err[1024];
+};
+
+static void *open_late(void *arg)
+{
+    struct late_open *o = arg;
+    o->c = dcps_client_open(o->job, 0, NULL, 0, &o->rc, o->err, sizeof o->err);
+    return NULL;
+}
+
+/* Nothing listens at the shard's address: the worker says so at once (a
+ * refused TCP connection is known in milliseconds, long before a request times
+ * out), naming the address, how long it keeps trying and the keys that set
+ * that; and it keeps trying, so a shard that starts later is still joined. */
+START_TEST(a_refused_connection_is_said_at_once_and_a_late_shard_is_still_joined)
+{
+    char text[512], ep[256];
+    int port = h_free_port();
+    snprintf(text, sizeof text,
+             "[job]\nname = late\nworkers = 1\n[servers]\nshards = tcp://127.0.0.1:%d\n"
+             "[model]\nparams = 1000\n[worker]\ntimeout_ms = 3000\nretries = 2\n",
+             port);
+    struct late_open o = {.job = h_write("late.ini", text)};
+    FILE *log = fopen(h_path("late", "log"), "w");
+    ck_assert_ptr_nonnull(log);
+    setvbuf(log, NULL, _IOLBF, 0);
+    dcps_log_set_stream(log);
+    pthread_t t;
+    double t0 = dcps_now_ms(), said = -1;
+    ck_assert_int_eq(pthread_create(&t, NULL, open_late, &o), 0);
+    while (dcps_now_ms() - t0 < 2500 && said < 0) {
+        if (strstr(h_slurp(h_path("late", "log")), "refused the connection"))
+            said = dcps_now_ms() - t0;
+        usleep(10000);
+    }
+    pid_t s = h_server(o.job, 0, ep);
+    pthread_join(t, NULL);
+    dcps_log_set_stream(NULL);
+    fclose(log);
+    const char *out = h_slurp(h_path("late", "log"));
+    char want[128];
+    snprintf(want, sizeof want, "shard 0 (tcp://127.0.0.1:%d) refused the connection", port);
+    ck_assert_msg(said >= 0 && said < 2500, "not said within 2.5 s (the first attempt waits 3 s): %s",
+                  out);
+    ck_assert_msg(strstr(out, want) && strstr(out, "keeps trying for 2") &&
+                      strstr(out, "[worker] timeout_ms = 3000 and retries = 2 set how long"),
+                  "%s", out);
+    ck_assert_msg(o.c != NULL, "the shard that started later was not joined: %s", o.err);
+    dcps_client_close(&o.c);
+    ck_assert_int_eq(h_stop(s, 5000), 0);
 }
 END_TEST
 
@@ -541,6 +602,11 @@ START_TEST(installed_api_opens_an_auto_sized_job_with_a_params_override)
     const char *none[] = {shards};
     ck_assert_ptr_null(dcps_client_open(j, 0, none, 1, &rc, e, sizeof e));
     ck_assert_int_eq(rc, DCPS_E_CONFIG);
+    /* The sentence says what this API can do: nothing of a configuration's
+     * n_params, which its caller never holds. */
+    ck_assert_msg(strstr(e, "params = auto") && strstr(e, "\"model.params=N\"") &&
+                      strstr(e, "dcps_step_open") && !strstr(e, "n_params"),
+                  "%s", e);
     const char *ov0[] = {shards, "model.params=5000"};
     dcps_client_t *c0 = dcps_client_open(j, 0, ov0, 2, &rc, e, sizeof e);
     ck_assert_msg(c0 != NULL, "%s", e);
@@ -558,6 +624,26 @@ START_TEST(installed_api_opens_an_auto_sized_job_with_a_params_override)
     free(w);
     free(got);
     dcps_client_close(&c0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(h_stop(s[i], 5000), 0);
+}
+END_TEST
+
+/* Shards and worker that read different [job] workers: the refusal says which
+ * differs and what to do about it. */
+START_TEST(a_worker_count_that_differs_from_the_shards_says_what_to_do)
+{
+    char shards[600], e[1024], j[512] = "";
+    pid_t s[2];
+    int rc = 0;
+    two_shards(j, s, shards);
+    const char *ov[] = {shards, "model.params=5000", "job.workers=3"};
+    ck_assert_ptr_null(dcps_client_open(j, 0, ov, 3, &rc, e, sizeof e));
+    ck_assert_int_eq(rc, DCPS_E_SIZE);
+    ck_assert_msg(strstr(e, "for 2 workers; this job expects") && strstr(e, "for 3: ") &&
+                      strstr(e, "different [job] workers") &&
+                      strstr(e, "launch-local.sh -w N") && strstr(e, "restart the shards"),
+                  "%s", e);
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(h_stop(s[i], 5000), 0);
 }
@@ -671,6 +757,7 @@ int main(void)
     tcase_add_test(tc, server_stops_with_status_0_on_sigterm_and_sigint);
     tcase_add_test(tc, bad_job_file_stops_both_programs_before_binding);
     tcase_add_test(tc, worker_gives_up_on_an_unreachable_shard_with_a_clear_error);
+    tcase_add_test(tc, a_refused_connection_is_said_at_once_and_a_late_shard_is_still_joined);
     tcase_add_test(tc, worker_asked_for_a_gpu_without_one_exits_clearly);
     tcase_add_test(tc, worker_with_a_bad_data_file_exits_naming_it);
     tcase_add_test(tc, shard_told_to_bind_a_host_name_says_what_it_can_bind);
@@ -679,6 +766,7 @@ int main(void)
     tcase_add_test(tc, auto_sized_job_trains_to_the_end_whichever_rank_starts_first);
     tcase_add_test(tc, worker_of_another_size_is_refused_before_its_first_push);
     tcase_add_test(tc, installed_api_opens_an_auto_sized_job_with_a_params_override);
+    tcase_add_test(tc, a_worker_count_that_differs_from_the_shards_says_what_to_do);
     tcase_add_test(tc, rank_0_with_an_impossible_size_is_refused_and_the_shards_wait_on);
     tcase_add_test(tc, hello_before_rank_0_waits_then_succeeds);
     tcase_add_test(tc, worker_refuses_a_params_that_is_not_its_mlps);
