@@ -523,10 +523,15 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 
 /* A worker of a shard restored from a checkpoint names a version the previous
  * process had reached: the updates between the checkpoint and it are lost.
- * Logged when a worker first shows more of them than logged so far. */
+ * Only a rank that has not pulled from this process (dcps_shard_behind) names
+ * the previous process's versions; once it has, the versions it names are this
+ * process's own, which reuse the same numbers and lose nothing. Logged when a
+ * worker first shows more of them than logged so far: one line per loss, and
+ * one more only for a rank that had seen further. */
 static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
 {
-    if (!r->restored_version || seen <= r->restored_version)
+    if (!shard_now(r).restored || !dcps_shard_behind(r->shard, rank) ||
+        seen <= r->restored_version)
         return;
     uint64_t lost = seen - r->restored_version;
     if (lost <= r->lost_logged)
@@ -632,15 +637,14 @@ static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
     return rc;
 }
 
-/* A version this shard has not reached, one the previous process had reached
- * after the restored checkpoint (lost updates), or a rank behind a restored
- * shard, whose push may move the round or its clock (push_round): each is an
- * outcome, decided in push_version_act once the values are checked. */
+/* A version this shard has not reached, or a rank behind a restored shard,
+ * whose version may be one the previous process reached after the restored
+ * checkpoint (lost updates: note_lost) and whose push may move the round or
+ * its clock (push_round): each is an outcome, decided in push_version_act once
+ * the values are checked. */
 static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    uint64_t v = p->based_on;
-    return v > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank) ||
-                   (r->restored_version && v > r->restored_version)
+    return p->based_on > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank)
                ? ACT
                : GO_ON;
 }

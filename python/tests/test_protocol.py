@@ -1163,6 +1163,121 @@ class Restart(Case):
         self.assertTrue(np.array_equal(a.pull(2).arrays[0], once - F32(LR) * g))
 
 
+
+def checkpointed(case, shards=1, workers=3, **sections):
+    """A job of `shards` shards whose checkpoints go to a scratch directory, only
+    at SIGTERM (checkpoint_every 0), with delta pulls unless told."""
+    d = tempfile.mkdtemp(prefix="dcps-ckpt-")
+    case.addCleanup(shutil.rmtree, d, True)
+    sections.setdefault("compression", {"pull": "delta"})
+    sections.setdefault("server", {}).update({"checkpoint_dir": d, "checkpoint_every": 0})
+    return case.start(shards=shards, workers=workers, **sections)
+
+
+class DeltaTags(Case):
+    """Section 10: a shard sends a delta only against a tag it gave this session
+    in this process; anything else is answered dense, so every worker's copy is
+    the shard's again."""
+
+    def test_a_sessions_first_delta_pull_is_dense(self):
+        self.start(compression={"pull": "delta"})
+        w0 = gradient(rng(40), N)
+        a = self.joined(0, init=w0)
+        # The first pull of a session, with DELTA and the version it "holds": dense.
+        r = a.pull(0, held=0)
+        self.assertEqual((r.kinds(), r.h.param_version), ([pb.FRAME_DENSE], 0))
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512]))
+        # A rank's next session does not inherit its tag: rank 1 pulls and holds
+        # version 1, says BYE, and its next session names that tag.
+        b = self.joined(1)
+        a.push(0, 0, g=np.ones(512, F32))
+        self.assertEqual(b.pull(0, held=None).h.param_version, 1)
+        self.assertEqual(b.pull(1, held=1).kinds(), [pb.FRAME_INDICES, pb.FRAME_VALUES])
+        b.bye()
+        b2 = self.joined(1, session=SC)
+        r = b2.pull(1, held=1)
+        self.assertEqual((r.kinds(), r.h.param_version), ([pb.FRAME_DENSE], 1))
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512] - F32(LR)))
+        # From then on, deltas.
+        self.assertEqual(b2.pull(1, held=1).kinds(), [pb.FRAME_INDICES, pb.FRAME_VALUES])
+
+    def test_after_a_restore_every_workers_delta_copy_equals_the_shards(self):
+        """Workers hold tags of the previous process below, at and above the
+        restored version, one of them a version the new process reaches with
+        other contents; after the restore each one's delta-pulled copy equals
+        an EXACT pull (deltas of the whole range: each delta brings the copy to
+        w exactly)."""
+        job = checkpointed(self, compression={"pull": "delta", "pull_density": 1})
+        r = rng(41)
+        w0 = gradient(r, N)
+        ws = [self.worker(k) for k in range(3)]
+        for w in ws:
+            w.hello()
+        ws[0].init(w0)
+        for w in ws:
+            w.pull(0)
+
+        def step(w, t):
+            idx = np.sort(r.choice(N, 40, replace=False)).astype(np.uint32)
+            w.push(t, idx=idx, values=gradient(r, idx.size))
+            w.pull(t + 1, delta=True)
+
+        for t in range(3):  # versions 1 to 3; rank 2 holds 1
+            step(ws[t % 2] if t else ws[2], t)
+        job.restart(0)  # SIGTERM: the checkpoint holds version 3
+        for t in range(3, 9):  # versions 4 to 9 of a process that will be lost
+            step(ws[t % 2], t)
+        held = [w.version[0] for w in ws]
+        job.restart(0, signal.SIGKILL)  # back to version 3
+        self.assertLess(held[2], 3)
+        self.assertGreater(min(held[:2]), 3)
+        # Rank 2 pushes (without pulling) until the new process is at rank 0's
+        # tag, with other contents; then everyone pulls with the tag it holds.
+        t, version = 9, 3
+        while version < held[0]:
+            version = ws[2].push(t, g=gradient(r, N))[0].h.param_version
+            t += 1
+        for w in ws:
+            w.pull(t, delta=True)
+            self.assertEqual(w.kinds, [[pb.FRAME_DENSE]], f"rank {w.conns[0].rank}")
+        for t in range(t, t + 6):
+            for w in ws:
+                step(w, t)
+        for w in ws:
+            w.pull(t + 1, delta=True)
+        exact = self.params(ws[0].conns[0])[0]
+        for w in ws:
+            self.assertTrue(np.array_equal(w.held, exact), f"rank {w.conns[0].rank}")
+
+
+class LostUpdates(Case):
+    """Section 11: a restored shard counts as lost only the versions of its
+    previous process that a worker names before it pulls from the new one."""
+
+    def test_a_restore_that_lost_nothing_logs_nothing_and_a_loss_logs_once(self):
+        job = checkpointed(self, workers=1, compression={})
+        r = rng(42)
+        w = self.worker(0)
+        w.hello()
+        w.init(gradient(r, N))
+        w.pull(0)
+
+        def steps(first, count):
+            for t in range(first, first + count):
+                w.push(t, g=gradient(r, N))
+                w.pull(t + 1)
+
+        steps(0, 3)
+        job.restart(0)  # SIGTERM: the checkpoint holds version 3, nothing is lost
+        steps(3, 8)  # versions 4 to 11 of the new process, above the restored 3
+        self.assertNotIn("after the restored checkpoint", job.shard_log(0))
+        job.restart(0, signal.SIGKILL)  # back to version 3: 8 updates lost
+        steps(11, 8)
+        lines = [x for x in job.shard_log(0).splitlines() if "after the restored checkpoint" in x]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("rank 0 had version 11 of the previous process: the 8 updates after "
+                      "the restored checkpoint (version 3) are lost", lines[0])
+
 class Transport(Case):
     def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):
         self.start()
