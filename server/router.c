@@ -754,8 +754,10 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
     if (dcps_shard_stats(s).pushes != pushes) /* not an empty async push (shard.h) */
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
-    send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
+    /* The ack names the version after this push (docs/protocol.md, 7.4): in
+     * sync, after the round it completes, as the pulls that round releases do. */
     progress(r);
+    send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
     return ANSWERED;
 }
 

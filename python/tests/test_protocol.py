@@ -330,7 +330,8 @@ class HappyPath(Case):
                 a.push(step, idx=ia, values=ga[ia])
                 ga = np.where(np.isin(np.arange(N), ia), ga, F32(0))
             else:
-                a.push(step, g=ga)
+                acks = a.push(step, g=ga)
+                self.assertEqual([x.h.param_version for x in acks], [0, 0])  # the round is open
             # Rank 0 asks for the next step: it waits (WAITING heartbeats) for the round.
             seqs = [c.send(pb.PULL, step=step + 1) for c in a.conns]
             for c, seq in zip(a.conns, seqs):
@@ -343,7 +344,9 @@ class HappyPath(Case):
                 gb = np.where(np.isin(np.arange(N), ib), gb, F32(0))
             else:
                 acks = b.push(step, g=gb)
-                self.assertEqual([x.h.param_version for x in acks], [0, 0])  # before the round
+                # The push that completes the round: its ack names the version after
+                # it, as the pull replies the round releases do (section 7.4).
+                self.assertEqual([x.h.param_version for x in acks], [1, 1])
             expect = expect - F32(LR) * ((ga + gb) * F32(0.5))
             for s, (c, seq) in enumerate(zip(a.conns, seqs)):
                 rep = answer(c, 2000)
