@@ -398,6 +398,13 @@ static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
                  "names it in its HELLO and every later request");
         return DCPS_E_SESSION;
     }
+    if (!(m->has & DCPS_HAS_SHARD)) { /* absent is not 0: a HELLO says which shard it expects */
+        snprintf(why, whylen,
+                 "HELLO names no shard: a worker names the index of the shard it expects at "
+                 "this endpoint, this is shard %d",
+                 s.index);
+        return DCPS_E_SIZE;
+    }
     if (m->shard != (uint32_t)s.index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
                  m->shard, s.index);

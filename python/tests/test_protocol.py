@@ -1282,6 +1282,200 @@ class LostUpdates(Case):
         self.assertIn("rank 0 had version 11 of the previous process: the 8 updates after "
                       "the restored checkpoint (version 3) are lost", lines[0])
 
+
+def table_of_section_6():
+    """docs/protocol.md's field table (section 6): {field: {type: cell}}, the
+    types as MsgType values."""
+    with open(os.path.join(harness.SRC, "docs", "protocol.md")) as f:
+        lines = [x.strip() for x in f]
+    at = lines.index(next(x for x in lines if x.startswith("| field | HELLO |")))
+    heads = [h.strip() for h in lines[at].strip("|").split("|")][1:]
+    types = [[getattr(pb, t.strip()) for t in h.split(",")] for h in heads]
+    table = {}
+    for row in lines[at + 2:]:
+        if not row.startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for name in re.findall(r"`(\w+)`", cells[0]):
+            table[name] = {t: cell for ts, cell in zip(types, cells[1:]) for t in ts}
+    return table
+
+
+class SpecGaps(Case):
+    """What docs/protocol.md once left open, each as the shard does it."""
+
+    def test_the_largest_delta_is_the_pull_density_or_the_warmup_start(self):
+        """Section 10: want is clamped to the largest delta: the pull density's
+        entries, or 25% of the range during a density warm-up; absent, the pull
+        density's."""
+        for warmup, largest in ((0, 11), (2, 128)):
+            self.start(compression={"pull": "delta", "density": 0.01, "pull_density": 0.02,
+                                    "density_warmup_epochs": warmup})
+            c = self.joined(0, init=np.zeros(N, F32))
+            c.pull(0)
+            for t, (want, k) in enumerate(((None, 11), (5, 5), (1000, largest))):
+                version = c.push(t, t, g=np.ones(512, F32)).h.param_version
+                r = c.pull(t + 1, held=version - 1, want=want)
+                self.assertEqual(r.arrays[0].size, k, f"warm-up {warmup}, want {want}")
+
+    def test_ties_go_to_the_lower_index_and_k_entries_are_sent(self):
+        """Section 10: among equal |w - mirror| the lower index is sent; k entries
+        even if fewer changed (zeros at the lowest indices)."""
+        self.start(compression={"pull": "delta"})
+        a, b = self.joined(0, init=np.zeros(N, F32)), self.joined(1)
+        a.pull(0)
+        b.pull(0)
+        a.push(0, 0, idx=[30, 20, 9, 5][::-1], values=[1.0] * 4)
+        r = b.pull(1, held=0, want=2)
+        self.assertEqual(sorted(r.arrays[0].tolist()), [5, 9])
+        self.assertEqual(r.arrays[1].tolist(), [-F32(LR)] * 2)
+        a.push(1, 1, idx=[7], values=[1.0])
+        r = b.pull(2, held=1, want=4)  # 20 and 30 left over, 7 new, then index 0
+        got = dict(zip(r.arrays[0].tolist(), r.arrays[1].tolist()))
+        self.assertEqual(got, {7: -F32(LR), 20: -F32(LR), 30: -F32(LR), 0: 0.0})
+
+    def test_init_is_checked_whole_before_it_is_a_duplicate(self):
+        """Section 7.3: a repeated INIT is refused as a first one would be; only
+        one that passes every check is answered DUPLICATE."""
+        self.start()
+        w0 = np.zeros(512, F32)
+        c = self.joined(0, init=np.zeros(N, F32))
+        self.refused(c, "NONFINITE", "value nan at offset 3 is not finite", pb.INIT,
+                     P.dense(np.where(np.arange(512) == 3, F32(np.nan), w0)))
+        self.refused(c, "SIZE", "dense frame of 5 elements, the shard's range has 512", pb.INIT,
+                     P.dense(np.zeros(5, F32)))
+        self.refused(self.joined(1), "STATE", "only rank 0 initialises parameters, not rank 1",
+                     pb.INIT, P.dense(w0))
+        self.assertEqual(c.init(w0 + 1).h.flags, pb.FLAG_DUPLICATE)
+        self.assertTrue(np.array_equal(c.pull(0).arrays[0], w0))
+
+    def test_hello_without_shard_is_size(self):
+        """Section 7.2: `shard` is required; absent is not 0."""
+        self.start()
+        for s in (0, 1):
+            self.refused(self.conn(0, s), "SIZE", "HELLO names no shard: a worker names the "
+                         f"index of the shard it expects at this endpoint, this is shard {s}",
+                         pb.HELLO, n_params=N)
+
+    def test_a_push_is_checked_for_its_session_before_its_shape(self):
+        """Section 7.1: the frames of a type that carries none are refused at
+        step 11, before the session (13); a PUSH's shape is its own check (7.4),
+        after the session."""
+        self.start()
+        self.joined(0, init=np.zeros(N, F32))
+        stranger = self.conn(1)
+        self.refused(stranger, "SESSION", "rank 1 has not said HELLO to this shard", pb.PUSH,
+                     step=0)
+        self.refused(stranger, "FRAMECOUNT", "HEARTBEAT carries no payload, got 1 frame "
+                     "(DENSE)", pb.HEARTBEAT, P.dense([1.0]))
+        stranger.hello(0, N)
+        self.refused(stranger, "FRAMECOUNT", "PUSH needs one DENSE frame, or an INDICES frame "
+                     "then a VALUES frame; got no frames", pb.PUSH, step=0)
+
+    def test_a_waiting_rank_that_sends_nothing_is_declared_dead(self):
+        """Section 8: a request that waits is no sign of life once it has
+        arrived: without HEARTBEATs its rank is declared dead after
+        dead_after_ms and the request dropped; with them it is answered."""
+        job = self.start(job={"mode": "sync"}, server={"heartbeat_ms": 50, "dead_after_ms": 500})
+        for beats in (True, False):
+            a = self.joined(0, session=P.new_session())
+            b = self.joined(1, session=P.new_session())
+            if beats:
+                a.init(np.zeros(512, F32))
+            step = a.pull(0 if beats else 1).h.param_version
+            a.push(step, step, g=np.ones(512, F32))
+            seq = a.send(pb.PULL, step=step + 1)
+            until = time.monotonic() + 1.0  # twice dead_after_ms
+            while time.monotonic() < until:
+                b.heartbeat()
+                if beats:
+                    a.send(pb.HEARTBEAT)
+                time.sleep(0.05)
+            b.push(step, step, g=np.ones(512, F32))
+            got = None
+            while True:
+                rep = a.recv(300)
+                if rep is None or rep.type == pb.PULL_REPLY:
+                    got = rep
+                    break
+            if beats:
+                self.assertEqual((got.type, got.h.seq), (pb.PULL_REPLY, seq))
+            else:
+                self.assertIsNone(got)
+                self.assertIn("worker 0 declared dead", job.shard_log(0))
+            a.bye()
+            b.bye()
+
+    def test_a_known_field_of_another_wire_type_is_header(self):
+        """Section 2: a field of dcps.proto sent with another wire type (rank,
+        a varint, as length-delimited bytes) does not parse: HEADER, rank 0,
+        seq 0."""
+        self.start()
+        c = self.conn()
+        hdr = c.header(pb.HEARTBEAT, 50).SerializeToString() + bytes([4 << 3 | 2, 1, 0])
+        c.sock.send_multipart([hdr])
+        r = c.recv(2000)
+        self.assertError(r, "HEADER", f"header of {len(hdr)} bytes does not parse as "
+                         "dcps.Header")
+        self.assertEqual((r.h.rank, r.h.seq, r.h.session), (0, 0, 0))
+
+    def test_duplicate_is_matched_on_seq_alone(self):
+        """Section 5: a push with the session's last seq is answered as that push
+        was, whatever it carries: the shard keeps no copy to compare."""
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32))
+        self.assertEqual(c.push(0, 0, g=np.ones(512, F32), seq=9).h.param_version, 1)
+        ack = c.push(1, 1, g=np.full(512, 5.0, F32), seq=9)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+        self.assertTrue(np.array_equal(c.pull(1).arrays[0], np.full(512, -F32(LR))))
+
+    def test_welcome_step_is_the_ranks_clock(self):
+        """Section 7.2: async and ssp, one more than the highest step of the
+        rank's pushes this shard took (absent while 0); sync, the open round."""
+        self.start()
+        c = self.conn(0)
+        w = c.hello(0, N)
+        self.assertFalse(w.h.HasField("step"))
+        c.init(np.zeros(512, F32))
+        c.push(0, 0, g=np.ones(512, F32))
+        c.push(5, 1, g=np.ones(512, F32))
+        c.push(9, 2, idx=[], values=[])  # an empty sparse push moves the clock too
+        self.refused(c, "VERSION", "gradient computed on version 7, this shard is at version 2",
+                     pb.PUSH, P.dense(np.ones(512, F32)), step=20, param_version=7)
+        c.bye()
+        self.assertEqual(self.conn(0, session=SC).hello(0, N).h.step, 10)
+
+    def test_every_reply_carries_its_shard_and_version_also_when_0(self):
+        """Section 7: protocol, type, job_id, rank, seq, shard and param_version
+        are present in every reply, 0 included; other fields are absent when 0
+        (lr aside)."""
+        self.start()
+        c = self.conn(0)
+        w = c.hello(0, N)
+        for f in ("protocol", "type", "job_id", "rank", "seq", "shard", "param_version"):
+            self.assertTrue(w.h.HasField(f), f)
+        self.assertEqual((w.h.shard, w.h.param_version), (0, 0))
+        for f in ("initialized", "step", "flags", "want", "error_code", "lr"):
+            self.assertFalse(w.h.HasField(f), f)
+        e = c.request(pb.PULL, check=False)  # NOTREADY
+        self.assertTrue(e.h.HasField("param_version") and e.h.param_version == 0)
+
+    def test_the_field_table_of_section_6_is_the_shards(self):
+        """Every field a type has no use for ("none" in the table) is FIELD."""
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32))
+        values = {"initialized": True, "workers": 1, "error_code": 1, "error_text": "x",
+                  "lr": 0.5, "flags": 8, "want": 5, "step": 3, "param_version": 2}
+        checked = 0
+        for field, cells in table_of_section_6().items():
+            for type_, cell in cells.items():
+                if cell == "none" and field in values:
+                    r = c.request(type_, check=False, **{field: values[field]})
+                    self.assertEqual(pb.ErrorCode.Name(r.h.error_code), "E_FIELD",
+                                     f"{pb.MsgType.Name(type_)} with {field}")
+                    checked += 1
+        self.assertGreater(checked, 50)
+
 class Transport(Case):
     def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):
         self.start()
