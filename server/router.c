@@ -235,9 +235,9 @@ static void barrier_check(dcps_router_t *r)
     r->barrier_waiting = 0;
 }
 
-/* After any change of membership or clocks: closes a full sync round, then
- * answers what may go on. */
-static void progress(dcps_router_t *r)
+/* Closes the sync round if every counted rank has pushed for it (applies its
+ * mean); otherwise nothing. */
+static void close_full_round(dcps_router_t *r)
 {
     if (dcps_consistency_round_full(&r->cons)) {
         /* A round of ranks whose pushes were all lost with a restarted shard's
@@ -253,6 +253,13 @@ static void progress(dcps_router_t *r)
         }
         dcps_consistency_close_round(&r->cons);
     }
+}
+
+/* After any change of membership or clocks: closes a full sync round, then
+ * answers what may go on. */
+static void progress(dcps_router_t *r)
+{
+    close_full_round(r);
     serve_pulls(r);
     barrier_check(r);
 }
@@ -762,9 +769,11 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     /* The ack names the version after this push (docs/protocol.md, 7.4): in
-     * sync, after the round it completes, as the pulls that round releases do. */
-    progress(r);
+     * sync, after the round it completes, as the pulls that round releases do;
+     * it goes before them, so a rank whose own pull waits gets the ack first. */
+    close_full_round(r);
     send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
+    progress(r);
     return ANSWERED;
 }
 
