@@ -317,10 +317,10 @@ static void close_round(dcps_router_t *r, const bool *members)
 
 static void lead(dcps_router_t *r);
 
-/* After any change of membership or clocks: closes the open sync round if it
- * may close (alone: when full; the leader: by its rule; a follower only on the
- * leader's word), then answers what may go on. */
-static void progress(dcps_router_t *r)
+/* Closes the open sync round if it may close: alone, when every counted rank
+ * has pushed for it; the leader, by its rule (server/rounds.h); a follower
+ * never here, only on the leader's word. */
+static void close_ready_round(dcps_router_t *r)
 {
     if (r->role == LEADER) {
         lead(r);
@@ -329,6 +329,13 @@ static void progress(dcps_router_t *r)
             r->members[i] = r->cons.m[i].contributed;
         close_round(r, r->members);
     }
+}
+
+/* After any change of membership or clocks: closes the sync round if it may
+ * close, then answers what may go on. */
+static void progress(dcps_router_t *r)
+{
+    close_ready_round(r);
     serve_pulls(r);
     barrier_check(r);
 }
@@ -841,6 +848,13 @@ static int hello_fits(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
                  "names it in its HELLO and every later request");
         return DCPS_E_SESSION;
     }
+    if (!(m->has & DCPS_HAS_SHARD)) { /* absent is not 0: a HELLO says which shard it expects */
+        snprintf(why, whylen,
+                 "HELLO names no shard: a worker names the index of the shard it expects at "
+                 "this endpoint, this is shard %d",
+                 s.index);
+        return DCPS_E_SIZE;
+    }
     if (m->shard != (uint32_t)s.index) {
         snprintf(why, whylen, "worker expected shard %u at this endpoint, this is shard %d",
                  m->shard, s.index);
@@ -966,10 +980,15 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
 
 /* A worker of a shard restored from a checkpoint names a version the previous
  * process had reached: the updates between the checkpoint and it are lost.
- * Logged when a worker first shows more of them than logged so far. */
+ * Only a rank that has not pulled from this process (dcps_shard_behind) names
+ * the previous process's versions; once it has, the versions it names are this
+ * process's own, which reuse the same numbers and lose nothing. Logged when a
+ * worker first shows more of them than logged so far: one line per loss, and
+ * one more only for a rank that had seen further. */
 static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
 {
-    if (!r->restored_version || seen <= r->restored_version)
+    if (!shard_now(r).restored || !dcps_shard_behind(r->shard, rank) ||
+        seen <= r->restored_version)
         return;
     uint64_t lost = seen - r->restored_version;
     if (lost <= r->lost_logged)
@@ -1075,15 +1094,14 @@ static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
     return rc;
 }
 
-/* A version this shard has not reached, one the previous process had reached
- * after the restored checkpoint (lost updates), or a rank behind a restored
- * shard, whose push may move the round or its clock (push_round): each is an
- * outcome, decided in push_version_act once the values are checked. */
+/* A version this shard has not reached, or a rank behind a restored shard,
+ * whose version may be one the previous process reached after the restored
+ * checkpoint (lost updates: note_lost) and whose push may move the round or
+ * its clock (push_round): each is an outcome, decided in push_version_act once
+ * the values are checked. */
 static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    uint64_t v = p->based_on;
-    return v > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank) ||
-                   (r->restored_version && v > r->restored_version)
+    return p->based_on > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank)
                ? ACT
                : GO_ON;
 }
@@ -1201,6 +1219,12 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
     if (dcps_shard_stats(s).pushes != pushes) /* not an empty async push (shard.h) */
         timed(&r->apply_push, t0);
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
+    /* The ack names the version after this push (docs/protocol.md, 7.4): in
+     * sync, after the round it closes here, as the pulls that round releases
+     * do; it goes before them, so a rank whose own pull waits gets the ack
+     * first. (A follower closes rounds on shard 0's word, not on a push: it
+     * tells shard 0 it holds this one.) */
+    close_ready_round(r);
     send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
     report(r);
     progress(r);

@@ -11,7 +11,9 @@
  * start, 0 included). A rank's record keeps its session's last push: its seq and
  * whether it was applied or dropped as STALE (sync mode). That is all a shard
  * needs to answer a retry exactly as it answered the first attempt, and to
- * refuse a seq from the past; a new session starts with no last push.
+ * refuse a seq from the past; a new session starts with no last push. It also
+ * says whether this process has answered a pull of the session: only then is
+ * the delta tag the session names one this process gave it (server/shard.h).
  *
  * This module is the record and its rules, nothing else. The records have one
  * owner, the shard (server/shard.h), one per rank: a push and its record change
@@ -31,9 +33,12 @@
 
 typedef struct {
     uint64_t id;   /* the session bound at HELLO; 0: none */
+    uint64_t seq;  /* its last push's sequence number, if pushed */
     bool pushed;   /* a push of this session was seen: seq and applied hold */
     bool applied;  /* that push was applied (false: dropped as STALE) */
-    uint64_t seq;  /* that push's sequence number */
+    bool pulled;   /* this process answered a pull of this session: the delta tag the
+                      session names is one this process gave it. Not saved: a restored
+                      shard vouches for no tag (docs/protocol.md, sections 10 and 11) */
 } dcps_session_t;
 
 /* What a push's seq is to a rank's session. */
@@ -48,7 +53,7 @@ enum dcps_seq_verdict {
  * its 16 hex digits, and a NUL. */
 #define DCPS_SESSION_SHORT 9
 
-/* Binds s to session id (nonzero) with no push seen yet. */
+/* Binds s to session id (nonzero) with no push seen yet and no pull answered. */
 void dcps_session_open(dcps_session_t *s, uint64_t id);
 
 /* The verdict on a push of s's session with sequence number seq. */
@@ -64,6 +69,7 @@ void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied);
 #define DCPS_SESSION_APPLIED 2u /* and it was applied */
 
 void dcps_session_save(const dcps_session_t *s, uint64_t words[DCPS_SESSION_WORDS]);
+/* Loads a record saved by dcps_session_save, with no pull answered. */
 void dcps_session_load(dcps_session_t *s, const uint64_t words[DCPS_SESSION_WORDS]);
 
 /* Writes id's short form ("3f2a9c01") to out (DCPS_SESSION_SHORT bytes);

@@ -576,13 +576,15 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
                      bool exact, dcps_pull_t *out)
 {
     s->pulls++;
-    /* A tag held from before a restore may name other contents than the
-     * restored mirror's: as if it held nothing (the sync mirror, shared, may
-     * carry a post-restore tag equal to it). */
-    if (s->behind[rank]) {
-        s->behind[rank] = false;
+    /* A tag is vouched for only if this process gave it to this session: a
+     * session's first pull, and every rank's first after a restore (versions
+     * repeat there with other contents, above and below the restored one), are
+     * answered as if it held nothing (the sync mirror, shared, may carry a tag
+     * equal to the one named). */
+    if (!s->session[rank].pulled)
         holds = false;
-    }
+    s->session[rank].pulled = true;
+    s->behind[rank] = false;
     *out = (dcps_pull_t){.dense = true, .values = s->w, .k = s->n};
     if (!s->delta) {
         if (s->bak)

@@ -66,7 +66,9 @@
  * holds the current tag is answered with a delta: the top k entries of
  * w − mirror (k as the pull asks, at most k_max; by default k_pull), which are
  * added to the mirror. The mirror moves at most once per
- * version, so a tag names one content: any other pull gets the mirror dense.
+ * version, so a tag names one content: any other pull gets the mirror dense,
+ * and so does a session's first pull (server/session.h): a tag is trusted only
+ * from a session this process gave it to.
  * In async and ssp mode worker m's mirror is its DC-ASGD backup w_bak(m); in
  * sync mode all workers share one, and the delta of a round is computed once.
  *
@@ -249,7 +251,8 @@ typedef struct {
 
 /* The reply to a pull from worker `rank`, which holds the parameters tagged
  * `held` (holds) or nothing and wants deltas of at most `want` entries (0:
- * k_pull). Pull = dense: w, which becomes DC-ASGD's
+ * k_pull). holds counts only once this process answered a pull of rank's
+ * session: its first pull (also its first after a restore) is dense. Pull = dense: w, which becomes DC-ASGD's
  * w_bak(rank). Pull = delta: see above; `exact` asks for w itself (the mirror
  * of an async worker becomes w; the shared mirror of sync mode is left alone,
  * so the worker then holds nothing). The reply's version is the shard's. */

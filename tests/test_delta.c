@@ -297,6 +297,38 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
 }
 END_TEST
 
+/* A tag counts only from a session this process gave it to (server/session.h):
+ * a session's first pull is dense whatever it names, in async (per-rank
+ * mirrors) and sync (the shared one), and a rank's next session does not
+ * inherit the tag of its previous one. */
+START_TEST(a_sessions_first_pull_is_dense_whatever_tag_it_names)
+{
+    const char *modes[] = {"async", "sync"};
+    for (int m = 0; m < 2; m++) {
+        dcps_shard_t *s = delta_shard(modes[m], "sgd", "0.01");
+        dcps_pull_t p;
+        float g[N];
+        for (int i = 0; i < N; i++)
+            g[i] = 1.0f;
+        dcps_shard_open_session(s, 0, 11);
+        dcps_shard_pull(s, 0, true, 0, 0, false, &p); /* "holds" the INIT's version */
+        ck_assert_msg(p.dense, "%s: a session's first pull", modes[m]);
+        dcps_shard_pull(s, 0, true, 0, 0, false, &p);
+        ck_assert_msg(!p.dense && p.k == 0, "%s: then a delta, empty", modes[m]);
+        if (m == 0)
+            ck_assert_int_eq(dcps_shard_apply_dense(s, 1, 1, g), 0);
+        else
+            ck_assert_int_eq(dcps_shard_accumulate_dense(s, 1, 1, g) ||
+                                 dcps_shard_apply_round(s, 1),
+                             0);
+        dcps_shard_open_session(s, 0, 12); /* rank 0's next process */
+        dcps_shard_pull(s, 0, true, 0, 0, false, &p);
+        ck_assert_msg(p.dense, "%s: a new session's first pull", modes[m]);
+        dcps_shard_destroy(&s);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -307,6 +339,7 @@ static Suite *suite(void)
     tcase_add_test(tc, an_exact_pull_sends_w_and_resets_an_async_mirror);
     tcase_add_test(tc, a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density);
     tcase_add_test(tc, memory_counts_the_mirror_and_the_delta);
+    tcase_add_test(tc, a_sessions_first_pull_is_dense_whatever_tag_it_names);
     suite_add_tcase(s, tc);
     return s;
 }

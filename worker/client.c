@@ -1051,7 +1051,8 @@ static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
     }
     /* Updates applied between this worker's last pull and its push, its own push
      * not counted: how stale the gradient was when it arrived. (A sync shard
-     * acknowledges before it applies: 0.) */
+     * names the version before the round, or after it to the push that
+     * completed it: 0 either way.) */
     uint64_t pulled = c->conn[s].pulled_version;
     uint64_t st = m->param_version > pulled ? m->param_version - pulled - 1 : 0;
     c->stats.staleness_sum += st;

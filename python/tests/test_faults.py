@@ -50,16 +50,17 @@ def shard_end(log):
     return (int(v[-1]) if v else None, r[-1] if r else None)
 
 
-def run_fault(mode, fault, seed, timeout=120, pull="dense"):
+def run_fault(mode, fault, seed, timeout=120, pull="dense", limit=4800, latest=2.5):
     """One job with one fault; returns a dict: finished (every worker exited
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints."""
     rng = random.Random(seed)
-    job = harness.Job(fault_job(mode, compression={"pull": pull}))  # @DIR@: harness.Job's
+    job = harness.Job(fault_job(mode, limit=limit, compression={"pull": pull}))  # @DIR@: Job's
     try:
         procs = [job.spawn_c_worker(r) for r in range(3)]
-        # The jobs run 3 to 5 s here; a fault lands in its first half or so.
-        at = rng.uniform(0.4, 2.5)
+        # The short jobs run 3 to 5 s here; a fault lands in the first half or so
+        # (latest: the latest moment, for longer jobs).
+        at = rng.uniform(0.4, latest)
         hold = rng.uniform(0.3, 2.0) * DEAD_AFTER_MS / 1000
         time.sleep(at)
         what = {"mode": mode, "fault": fault, "pull": pull, "seed": seed, "at_s": round(at, 3),

@@ -117,6 +117,17 @@ class Case(unittest.TestCase):
             else int(base["job"]["id"])
         return job
 
+    def start_sync_alone(self, **sections):
+        """A sync job of one shard of 512 parameters (shard 0's range in the
+        2-shard jobs above), for tests that speak to shard 0 only: with
+        several shards a sync round closes only once every shard holds its
+        pushes (section 16)."""
+        job = sections.setdefault("job", {})
+        job["mode"] = "sync"
+        sections.setdefault("model", {})["params"] = 512
+        self.n_params = 512
+        return self.start(shards=1, **sections)
+
     def conn(self, rank=0, shard=0, session=None, **kw):
         c = P.Conn(self.ctx, self.endpoints[shard], self.job_id, rank, session, shard=shard,
                    **kw)
@@ -131,7 +142,7 @@ class Case(unittest.TestCase):
     def joined(self, rank=0, shard=0, init=None, **kw):
         """A Conn that said HELLO to `shard`; rank 0 with init also INITs."""
         c = self.conn(rank, shard, **kw)
-        w = c.hello(shard, N)
+        w = c.hello(shard, getattr(self, "n_params", N))
         if init is not None:
             lo, hi = w.h.range_lo, w.h.range_hi
             c.init(init[lo:hi])
@@ -330,7 +341,8 @@ class HappyPath(Case):
                 a.push(step, idx=ia, values=ga[ia])
                 ga = np.where(np.isin(np.arange(N), ia), ga, F32(0))
             else:
-                a.push(step, g=ga)
+                acks = a.push(step, g=ga)
+                self.assertEqual([x.h.param_version for x in acks], [0, 0])  # the round is open
             # Rank 0 asks for the next step: it waits (WAITING heartbeats) for the round.
             seqs = [c.send(pb.PULL, step=step + 1) for c in a.conns]
             for c, seq in zip(a.conns, seqs):
@@ -343,7 +355,12 @@ class HappyPath(Case):
                 gb = np.where(np.isin(np.arange(N), ib), gb, F32(0))
             else:
                 acks = b.push(step, g=gb)
-                self.assertEqual([x.h.param_version for x in acks], [0, 0])  # before the round
+                # The push that completes the round (section 7.4): shard 0 decides the
+                # round (section 16), so its ack names the version after it if shard 1
+                # had reported this push first, else the version before; shard 1
+                # closes the round on shard 0's word, after its ack.
+                self.assertIn(acks[0].h.param_version, (0, 1))
+                self.assertEqual(acks[1].h.param_version, 0)
             expect = expect - F32(LR) * ((ga + gb) * F32(0.5))
             for s, (c, seq) in enumerate(zip(a.conns, seqs)):
                 rep = answer(c, 2000)
@@ -399,7 +416,7 @@ class Identity(Case):
         self.refused(c, "SESSION", "rank 0 has not said HELLO to this shard", pb.HEARTBEAT)
 
     def test_a_strangers_requests_are_refused_and_change_nothing(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         w0 = gradient(rng(6), N)
         real = self.joined(0, init=w0, session=SA)
         other = self.joined(1, session=SB)
@@ -427,7 +444,7 @@ class Identity(Case):
         self.refused(stranger, "LIVE", re.compile(
             rf"rank 0 is already connected in session {short(SA)} \(heard \d+ ms ago\); another "
             r"session is admitted once that one has been silent for 5000 ms or said BYE"),
-            pb.HELLO, shard=0, n_params=N)
+            pb.HELLO, shard=0, n_params=512)
 
     def test_a_silent_session_is_retired_by_a_new_one(self):
         self.start(server={"dead_after_ms": 500})
@@ -502,7 +519,7 @@ class Identity(Case):
                      step=0)
 
     def test_a_retried_stale_push_is_stale_again(self):
-        self.start(job={"mode": "sync"}, server={"dead_after_ms": 500})
+        self.start_sync_alone(server={"dead_after_ms": 500})
         a = self.joined(0, init=np.zeros(N, F32), session=SA)
         b = self.joined(1, session=SB)
         g = np.ones(512, F32)
@@ -730,8 +747,8 @@ class Errors(Case):
         def described(kind, dtype, count, nbytes, data):
             return [(dict(kind=kind, dtype=dtype, count=count, bytes=nbytes), data)]
         data = ones.tobytes()
-        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 8 or dtype 1", pb.PUSH,
-                     described(8, 1, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 9 or dtype 1", pb.PUSH,
+                     described(9, 1, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 4", pb.PUSH,
                      described(1, 4, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2047 bytes, frame "
@@ -978,7 +995,7 @@ class NonFinite(Case):
         self.assertTrue(np.array_equal(r.arrays[0], expect))
 
     def test_sync_sum(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         big = np.finfo(F32).max
         a = self.joined(0, init=np.zeros(N, F32))
         b = self.joined(1)
@@ -992,7 +1009,7 @@ class NonFinite(Case):
         self.assertEqual(a.pull(1).h.param_version, 1)
 
     def test_a_sync_round_whose_mean_would_overflow_is_not_applied(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         big = np.finfo(F32).max
         w0 = np.zeros(N, F32)
         w0[5] = big
@@ -1021,12 +1038,16 @@ class EmptySparsePush(Case):
         c = self.joined(0, init=np.ones(N, F32))
         ack = c.push(0, 0, idx=[], values=[], seq=5)
         self.assertEqual((ack.type, ack.h.flags, ack.h.param_version), (pb.PUSH_ACK, 0, 0))
-        ack = c.push(0, 0, idx=[], values=[], seq=5)  # not recorded: no DUPLICATE either
+        # Its seq is not recorded, but its step is the rank's (7.4, 5): step 0 again is
+        # DUPLICATE, step 1 is new.
+        ack = c.push(0, 0, idx=[], values=[], seq=5)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 0))
+        ack = c.push(1, 0, idx=[], values=[], seq=6)
         self.assertEqual((ack.h.flags, ack.h.param_version), (0, 0))
         self.assertTrue(np.array_equal(c.pull(1).arrays[0], np.ones(512, F32)))
 
     def test_sync_is_the_ranks_share_of_the_round(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         a = self.joined(0, init=np.ones(N, F32))
         b = self.joined(1)
         a.push(0, 0, g=np.full(512, 2.0, F32))
@@ -1040,7 +1061,7 @@ class Waiting(Case):
     """Section 8: waiting requests, retries from another socket, DONE."""
 
     def test_a_waiting_pull_is_answered_to_its_latest_retry(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         a = self.joined(0, init=np.zeros(N, F32), session=SA)
         b = self.joined(1)
         a.push(0, 0, g=np.ones(512, F32))
@@ -1058,7 +1079,7 @@ class Waiting(Case):
         self.assertIsNone(answer(a, 300))
 
     def test_a_done_rank_is_not_waited_for(self):
-        self.start(job={"mode": "sync"})
+        self.start_sync_alone()
         a = self.joined(0, init=np.zeros(N, F32))
         b = self.joined(1)
         self.assertEqual(b.done().type, pb.DONE)
@@ -1066,7 +1087,8 @@ class Waiting(Case):
         self.assertEqual(a.pull(1).h.param_version, 1)  # round 0 closed without rank 1
         # It may still push; the round waits for it no longer.
         self.assertEqual(b.push(1, 1, g=np.ones(512, F32)).h.flags, 0)
-        self.assertEqual(a.push(1, 1, g=np.ones(512, F32)).h.param_version, 1)
+        # a's push completes round 1: its ack names the version after it (7.4).
+        self.assertEqual(a.push(1, 1, g=np.ones(512, F32)).h.param_version, 2)
         self.assertEqual(a.pull(2).h.param_version, 2)
 
 
@@ -1166,6 +1188,315 @@ class Restart(Case):
         self.assertEqual((ack.h.flags, ack.h.param_version), (0, 2))
         self.assertTrue(np.array_equal(a.pull(2).arrays[0], once - F32(LR) * g))
 
+
+
+def checkpointed(case, shards=1, workers=3, **sections):
+    """A job of `shards` shards whose checkpoints go to a scratch directory, only
+    at SIGTERM (checkpoint_every 0), with delta pulls unless told."""
+    d = tempfile.mkdtemp(prefix="dcps-ckpt-")
+    case.addCleanup(shutil.rmtree, d, True)
+    sections.setdefault("compression", {"pull": "delta"})
+    sections.setdefault("server", {}).update({"checkpoint_dir": d, "checkpoint_every": 0})
+    return case.start(shards=shards, workers=workers, **sections)
+
+
+class DeltaTags(Case):
+    """Section 10: a shard sends a delta only against a tag it gave this session
+    in this process; anything else is answered dense, so every worker's copy is
+    the shard's again."""
+
+    def test_a_sessions_first_delta_pull_is_dense(self):
+        self.start(compression={"pull": "delta"})
+        w0 = gradient(rng(40), N)
+        a = self.joined(0, init=w0)
+        # The first pull of a session, with DELTA and the version it "holds": dense.
+        r = a.pull(0, held=0)
+        self.assertEqual((r.kinds(), r.h.param_version), ([pb.FRAME_DENSE], 0))
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512]))
+        # A rank's next session does not inherit its tag: rank 1 pulls and holds
+        # version 1, says BYE, and its next session names that tag.
+        b = self.joined(1)
+        a.push(0, 0, g=np.ones(512, F32))
+        self.assertEqual(b.pull(0, held=None).h.param_version, 1)
+        self.assertEqual(b.pull(1, held=1).kinds(), [pb.FRAME_INDICES, pb.FRAME_VALUES])
+        b.bye()
+        b2 = self.joined(1, session=SC)
+        r = b2.pull(1, held=1)
+        self.assertEqual((r.kinds(), r.h.param_version), ([pb.FRAME_DENSE], 1))
+        self.assertTrue(np.array_equal(r.arrays[0], w0[:512] - F32(LR)))
+        # From then on, deltas.
+        self.assertEqual(b2.pull(1, held=1).kinds(), [pb.FRAME_INDICES, pb.FRAME_VALUES])
+
+    def test_after_a_restore_every_workers_delta_copy_equals_the_shards(self):
+        """Workers hold tags of the previous process below, at and above the
+        restored version, one of them a version the new process reaches with
+        other contents; after the restore each one's delta-pulled copy equals
+        an EXACT pull (deltas of the whole range: each delta brings the copy to
+        w exactly)."""
+        job = checkpointed(self, compression={"pull": "delta", "pull_density": 1})
+        r = rng(41)
+        w0 = gradient(r, N)
+        ws = [self.worker(k) for k in range(3)]
+        for w in ws:
+            w.hello()
+        ws[0].init(w0)
+        for w in ws:
+            w.pull(0)
+
+        def step(w, t):
+            idx = np.sort(r.choice(N, 40, replace=False)).astype(np.uint32)
+            w.push(t, idx=idx, values=gradient(r, idx.size))
+            w.pull(t + 1, delta=True)
+
+        for t in range(3):  # versions 1 to 3; rank 2 holds 1
+            step(ws[t % 2] if t else ws[2], t)
+        job.restart(0)  # SIGTERM: the checkpoint holds version 3
+        for t in range(3, 9):  # versions 4 to 9 of a process that will be lost
+            step(ws[t % 2], t)
+        held = [w.version[0] for w in ws]
+        job.restart(0, signal.SIGKILL)  # back to version 3
+        self.assertLess(held[2], 3)
+        self.assertGreater(min(held[:2]), 3)
+        # Rank 2 pushes (without pulling) until the new process is at rank 0's
+        # tag, with other contents; then everyone pulls with the tag it holds.
+        t, version = 9, 3
+        while version < held[0]:
+            version = ws[2].push(t, g=gradient(r, N))[0].h.param_version
+            t += 1
+        for w in ws:
+            w.pull(t, delta=True)
+            self.assertEqual(w.kinds, [[pb.FRAME_DENSE]], f"rank {w.conns[0].rank}")
+        for t in range(t, t + 6):
+            for w in ws:
+                step(w, t)
+        for w in ws:
+            w.pull(t + 1, delta=True)
+        exact = self.params(ws[0].conns[0])[0]
+        for w in ws:
+            self.assertTrue(np.array_equal(w.held, exact), f"rank {w.conns[0].rank}")
+
+
+class LostUpdates(Case):
+    """Section 11: a restored shard counts as lost only the versions of its
+    previous process that a worker names before it pulls from the new one."""
+
+    def test_a_restore_that_lost_nothing_logs_nothing_and_a_loss_logs_once(self):
+        job = checkpointed(self, workers=1, compression={})
+        r = rng(42)
+        w = self.worker(0)
+        w.hello()
+        w.init(gradient(r, N))
+        w.pull(0)
+
+        def steps(first, count):
+            for t in range(first, first + count):
+                w.push(t, g=gradient(r, N))
+                w.pull(t + 1)
+
+        steps(0, 3)
+        job.restart(0)  # SIGTERM: the checkpoint holds version 3, nothing is lost
+        steps(3, 8)  # versions 4 to 11 of the new process, above the restored 3
+        self.assertNotIn("after the restored checkpoint", job.shard_log(0))
+        job.restart(0, signal.SIGKILL)  # back to version 3: 8 updates lost
+        steps(11, 8)
+        lines = [x for x in job.shard_log(0).splitlines() if "after the restored checkpoint" in x]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("rank 0 had version 11 of the previous process: the 8 updates after "
+                      "the restored checkpoint (version 3) are lost", lines[0])
+
+
+def table_of_section_6():
+    """docs/protocol.md's field table (section 6): {field: {type: cell}}, the
+    types as MsgType values."""
+    with open(os.path.join(harness.SRC, "docs", "protocol.md")) as f:
+        lines = [x.strip() for x in f]
+    at = lines.index(next(x for x in lines if x.startswith("| field | HELLO |")))
+    heads = [h.strip() for h in lines[at].strip("|").split("|")][1:]
+    types = [[getattr(pb, t.strip()) for t in h.split(",")] for h in heads]
+    table = {}
+    for row in lines[at + 2:]:
+        if not row.startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for name in re.findall(r"`(\w+)`", cells[0]):
+            table[name] = {t: cell for ts, cell in zip(types, cells[1:]) for t in ts}
+    return table
+
+
+class SpecGaps(Case):
+    """What docs/protocol.md once left open, each as the shard does it."""
+
+    def test_the_largest_delta_is_the_pull_density_or_the_warmup_start(self):
+        """Section 10: want is clamped to the largest delta: the pull density's
+        entries, or 25% of the range during a density warm-up; absent, the pull
+        density's."""
+        for warmup, largest in ((0, 11), (2, 128)):
+            self.start(compression={"pull": "delta", "density": 0.01, "pull_density": 0.02,
+                                    "density_warmup_epochs": warmup})
+            c = self.joined(0, init=np.zeros(N, F32))
+            c.pull(0)
+            for t, (want, k) in enumerate(((None, 11), (5, 5), (1000, largest))):
+                version = c.push(t, t, g=np.ones(512, F32)).h.param_version
+                r = c.pull(t + 1, held=version - 1, want=want)
+                self.assertEqual(r.arrays[0].size, k, f"warm-up {warmup}, want {want}")
+
+    def test_ties_go_to_the_lower_index_and_k_entries_are_sent(self):
+        """Section 10: among equal |w - mirror| the lower index is sent; k entries
+        even if fewer changed (zeros at the lowest indices)."""
+        self.start(compression={"pull": "delta"})
+        a, b = self.joined(0, init=np.zeros(N, F32)), self.joined(1)
+        a.pull(0)
+        b.pull(0)
+        a.push(0, 0, idx=[30, 20, 9, 5][::-1], values=[1.0] * 4)
+        r = b.pull(1, held=0, want=2)
+        self.assertEqual(sorted(r.arrays[0].tolist()), [5, 9])
+        self.assertEqual(r.arrays[1].tolist(), [-F32(LR)] * 2)
+        a.push(1, 1, idx=[7], values=[1.0])
+        r = b.pull(2, held=1, want=4)  # 20 and 30 left over, 7 new, then index 0
+        got = dict(zip(r.arrays[0].tolist(), r.arrays[1].tolist()))
+        self.assertEqual(got, {7: -F32(LR), 20: -F32(LR), 30: -F32(LR), 0: 0.0})
+
+    def test_init_is_checked_whole_before_it_is_a_duplicate(self):
+        """Section 7.3: a repeated INIT is refused as a first one would be; only
+        one that passes every check is answered DUPLICATE."""
+        self.start()
+        w0 = np.zeros(512, F32)
+        c = self.joined(0, init=np.zeros(N, F32))
+        self.refused(c, "NONFINITE", "value nan at offset 3 is not finite", pb.INIT,
+                     P.dense(np.where(np.arange(512) == 3, F32(np.nan), w0)))
+        self.refused(c, "SIZE", "dense frame of 5 elements, the shard's range has 512", pb.INIT,
+                     P.dense(np.zeros(5, F32)))
+        self.refused(self.joined(1), "STATE", "only rank 0 initialises parameters, not rank 1",
+                     pb.INIT, P.dense(w0))
+        self.assertEqual(c.init(w0 + 1).h.flags, pb.FLAG_DUPLICATE)
+        self.assertTrue(np.array_equal(c.pull(0).arrays[0], w0))
+
+    def test_hello_without_shard_is_size(self):
+        """Section 7.2: `shard` is required; absent is not 0."""
+        self.start()
+        for s in (0, 1):
+            self.refused(self.conn(0, s), "SIZE", "HELLO names no shard: a worker names the "
+                         f"index of the shard it expects at this endpoint, this is shard {s}",
+                         pb.HELLO, n_params=N)
+
+    def test_a_push_is_checked_for_its_session_before_its_shape(self):
+        """Section 7.1: the frames of a type that carries none are refused at
+        step 11, before the session (13); a PUSH's shape is its own check (7.4),
+        after the session."""
+        self.start()
+        self.joined(0, init=np.zeros(N, F32))
+        stranger = self.conn(1)
+        self.refused(stranger, "SESSION", "rank 1 has not said HELLO to this shard", pb.PUSH,
+                     step=0)
+        self.refused(stranger, "FRAMECOUNT", "HEARTBEAT carries no payload, got 1 frame "
+                     "(DENSE)", pb.HEARTBEAT, P.dense([1.0]))
+        stranger.hello(0, N)
+        self.refused(stranger, "FRAMECOUNT", "PUSH needs one DENSE frame, or an INDICES frame "
+                     "then a VALUES frame; got no frames", pb.PUSH, step=0)
+
+    def test_a_waiting_rank_that_sends_nothing_is_declared_dead(self):
+        """Section 8: a request that waits is no sign of life once it has
+        arrived: without HEARTBEATs its rank is declared dead after
+        dead_after_ms and the request dropped; with them it is answered."""
+        job = self.start_sync_alone(server={"heartbeat_ms": 50, "dead_after_ms": 500})
+        for beats in (True, False):
+            a = self.joined(0, session=P.new_session())
+            b = self.joined(1, session=P.new_session())
+            if beats:
+                a.init(np.zeros(512, F32))
+            step = a.pull(0 if beats else 1).h.param_version
+            a.push(step, step, g=np.ones(512, F32))
+            seq = a.send(pb.PULL, step=step + 1)
+            until = time.monotonic() + 1.0  # twice dead_after_ms
+            while time.monotonic() < until:
+                b.heartbeat()
+                if beats:
+                    a.send(pb.HEARTBEAT)
+                time.sleep(0.05)
+            b.push(step, step, g=np.ones(512, F32))
+            got = None
+            while True:
+                rep = a.recv(300)
+                if rep is None or rep.type == pb.PULL_REPLY:
+                    got = rep
+                    break
+            if beats:
+                self.assertEqual((got.type, got.h.seq), (pb.PULL_REPLY, seq))
+            else:
+                self.assertIsNone(got)
+                self.assertIn("worker 0 declared dead", job.shard_log(0))
+            a.bye()
+            b.bye()
+
+    def test_a_known_field_of_another_wire_type_is_header(self):
+        """Section 2: a field of dcps.proto sent with another wire type (rank,
+        a varint, as length-delimited bytes) does not parse: HEADER, rank 0,
+        seq 0."""
+        self.start()
+        c = self.conn()
+        hdr = c.header(pb.HEARTBEAT, 50).SerializeToString() + bytes([4 << 3 | 2, 1, 0])
+        c.sock.send_multipart([hdr])
+        r = c.recv(2000)
+        self.assertError(r, "HEADER", f"header of {len(hdr)} bytes does not parse as "
+                         "dcps.Header")
+        self.assertEqual((r.h.rank, r.h.seq, r.h.session), (0, 0, 0))
+
+    def test_duplicate_is_matched_on_seq_alone(self):
+        """Section 5: a push with the session's last seq is answered as that push
+        was, whatever it carries: the shard keeps no copy to compare."""
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32))
+        self.assertEqual(c.push(0, 0, g=np.ones(512, F32), seq=9).h.param_version, 1)
+        ack = c.push(1, 1, g=np.full(512, 5.0, F32), seq=9)
+        self.assertEqual((ack.h.flags, ack.h.param_version), (pb.FLAG_DUPLICATE, 1))
+        self.assertTrue(np.array_equal(c.pull(1).arrays[0], np.full(512, -F32(LR))))
+
+    def test_welcome_step_is_the_ranks_clock(self):
+        """Section 7.2: async and ssp, one more than the highest step of the
+        rank's pushes this shard took (absent while 0); sync, the open round."""
+        self.start()
+        c = self.conn(0)
+        w = c.hello(0, N)
+        self.assertFalse(w.h.HasField("step"))
+        c.init(np.zeros(512, F32))
+        c.push(0, 0, g=np.ones(512, F32))
+        c.push(5, 1, g=np.ones(512, F32))
+        c.push(9, 2, idx=[], values=[])  # an empty sparse push moves the clock too
+        self.refused(c, "VERSION", "gradient computed on version 7, this shard is at version 2",
+                     pb.PUSH, P.dense(np.ones(512, F32)), step=20, param_version=7)
+        c.bye()
+        self.assertEqual(self.conn(0, session=SC).hello(0, N).h.step, 10)
+
+    def test_every_reply_carries_its_shard_and_version_also_when_0(self):
+        """Section 7: protocol, type, job_id, rank, seq, shard and param_version
+        are present in every reply, 0 included; other fields are absent when 0
+        (lr aside)."""
+        self.start()
+        c = self.conn(0)
+        w = c.hello(0, N)
+        for f in ("protocol", "type", "job_id", "rank", "seq", "shard", "param_version"):
+            self.assertTrue(w.h.HasField(f), f)
+        self.assertEqual((w.h.shard, w.h.param_version), (0, 0))
+        for f in ("initialized", "step", "flags", "want", "error_code", "lr"):
+            self.assertFalse(w.h.HasField(f), f)
+        e = c.request(pb.PULL, check=False)  # NOTREADY
+        self.assertTrue(e.h.HasField("param_version") and e.h.param_version == 0)
+
+    def test_the_field_table_of_section_6_is_the_shards(self):
+        """Every field a type has no use for ("none" in the table) is FIELD."""
+        self.start()
+        c = self.joined(0, init=np.zeros(N, F32))
+        values = {"initialized": True, "workers": 1, "error_code": 1, "error_text": "x",
+                  "lr": 0.5, "flags": 8, "want": 5, "step": 3, "param_version": 2}
+        checked = 0
+        for field, cells in table_of_section_6().items():
+            for type_, cell in cells.items():
+                if cell == "none" and field in values:
+                    r = c.request(type_, check=False, **{field: values[field]})
+                    self.assertEqual(pb.ErrorCode.Name(r.h.error_code), "E_FIELD",
+                                     f"{pb.MsgType.Name(type_)} with {field}")
+                    checked += 1
+        self.assertGreater(checked, 50)
 
 class Transport(Case):
     def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):

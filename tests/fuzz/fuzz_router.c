@@ -137,7 +137,8 @@ static void restore(dcps_router_t *r, dcps_shard_t *s, const dcps_config_t *cfg)
         w[i] = 0.5f - (float)(i % 7) * 0.125f;
     dcps_shard_init(s, w);
     for (int i = 0; i < st.workers; i++) {
-        dcps_session_t ss = {FUZZ_SESSION + (uint64_t)i, true, true, 3};
+        dcps_session_t ss = {
+            .id = FUZZ_SESSION + (uint64_t)i, .seq = 3, .pushed = true, .applied = true};
         dcps_session_save(&ss, words + (size_t)i * DCPS_SESSION_WORDS);
         cons[3 + 2 * i] = 2; /* rank i's clock */
     }
