@@ -1,14 +1,21 @@
 """bench/faults.py — many faults at random moments (issue 29's long run).
 
 Draws N runs of python/tests/test_faults.py's job, made longer (2 shards, 3
-workers of the built-in MLP, 2 epochs over 12,000 examples: 250 steps a worker,
+workers of the built-in MLP, 4 epochs over 12,000 examples: 500 steps a worker,
 near its plateau, so that runs differ little) from every mode (async, sync, ssp) and
 fault (a worker stopped, or killed and started again; a shard stopped, or
 killed and started again from its checkpoint, also with delta pulls; every
 process killed at once and started again), each at a moment and for a time
-drawn at random (the moment 0.4 to 5 s in), and undisturbed twins of each mode
-and pull (two of async and ssp, whose runs differ by the order pushes meet in:
-their mean). Writes OUT/runs.csv (one
+drawn at random (the moment 1 to 8 s after the start, in a job of about 12 s),
+and undisturbed twins of each mode and pull (three of async and ssp, whose runs
+differ by the order pushes meet in: their mean).
+
+A run ends "apart" when its shards end at different versions (or, in sync, with
+different rounds' digests) after a fault that kills no shard, or after killing
+everything in sync (checkpoints at the same rounds: a consistent cut) or async
+and ssp (exactly once: every step of every rank applied once on each shard). A
+shard killed alone loses the updates since its checkpoint (it ends lower: counted
+as lost updates, not apart). Writes OUT/runs.csv (one
 row a run), OUT/summary.txt (hangs, runs whose shards ended apart, runs more
 than 1 point of test accuracy off their twin) and prints the summary.
 
@@ -25,7 +32,7 @@ import test_faults as T  # noqa: E402
 
 MODES = ("async", "sync", "ssp")
 FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard", "kill_all")
-LIMIT = 12000
+LIMIT, EPOCHS = 12000, 4
 
 
 def main():
@@ -37,8 +44,8 @@ def main():
     for mode in MODES:
         for pull in ("dense", "delta"):
             accs = []
-            for k in range(1 if mode == "sync" else 2):
-                r = T.run_fault(mode, "none", k, pull=pull, limit=LIMIT)
+            for k in range(1 if mode == "sync" else 3):
+                r = T.run_fault(mode, "none", k, pull=pull, limit=LIMIT, epochs=EPOCHS)
                 accs.append(float(r["accuracy"][0]))
             twins[mode, pull] = sum(accs) / len(accs)
             print(f"twin {mode} {pull}: {accs}", flush=True)
@@ -46,12 +53,14 @@ def main():
     for i in range(n):
         mode, fault = rng.choice(MODES), rng.choice(FAULTS)
         pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 else "dense"
-        r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, latest=5.0)
+        r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, epochs=EPOCHS,
+                        earliest=1.0, latest=8.0)
         (v0, d0), (v1, d1) = r["shards"]
         accs = [float(a) for a in r["accuracy"] if a is not None]
         twin = twins[mode, pull]
         worst = max((abs(a - twin) for a in accs), default=float("nan"))
-        split = v0 != v1 or (mode == "sync" and d0 != d1)
+        lost = abs((v0 or 0) - (v1 or 0)) if fault == "kill_shard" else 0
+        split = fault != "kill_shard" and (v0 != v1 or (mode == "sync" and d0 != d1))
         hangs += not r["finished"]
         apart += split
         off += not (worst <= 0.01)
@@ -59,7 +68,7 @@ def main():
                      "at_s": r["at_s"], "hold_s": r["hold_s"],
                      "target": r.get("rank", r.get("shard", "")),
                      "finished": int(r["finished"]), "codes": " ".join(map(str, r["codes"])),
-                     "versions": f"{v0} {v1}", "rounds": f"{d0} {d1}" if mode == "sync" else "",
+                     "versions": f"{v0} {v1}", "lost_updates": lost, "rounds": f"{d0} {d1}" if mode == "sync" else "",
                      "accuracy": " ".join(r["accuracy"][k] or "-" for k in range(3)),
                      "twin": twin, "worst_off": round(worst, 4), "late": int(bool(r.get("late")))})
         print(f"{i}: {mode} {fault} {pull} at {r['at_s']} s for {r['hold_s']} s: "
@@ -71,9 +80,11 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    lost = [row["lost_updates"] for row in rows if row["fault"] == "kill_shard"]
     summary = (f"{n} runs with a fault: {hangs} did not finish, {apart} ended with the shards "
                f"apart (versions, or sync rounds' digests), {off} more than 1 point of test "
-               f"accuracy off their undisturbed twin\n"
+               f"accuracy off their undisturbed twin; {len(lost)} shards killed alone lost "
+               f"{sum(lost)} updates in all (at most {max(lost, default=0)} in one run)\n"
                f"twins: " + ", ".join(f"{m} {p} {a}" for (m, p), a in twins.items()) + "\n")
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(summary)

@@ -7,8 +7,12 @@ processes: 2 shards, 3 workers of the built-in MLP on Fashion-MNIST.
 Every run must finish (no worker waits forever), and at its end every shard
 must have closed the same rounds with the same members: the shards' "rounds: N
 closed, digest D" lines (server/rounds.h) and their versions are equal. In
-sync mode that is the rounds' agreement; in async and ssp mode (no rounds) the
-versions say that every push reached both shards exactly once.
+sync mode that is the rounds' agreement, and every rank evaluates the same
+model; in async and ssp mode (no rounds) the versions say that every push
+reached both shards exactly once, and a rank that ends on another model than
+the others (it was declared dead as they passed the final barrier) is told so.
+Also: every process killed at once and started again (sync), and the two
+shards reloading a new lr at different moments (sync: one round for both).
 
 make check runs SEEDS seeds of each fault in each mode (short jobs);
 bench/faults.sh runs many more through run_fault() and records them.
@@ -50,17 +54,19 @@ def shard_end(log):
     return (int(v[-1]) if v else None, r[-1] if r else None)
 
 
-def run_fault(mode, fault, seed, timeout=120, pull="dense", limit=4800, latest=2.5):
+def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2, earliest=0.4,
+              latest=2.5):
     """One job with one fault; returns a dict: finished (every worker exited
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints."""
     rng = random.Random(seed)
-    job = harness.Job(fault_job(mode, limit=limit, compression={"pull": pull}))  # @DIR@: Job's
+    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
+                                compression={"pull": pull}))  # @DIR@: the Job's directory
     try:
         procs = [job.spawn_c_worker(r) for r in range(3)]
         # The short jobs run 3 to 5 s here; a fault lands in the first half or so
-        # (latest: the latest moment, for longer jobs).
-        at = rng.uniform(0.4, latest)
+        # (earliest, latest: the range of moments, for longer jobs).
+        at = rng.uniform(earliest, latest)
         hold = rng.uniform(0.3, 2.0) * DEAD_AFTER_MS / 1000
         time.sleep(at)
         what = {"mode": mode, "fault": fault, "pull": pull, "seed": seed, "at_s": round(at, 3),
@@ -143,6 +149,8 @@ def run_fault(mode, fault, seed, timeout=120, pull="dense", limit=4800, latest=2
                 "finished": all(c == 0 for c in codes), "codes": codes,
                 "shards": [shard_end(job.shard_log(s)) for s in range(2)],
                 "accuracy": [harness.final(job.output(t)).get("test_acc") for t in tags],
+                "told_late": [r for r, t in enumerate(tags)
+                              if "after the other ranks had passed it" in job.output(t, "err")],
                 "errors": {t: job.output(t, "err") for t, c in zip(tags, codes) if c != 0}}
     finally:
         job.close()
@@ -157,10 +165,13 @@ class FaultsAtRandomMoments(unittest.TestCase):
                 (v0, d0), (v1, d1) = r["shards"]
                 self.assertIsNotNone(v0, r)
                 self.assertEqual(v0, v1, f"the shards ended at different versions: {r}")
+                acc = {a for a in r["accuracy"] if a is not None}
                 if mode == "sync":
                     self.assertEqual(d0, d1, f"the shards closed different rounds: {r}")
-                    acc = {a for a in r["accuracy"] if a is not None}
                     self.assertEqual(len(acc), 1, f"the ranks ended on different models: {r}")
+                elif len(acc) > 1:  # a rank declared dead missed the final barrier: it says so
+                    self.assertTrue(r["told_late"], f"the ranks ended on different models and "
+                                    f"none was told why: {r}")
                 print(f"  {mode} {fault} seed {r['seed']}: at {r['at_s']} s for "
                       f"{r['hold_s']} s: versions {v0}, {v1}; rounds {d0}; "
                       f"accuracy {r['accuracy']}", flush=True)
