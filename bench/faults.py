@@ -2,7 +2,8 @@
 
 Draws N runs of python/tests/test_faults.py's job, made longer (2 shards, 3
 workers of the built-in MLP, 4 epochs over 12,000 examples: 500 steps a worker,
-near its plateau, so that runs differ little) from every mode (async, sync, ssp) and
+with the lr decaying to a tenth along a cosine over the job's updates, so that
+its end is near a plateau and runs differ little) from every mode (async, sync, ssp) and
 fault (a worker stopped, or killed and started again; a shard stopped, or
 killed and started again from its checkpoint, also with delta pulls; every
 process killed at once and started again), each at a moment and for a time
@@ -35,6 +36,13 @@ FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard", "kill_all")
 LIMIT, EPOCHS = 12000, 4
 
 
+def schedule(mode):
+    """SGD at 0.1 decaying to 0.01 along a cosine over the shards' updates: a
+    step of each of the 3 workers in async and ssp, one a round in sync."""
+    steps = EPOCHS * LIMIT // 3 // 32 * (1 if mode == "sync" else 3)
+    return {"schedule": "cosine", "total_steps": steps, "min_lr": 0.01}
+
+
 def main():
     n, out = int(sys.argv[1]), sys.argv[2]
     first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
@@ -45,7 +53,8 @@ def main():
         for pull in ("dense", "delta"):
             accs = []
             for k in range(1 if mode == "sync" else 3):
-                r = T.run_fault(mode, "none", k, pull=pull, limit=LIMIT, epochs=EPOCHS)
+                r = T.run_fault(mode, "none", k, pull=pull, limit=LIMIT, epochs=EPOCHS,
+                                optimizer=schedule(mode))
                 accs.append(float(r["accuracy"][0]))
             twins[mode, pull] = sum(accs) / len(accs)
             print(f"twin {mode} {pull}: {accs}", flush=True)
@@ -54,7 +63,7 @@ def main():
         mode, fault = rng.choice(MODES), rng.choice(FAULTS)
         pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 else "dense"
         r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, epochs=EPOCHS,
-                        earliest=1.0, latest=8.0)
+                        earliest=1.0, latest=8.0, optimizer=schedule(mode))
         (v0, d0), (v1, d1) = r["shards"]
         accs = [float(a) for a in r["accuracy"] if a is not None]
         twin = twins[mode, pull]

@@ -55,13 +55,13 @@ def shard_end(log):
 
 
 def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2, earliest=0.4,
-              latest=2.5):
+              latest=2.5, optimizer=None):
     """One job with one fault; returns a dict: finished (every worker exited
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints."""
     rng = random.Random(seed)
-    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
-                                compression={"pull": pull}))  # @DIR@: the Job's directory
+    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit, compression={"pull": pull},
+                                optimizer=optimizer or {}))  # @DIR@: the Job's directory
     try:
         procs = [job.spawn_c_worker(r) for r in range(3)]
         # The short jobs run 3 to 5 s here; a fault lands in the first half or so
