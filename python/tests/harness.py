@@ -37,7 +37,8 @@ _made = None  # the directories of the Jobs made by the test running now
 
 def job_text(shards=2, workers=2, **sections):
     """A job file: the given sections ({"job": {"mode": "sync"}, ...}) over a
-    small default (784,64,10 MLP, 2048 training examples, batch 32, 1 epoch)."""
+    small default (784,64,10 MLP, 2048 training examples, batch 32, 1 epoch).
+    "@DIR@" in a value becomes the Job's own directory (a checkpoint_dir)."""
     base = {
         "job": {"name": "pytest", "workers": workers, "mode": "async", "seed": 42},
         "servers": {"shards": ", ".join(["tcp://127.0.0.1:*"] * shards)},
