@@ -155,7 +155,9 @@ static const struct key keys[] = {
     DBL("optimizer", "min_lr", sched.min_lr, "0", 0, false, 10, false,
         "cosine, linear: the lr at total_steps and after; at most lr"),
     ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
-    ENUM("compression", "pull", pull, "dense", pull_names, "parameter encoding on pull"),
+    ENUM("compression", "pull", pull, "dense", pull_names,
+         "parameter encoding on pull; delta: workers hold a lagging copy, which in sync mode "
+         "is the final model"),
     DBL("compression", "pull_density", pull_density, "0", 0, false, 1, false,
         "delta pull: fraction of a shard's entries sent per pull; 0: density"),
     DBL("compression", "density", density, "0.01", 0, true, 1, false,

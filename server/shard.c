@@ -592,17 +592,22 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
         return;
     }
     int mi = s->mirror ? 0 : (int)rank;
-    if (exact) {
-        if (!s->mirror)
-            reset(s, mi);
+    if (exact && !s->mirror) {
+        reset(s, mi);
         return;
     }
+    /* Sync mode: every worker computes its gradient on the shared mirror, so
+     * the mirror is the model and w is the mirror plus what no delta has sent
+     * yet (docs/algorithms.md). An exact pull gets the mirror, brought to this
+     * version as the next delta pull would bring it. */
     if (s->tag[mi] != s->version) {
         size_t k = want == 0 ? s->k_pull : want < s->k_max ? (size_t)want : s->k_max;
-        if (!(holds && held == s->tag[mi]) || advance(s, mi, k) != 0)
+        if (!(exact || (holds && held == s->tag[mi])) || advance(s, mi, k) != 0)
             reset(s, mi);
     }
-    if (holds && held == s->tag[mi])
+    if (exact)
+        out->values = mirror_of(s, mi);
+    else if (holds && held == s->tag[mi])
         *out = (dcps_pull_t){.dense = false}; /* nothing changed since */
     else if (holds && s->delta_of == mi && held == s->delta_from)
         *out = (dcps_pull_t){false, s->delta_val, s->delta_idx, s->delta_k};

@@ -252,10 +252,13 @@ typedef struct {
 /* The reply to a pull from worker `rank`, which holds the parameters tagged
  * `held` (holds) or nothing and wants deltas of at most `want` entries (0:
  * k_pull). holds counts only once this process answered a pull of rank's
- * session: its first pull (also its first after a restore) is dense. Pull = dense: w, which becomes DC-ASGD's
- * w_bak(rank). Pull = delta: see above; `exact` asks for w itself (the mirror
- * of an async worker becomes w; the shared mirror of sync mode is left alone,
- * so the worker then holds nothing). The reply's version is the shard's. */
+ * session: its first pull (also its first after a restore) is dense. Pull =
+ * dense: w, which becomes DC-ASGD's w_bak(rank). Pull = delta: see above;
+ * `exact` asks for the model itself, dense: in async and ssp mode w (the
+ * worker's mirror becomes w); in sync mode the shared mirror every worker
+ * computes on, first brought to this version as a delta pull would bring it
+ * (w is the mirror plus what no delta has sent yet). The reply's version is
+ * the shard's. */
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 

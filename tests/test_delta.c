@@ -236,6 +236,53 @@ START_TEST(an_exact_pull_sends_w_and_resets_an_async_mirror)
 }
 END_TEST
 
+START_TEST(a_sync_exact_pull_sends_the_shared_mirror_brought_to_the_version)
+{
+    /* Sync: the workers compute on the shared mirror, so the final model (an
+     * exact pull) is the mirror, not w, which also holds the unsent residual. */
+    dcps_shard_t *s = delta_shard("sync", "sgd", "0.01");
+    static worker_t wk[P];
+    memset(wk, 0, sizeof wk);
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 5);
+    float g[N];
+    uint64_t seq = 0;
+    for (int round = 0; round <= 5; round++) {
+        if (round > 0) {
+            for (int r = 0; r < P; r++) {
+                random_grad(&rng, g);
+                dcps_shard_accumulate_dense(s, (uint32_t)r, ++seq, g);
+            }
+            dcps_shard_apply_round(s, P);
+        }
+        if (round < 5) /* round 5 closed before anyone pulled */
+            for (int r = 0; r < P; r++)
+                pull(s, &wk[r], r, false);
+    }
+    const uint64_t v = dcps_shard_stats(s).version;
+    ck_assert_uint_ne(dcps_shard_view(s).tag[0], v);
+    /* Worker 0 asks for the model: the mirror, advanced to v by the round's delta. */
+    dcps_pull_t p;
+    dcps_shard_pull(s, 0, false, wk[0].tag, 0, true, &p);
+    ck_assert(p.dense);
+    ck_assert_uint_eq(p.k, N);
+    ck_assert_uint_eq(dcps_shard_view(s).tag[0], v);
+    ck_assert_mem_eq(p.values, mirror(s, 0), N * sizeof(float));
+    ck_assert(memcmp(p.values, dcps_shard_view(s).w, N * sizeof(float)) != 0);
+    static float model[N];
+    memcpy(model, p.values, sizeof model);
+    /* The others still get that round's delta and hold the same model. */
+    for (int r = 1; r < P; r++) {
+        ck_assert(!pull(s, &wk[r], r, false).dense);
+        ck_assert_mem_eq(wk[r].w, model, sizeof model);
+    }
+    /* Another exact pull: the same bytes, the mirror not moved again. */
+    dcps_shard_pull(s, 2, false, wk[2].tag, 0, true, &p);
+    ck_assert_mem_eq(p.values, model, sizeof model);
+    dcps_shard_destroy(&s);
+}
+END_TEST
+
 START_TEST(a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density)
 {
     /* pull_density 0.01 of density 0.5: 10 entries, and no more without a warm-up. */
@@ -337,6 +384,7 @@ static Suite *suite(void)
     tcase_add_test(tc, a_delta_moves_the_largest_differences_and_an_unchanged_shard_sends_none);
     tcase_add_test(tc, sync_workers_share_one_mirror_and_one_delta_per_round);
     tcase_add_test(tc, an_exact_pull_sends_w_and_resets_an_async_mirror);
+    tcase_add_test(tc, a_sync_exact_pull_sends_the_shared_mirror_brought_to_the_version);
     tcase_add_test(tc, a_pull_gets_the_entries_it_asks_for_up_to_the_warmup_density);
     tcase_add_test(tc, memory_counts_the_mirror_and_the_delta);
     tcase_add_test(tc, a_sessions_first_pull_is_dense_whatever_tag_it_names);

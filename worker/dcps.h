@@ -151,8 +151,10 @@ int dcps_client_pull_to(dcps_client_t *c, const dcps_pull_sink_t *sink, int exac
  * job's [compression] pull_density. */
 void dcps_client_set_pull_density(dcps_client_t *c, double density);
 
-/* Pulls the shards' parameters themselves, dense, whatever [compression] pull
- * is (for a final evaluation, say). The next pull is then dense too. */
+/* Pulls the model itself, dense, whatever [compression] pull is (for a final
+ * evaluation, say): the shards' parameters, or in sync mode with delta pulls
+ * the shared mirror every worker computes on (docs/protocol.md, section 10).
+ * The next pull is then dense too. */
 int dcps_client_pull_exact(dcps_client_t *c, float *params);
 
 /* Tells every shard that this worker has no more batches, so no step waits for

@@ -518,7 +518,8 @@ int dcps_step_finish(dcps_step_t *s, float *params)
         return fail(s, rc, "saying done");
     if ((rc = dcps_client_barrier(s->client, 1)) != 0)
         return fail(s, rc, "final barrier");
-    /* The model is the shards' parameters themselves, not a delta pull's mirror. */
+    /* The model itself, the same on every rank: w, not an async delta pull's
+     * mirror; in sync mode with delta pulls the shared mirror (docs/algorithms.md). */
     return pull(s, params, true, "final pull");
 }
 

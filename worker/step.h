@@ -139,12 +139,13 @@ int dcps_step_start(dcps_step_t *s, float *params);
 int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
 
 /* Ends training: waits for the pipeline, tells the shards this worker is
- * done, meets the other workers at the final barrier and pulls the shards'
- * parameters exactly (not a delta's mirror) into params, so that every rank
- * ends with the same model. */
+ * done, meets the other workers at the final barrier and pulls the model
+ * exactly into params, so that every rank ends with the same model: the
+ * shards' parameters (not an async delta pull's mirror), or in sync mode with
+ * delta pulls the shared mirror every worker trained on (docs/algorithms.md). */
 int dcps_step_finish(dcps_step_t *s, float *params);
 
-/* Pulls the shards' parameters exactly (not a delta's mirror) into params, an
+/* Pulls the model exactly (as dcps_step_finish does) into params, an
  * array of n other than the step's own, without ending training: for saving
  * the model mid-run. Waits first for the step in flight (pipeline); the model's
  * array that run and finish take is left as it is, and the next pull is dense.

@@ -749,8 +749,8 @@ static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
 }
 
 /* Meets the other workers, so that every rank evaluates the same final model
- * (the shards' parameters themselves, not a delta pull's mirror), and writes
- * the last CSV row and the final: line. */
+ * (an exact pull: w, or in sync mode with delta pulls the shared mirror the
+ * workers trained on), and writes the last CSV row and the final: line. */
 static int finish(trainer_t *t, progress_t *p, FILE *out)
 {
     const dcps_config_t *cfg = t->cfg;

@@ -359,7 +359,7 @@ class Worker:
 
     def finish(self, evaluate=None, test_acc=None, test_loss=None, out=sys.stdout):
         """Ends training: done, final barrier and an exact pull, so that every
-        rank holds the shards' final parameters; then ``evaluate(model)`` if
+        rank holds the final model (dcps_step_finish); then ``evaluate(model)`` if
         given (returning accuracy, or (loss, accuracy)), prints the ``final:``
         line (as dcps-worker's) and closes. Returns the line's values as a dict."""
         global _current
@@ -409,8 +409,9 @@ class Worker:
 
     def state_dict(self):
         """The model's state dict with the parameters as the shards hold them
-        now: an exact pull (not a delta pull's mirror, nor a pipeline's local
-        update) into a buffer of its own, the model left as it is. Every tensor
+        now: an exact pull (not an async delta pull's mirror, nor a pipeline's
+        local update; in sync mode with delta pulls the shared mirror, which is
+        the model) into a buffer of its own, the model left as it is. Every tensor
         is a clone that owns its storage, so ``torch.save`` of it writes only
         the model and ``load_state_dict`` of it needs no dcps. Buffers are this
         rank's. Mid-run it waits for the step in flight; after finish() it is

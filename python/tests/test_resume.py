@@ -55,17 +55,19 @@ def flat(model):
 
 class StateDict(unittest.TestCase):
     def test_state_dict_is_the_shards_exact_pull_and_loads_without_dcps(self):
-        """With delta pulls the model holds the shards' mirror, not w:
+        """With async delta pulls the model holds the worker's mirror, not w:
         state_dict() pulls w exactly into its own tensors and leaves the model
         alone; torch.save of it is the model's size; a fresh model loads it with
-        plain torch and equals what finish()'s exact pull gives."""
+        plain torch and equals what finish()'s exact pull gives. (In sync mode
+        the shared mirror is the model, and an exact pull gets it.)"""
         import torch
 
         import dcps.torch as dt
 
         comp = {"push": "topk", "density": 0.1, "pull": "delta", "pull_density": 0.05,
                 "warmup_steps": 0}
-        job = harness.Job(one_worker_job(compression=comp), shards=2)
+        job = harness.Job(harness.job_text(workers=1, model={"layers": None, "params": "auto"},
+                                           compression=comp), shards=2)
         try:
             model = small_model(1)
             w = dt.Worker(model, job=job.path, rank=0, overrides=[job.shards])
