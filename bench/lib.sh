@@ -61,8 +61,9 @@ bench_run() {
     for s in $(seq 0 $((shards - 1))); do
         ep=$out/.$tag.endpoint$s
         rm -f "$ep"
+        # A sync job's other shards connect to shard 0, which chose its port.
         "$BUILD/dcps-server" --config "$job" --shard "$s" "${sets[@]}" --endpoint-file "$ep" \
-            2>"$out/$tag.shard$s.log" &
+            ${eps[0]:+--leader "${eps[0]}"} 2>"$out/$tag.shard$s.log" &
         servers+=($!)
         for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
         [ -s "$ep" ] || { echo "bench: shard $s of $tag did not start" >&2; cat "$out/$tag.shard$s.log" >&2; failed=1; }

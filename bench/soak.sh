@@ -287,8 +287,10 @@ run_config() {
     for s in $(seq 0 $((SHARDS - 1))); do
         MPORTS[$s]=$(free_port "$PORT" "${MPORTS[*]}")
         ep=$dir/shard$s.endpoint
+        # A sync job's other shards connect to shard 0, which chose its port.
         "$BUILD/dcps-server" --config "$OUT/job.ini" --shard "$s" "${sets[@]}" \
-            --set server.metrics_port="${MPORTS[$s]}" --endpoint-file "$ep" 2>"$dir/shard$s.log" &
+            --set server.metrics_port="${MPORTS[$s]}" --endpoint-file "$ep" \
+            ${eps[0]:+--leader "${eps[0]}"} 2>"$dir/shard$s.log" &
         SERVERS[$s]=$!
         for _ in $(seq 100); do [ -s "$ep" ] && break; sleep 0.1; done
         if [ ! -s "$ep" ]; then

@@ -131,7 +131,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     for (size_t i = 0; i < nframes; i++) {
         const Dcps__FrameDesc *d = h->frames[i];
         size_t sz = dtype_size(d->dtype);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_RANKS || sz == 0)
+        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_KIND_LAST || sz == 0)
             FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
                  d->dtype);
         if (d->count > SIZE_MAX / sz || d->bytes != d->count * sz || d->bytes != frames[i].len)
@@ -227,7 +227,7 @@ static const char *frames_of(const dcps_msg_t *m, char *buf, size_t len)
     for (int i = 0; i < m->nframes && at >= 0 && (size_t)at < len; i++) {
         uint32_t k = m->frame[i].kind;
         at += snprintf(buf + at, len - (size_t)at, "%s%s", i ? ", " : "",
-                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_RANKS ? kinds[k] : "unknown");
+                       k >= DCPS_FRAME_DENSE && k <= DCPS_FRAME_KIND_LAST ? kinds[k] : "unknown");
     }
     if (at >= 0 && (size_t)at < len)
         snprintf(buf + at, len - (size_t)at, ")");

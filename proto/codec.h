@@ -51,7 +51,8 @@ enum dcps_frame_kind {
     DCPS_FRAME_GROUP_OPTIONS = 5,
     DCPS_FRAME_BUFFER_FLOATS = 6,
     DCPS_FRAME_BUFFER_INTS = 7,
-    DCPS_FRAME_RANKS = 8 /* ROUND: worker ranks, uint32 */
+    DCPS_FRAME_RANKS = 8, /* ROUND: worker ranks, uint32 */
+    DCPS_FRAME_KIND_LAST = DCPS_FRAME_RANKS
 };
 enum dcps_dtype { DCPS_DTYPE_F32 = 1, DCPS_DTYPE_U32 = 2, DCPS_DTYPE_F64 = 3 };
 

@@ -556,17 +556,17 @@ static int setup_peer(dcps_daemon_t *d)
         return -1;
     }
     zmq_setsockopt(d->peer, ZMQ_LINGER, &linger, sizeof linger);
-    if (strchr(cfg->shards[0], '*')) {
+    const char *leader = d->opt->leader ? d->opt->leader : cfg->shards[0];
+    if (strchr(leader, '*')) {
         DCPS_ERR("shard 0's address %s names no port to connect to: in a sync job with "
                  "several shards the others connect to shard 0, which leads the rounds; give "
-                 "its address as the workers see it ([servers] shards, or --set "
-                 "servers.shards=...)",
-                 cfg->shards[0]);
+                 "its address as the workers see it ([servers] shards), or --leader ENDPOINT",
+                 leader);
         return -1;
     }
-    if (zmq_connect(d->peer, cfg->shards[0]) != 0) {
+    if (zmq_connect(d->peer, leader) != 0) {
         DCPS_ERR("cannot connect to shard 0 at %s, which leads this sync job's rounds: %s",
-                 cfg->shards[0], zmq_strerror(errno));
+                 leader, zmq_strerror(errno));
         return -1;
     }
     return 0;

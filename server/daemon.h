@@ -33,6 +33,7 @@ typedef struct {
     const char *config;        /* the job file */
     int shard;                 /* the shard index */
     const char *endpoint_file; /* NULL: none */
+    const char *leader;        /* --leader: shard 0's endpoint; NULL: [servers] shards' */
     const char *const *overrides; /* --set SECTION.KEY=V, in order */
     size_t n_overrides;
 } dcps_daemon_options_t;

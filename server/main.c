@@ -1,6 +1,7 @@
 /* dcps-server — the daemon for one shard.
  *
  * dcps-server --config FILE --shard S [--set section.key=value]... [--endpoint-file F]
+ *             [--leader ENDPOINT]
  * dcps-server --keygen PATH
  *
  * Reads the job file, binds shard S's endpoint with a ROUTER socket, and serves
@@ -65,6 +66,9 @@ static void usage(FILE *out)
             "      --endpoint-file F    once serving, write the endpoint actually bound to F\n"
             "                           (useful with port '*'), through a temporary file and a\n"
             "                           rename\n"
+            "      --leader ENDPOINT    where shard 0 listens, for the other shards of a sync\n"
+            "                           job (they agree each round with it): when [servers]\n"
+            "                           shards names it with port '*' (default: its entry)\n"
             "      --dump-config        print every key of the job file with its default, range\n"
             "                           and description, as a valid job file, and exit\n"
             "      --keygen PATH        write a new CURVE key pair and exit: the secret key to\n"
@@ -78,12 +82,13 @@ static void usage(FILE *out)
 /* Returns 0, or 2 after printing why; -1 for a normal early exit (help). */
 static int parse_args(int argc, char **argv, options_t *o)
 {
-    enum { OPT_SET = 256, OPT_ENDPOINT_FILE, OPT_DUMP, OPT_KEYGEN };
+    enum { OPT_SET = 256, OPT_ENDPOINT_FILE, OPT_LEADER, OPT_DUMP, OPT_KEYGEN };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"shard", required_argument, NULL, 's'},
         {"set", required_argument, NULL, OPT_SET},
         {"endpoint-file", required_argument, NULL, OPT_ENDPOINT_FILE},
+        {"leader", required_argument, NULL, OPT_LEADER},
         {"dump-config", no_argument, NULL, OPT_DUMP},
         {"keygen", required_argument, NULL, OPT_KEYGEN},
         {"version", no_argument, NULL, 'V'},
@@ -121,6 +126,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         case OPT_ENDPOINT_FILE:
             o->d.endpoint_file = optarg;
             break;
+        case OPT_LEADER:
+            o->d.leader = optarg;
+            break;
         case OPT_DUMP:
             dcps_config_dump(stdout);
             return -1;
@@ -142,7 +150,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "dcps-server: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (o->keygen && (o->d.config || o->d.shard >= 0 || o->d.n_overrides || o->d.endpoint_file)) {
+    if (o->keygen && (o->d.config || o->d.shard >= 0 || o->d.n_overrides || o->d.endpoint_file ||
+                      o->d.leader)) {
         fprintf(stderr, "dcps-server: --keygen takes no other option\n");
         return 2;
     }

@@ -158,39 +158,31 @@ int h_stop(pid_t pid, int timeout_ms)
     return h_wait(pid, timeout_ms);
 }
 
-/* The override that tells shard s > 0 where shard 0 listens when the job's
- * shards bind ports of their choosing (tcp://127.0.0.1:*): a sync job's other
- * shards connect to shard 0 (server/rounds.h). "" when shard 0 was not started
- * here; else shard 0's endpoint, then as many wildcards as the job has more
- * shards (the commas of its shards line). */
-static const char *leader_override(const char *job, int s, char *buf, size_t len)
+/* Shard 0's endpoint, for shard s > 0 (--leader: a sync job's other shards
+ * connect to shard 0, server/rounds.h), when shard 0 was started here with a
+ * port of its choosing; else NULL. */
+static const char *leader_of(int s, char *buf, size_t len)
 {
-    char ep0[256];
     FILE *f = s > 0 ? fopen(h_path("server0", "endpoint"), "r") : NULL;
-    bool ok = f && fgets(ep0, sizeof ep0, f);
+    bool ok = f && fgets(buf, (int)len, f);
     if (f)
         fclose(f);
-    const char *text = h_slurp(job), *line = strstr(text, "shards =");
-    if (!ok || !line)
-        return "";
-    ep0[strcspn(ep0, "\n")] = 0;
-    size_t at = (size_t)snprintf(buf, len, "servers.shards=%s", ep0);
-    for (const char *c = line; *c && *c != '\n'; c++)
-        if (*c == ',' && at < len)
-            at += (size_t)snprintf(buf + at, len - at, ",tcp://127.0.0.1:*");
+    if (!ok)
+        return NULL;
+    buf[strcspn(buf, "\n")] = 0;
     return buf;
 }
 
 pid_t h_server(const char *job, int s, char *endpoint)
 {
-    char shard[16], tag[32], leader[2048];
+    char shard[16], tag[32], ep0[256];
     snprintf(shard, sizeof shard, "%d", s);
     snprintf(tag, sizeof tag, "server%d", s);
-    const char *set = leader_override(job, s, leader, sizeof leader);
+    const char *leader = leader_of(s, ep0, sizeof ep0);
     const char *epf = h_path(tag, "endpoint");
     unlink(epf);
-    const char *argv[] = {"--config", job, "--shard", shard, "--endpoint-file", epf,
-                          *set ? "--set" : NULL, set, NULL};
+    const char *argv[] = {"--config", job,    "--shard", shard, "--endpoint-file",
+                          epf,      leader ? "--leader" : NULL, leader, NULL};
     pid_t pid = h_spawn("dcps-server", tag, argv);
     for (int i = 0; i < 1000; i++) {
         FILE *f = fopen(epf, "r");

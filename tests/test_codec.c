@@ -741,7 +741,7 @@ END_TEST
 START_TEST(unpack_rejects_unknown_frame_kind)
 {
     static const float v[2] = {1, 2};
-    static const uint32_t kinds[] = {0, 8, 1000};
+    static const uint32_t kinds[] = {0, DCPS_FRAME_KIND_LAST + 1, 1000};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         Dcps__FrameDesc fd = frame_desc(kinds[i], DCPS_DTYPE_F32, 2, 8), *fdp = &fd;
         Dcps__Header h = base_header(&fdp, 1);

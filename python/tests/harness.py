@@ -68,7 +68,6 @@ class Job:
         self.procs = []
         self.servers = []
         self.shards = None
-        self.n_shards = shards
         for s in range(shards):
             self.servers.append(self.start_shard(s))
         self.shards = "servers.shards=" + ",".join(self.endpoints)
@@ -80,8 +79,7 @@ class Job:
         if self.shards is None and s > 0:
             # A sync job's other shards connect to shard 0 (server/rounds.h),
             # which chose its port: they are told it.
-            leader = [self.endpoints[0]] + ["tcp://127.0.0.1:*"] * (self.n_shards - 1)
-            argv = ["--endpoint-file", ep, "--set", "servers.shards=" + ",".join(leader)]
+            argv = ["--endpoint-file", ep, "--leader", self.endpoints[0]]
         elif self.shards is None:
             argv = ["--endpoint-file", ep]
         else:

@@ -166,7 +166,7 @@ static void check_decoded(const dcps_msg_t *m, const fuzz_parts_t *in, size_t nf
     FUZZ_ASSERT(memchr(m->error_text, '\0', sizeof m->error_text) != NULL);
     for (int i = 0; i < m->nframes; i++) {
         const dcps_frame_desc_t *d = &m->frame[i];
-        FUZZ_ASSERT(d->kind >= DCPS_FRAME_DENSE && d->kind <= DCPS_FRAME_BUFFER_INTS);
+        FUZZ_ASSERT(d->kind >= DCPS_FRAME_DENSE && d->kind <= DCPS_FRAME_KIND_LAST);
         FUZZ_ASSERT(d->dtype == DCPS_DTYPE_F32 || d->dtype == DCPS_DTYPE_U32 ||
                     d->dtype == DCPS_DTYPE_F64);
         FUZZ_ASSERT(m->payload[i].data == in->part[i + 1].data);
