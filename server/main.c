@@ -79,6 +79,23 @@ static void usage(FILE *out)
             "  -h, --help               print this summary of the options and exit\n");
 }
 
+/* The options together: --keygen alone, else --config and --shard. Returns 0,
+ * or 2 after printing why. */
+static int check_args(const options_t *o)
+{
+    if (o->keygen && (o->d.config || o->d.shard >= 0 || o->d.n_overrides || o->d.endpoint_file ||
+                      o->d.leader)) {
+        fprintf(stderr, "dcps-server: --keygen takes no other option\n");
+        return 2;
+    }
+    if (!o->keygen && (!o->d.config || o->d.shard < 0)) {
+        fprintf(stderr, "dcps-server: --config and --shard are required\n");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
 /* Returns 0, or 2 after printing why; -1 for a normal early exit (help). */
 static int parse_args(int argc, char **argv, options_t *o)
 {
@@ -150,17 +167,7 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "dcps-server: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (o->keygen && (o->d.config || o->d.shard >= 0 || o->d.n_overrides || o->d.endpoint_file ||
-                      o->d.leader)) {
-        fprintf(stderr, "dcps-server: --keygen takes no other option\n");
-        return 2;
-    }
-    if (!o->keygen && (!o->d.config || o->d.shard < 0)) {
-        fprintf(stderr, "dcps-server: --config and --shard are required\n");
-        usage(stderr);
-        return 2;
-    }
-    return 0;
+    return check_args(o);
 }
 
 /* --keygen PATH: a new key pair in PATH and PATH.pub; the public key on stdout.

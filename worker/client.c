@@ -554,11 +554,25 @@ static int send_round(dcps_client_t *c, slot_t *slots, int attempt, int attempts
     return rc;
 }
 
+/* Whether every slot still waiting for its reply has said, since the last
+ * wait began, that its shard is still waiting (HEARTBEAT WAITING). Only then
+ * does the wait start again: one shard that still waits must not excuse
+ * another's silence, whose request (lost with a restarted shard, say) is sent
+ * again when the wait ends. */
+static bool all_alive(const dcps_client_t *c, const slot_t *slots)
+{
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (slots[s].active && !slots[s].done && !slots[s].alive)
+            return false;
+    return true;
+}
+
 /* Waits up to wait ms for the replies of the *pending slots not yet answered,
  * watching their sockets and (for the handshake's failures) their monitors;
  * takes each reply (take_reply, which calls fn for a good one) and counts the
- * slots it ends off *pending. A shard that says it is still working on a
- * request (a HEARTBEAT with WAITING) starts the wait again. Returns the first
+ * slots it ends off *pending. Once every shard still pending has said it is
+ * still working on its request (a HEARTBEAT with WAITING), the wait starts
+ * again (all_alive). Returns the first
  * error of a slot, a monitor or the poll, or 0 when the wait is over. */
 static int collect(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int wait,
                    int *pending)
@@ -599,9 +613,10 @@ static int collect(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int 
                 if (slots[s].rc && !rc)
                     rc = slots[s].rc;
             }
-            if (slots[s].alive) {
-                slots[s].alive = false;
+            if (slots[s].alive && all_alive(c, slots)) {
                 deadline = dcps_now_ms() + wait;
+                for (int t = 0; t < c->cfg.n_shards; t++)
+                    slots[t].alive = false;
             }
         }
     }
