@@ -92,14 +92,22 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
                     what["restarted"] = True
                 else:
                     what["late"] = True
-        elif fault == "kill_all":
+        elif fault in ("kill_all", "kill_all_older"):
             # A power cut: every process killed at once, then all started again
             # (the shards restore their checkpoints, the workers resume).
+            # kill_all_older: shard 1's newest checkpoint is gone too, so the
+            # newest round both hold is older than shard 0's newest.
             for p in procs + job.servers:
                 if p.poll() is None:
                     p.kill()
             for p in procs + job.servers:
                 p.wait()
+            if fault == "kill_all_older":
+                ckpt = os.path.join(job.dir, "ckpt")
+                mine = sorted(f for f in os.listdir(ckpt) if f.startswith("shard-1-"))
+                if len(mine) > 1:
+                    os.unlink(os.path.join(ckpt, mine[-1]))
+                    what["removed"] = mine[-1]
             time.sleep(hold)
             for sh in range(2):
                 job.servers[sh] = job.start_shard(sh)
@@ -184,6 +192,9 @@ class FaultsAtRandomMoments(unittest.TestCase):
 
     def test_sync_everything_killed_and_restarted(self):
         self.check("sync", "kill_all")
+
+    def test_sync_everything_killed_and_one_shard_older(self):
+        self.check("sync", "kill_all_older")
 
     def test_sync_lr_reloaded(self):
         self.check("sync", "sighup_lr")
