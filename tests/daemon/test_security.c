@@ -541,6 +541,48 @@ START_TEST(a_key_speaks_only_for_the_ranks_its_file_names)
 }
 END_TEST
 
+/* The rounds' link between the shards of a sync job (server/rounds.h) under
+ * curve: shard 1 connects to shard 0 with the job's server key pair, which
+ * shard 0 admits as another shard of the job; a worker trains to the end and
+ * both shards close the same rounds. */
+START_TEST(the_shards_of_a_sync_job_agree_their_rounds_over_curve)
+{
+    keys_t k;
+    char ep0[256], ep1[256], shards[600], text[8192];
+    make_keys(&k);
+    snprintf(text, sizeof text, "%s", h_slurp(curve_job(&k, 0, "")));
+    char *at = strstr(text, "shards = tcp://127.0.0.1:*\n");
+    ck_assert_ptr_nonnull(at);
+    char rest[8192];
+    snprintf(rest, sizeof rest, "%s", at + strlen("shards = tcp://127.0.0.1:*\n"));
+    snprintf(at, sizeof text - (size_t)(at - text),
+             "shards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n%s[job]\nmode = sync\n", rest);
+    /* [job] twice: the loader takes keys of a section wherever it appears. */
+    const char *j = h_write("sync2.ini", text);
+    static char job[512];
+    snprintf(job, sizeof job, "%s", j);
+    pid_t s0 = h_server(job, 0, ep0), s1 = h_server(job, 1, ep1);
+    ck_assert_msg(s0 > 0 && s1 > 0, "%s%s", h_slurp(h_path("server0", "err")),
+                  h_slurp(h_path("server1", "err")));
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
+    const char *argv[] = {"--config", job, "--rank", "0", "--set", shards, "--set",
+                          "data.epochs=1", "--set", "data.train_limit=1600", NULL};
+    int st = h_wait(h_spawn("dcps-worker", "w", argv), 120000);
+    ck_assert_msg(st == 0, "worker exited %d: %s", st, h_slurp(h_path("w", "err")));
+    ck_assert_int_eq(h_stop(s1, 10000), 0);
+    ck_assert_int_eq(h_stop(s0, 10000), 0);
+    char log0[65536], log1[65536];
+    snprintf(log0, sizeof log0, "%s", h_slurp(h_path("server0", "err")));
+    snprintf(log1, sizeof log1, "%s", h_slurp(h_path("server1", "err")));
+    ck_assert_msg(strstr(log0, "(another shard of this job)"), "%s", log0);
+    const char *r0 = strstr(log0, "notice: rounds: "), *r1 = strstr(log1, "notice: rounds: ");
+    ck_assert_msg(r0 && r1, "%s\n%s", log0, log1);
+    ck_assert_msg(strncmp(r0, "notice: rounds: 50 closed, digest ", 34) == 0, "%s", r0);
+    ck_assert_msg(strncmp(r0, r1, strcspn(r0, "\n")) == 0, "shard 0: %.60s, shard 1: %.60s", r0,
+                  r1);
+}
+END_TEST
+
 int main(void)
 {
     if (!dcps_keys_available()) {
@@ -557,6 +599,7 @@ int main(void)
     tcase_add_test(shards, a_wrong_server_key_or_a_plain_shard_gives_a_clear_error);
     tcase_add_test(shards, sighup_rereads_the_worker_keys);
     tcase_add_test(shards, a_key_speaks_only_for_the_ranks_its_file_names);
+    tcase_add_test(shards, the_shards_of_a_sync_job_agree_their_rounds_over_curve);
     suite_add_tcase(s, shards);
     return dcps_test_run(s);
 }
