@@ -105,6 +105,7 @@ struct dcps_router {
     bool cut_valid;           /* leader: it restored at cut, and has closed no round since */
     uint64_t cut;
     double unsettled_logged;  /* when it last said why it does not resume yet */
+    double restore_failed;    /* when its restore last failed */
 };
 
 enum role { ALONE, LEADER, FOLLOWER };
@@ -416,6 +417,13 @@ static void report(dcps_router_t *r)
         DCPS_DEBUG("ROUND to shard 0 not sent: %s", zmq_strerror(errno));
 }
 
+/* The leader sends m to follower s, where its last report came from. */
+static void to_follower(dcps_router_t *r, int s, const dcps_msg_t *m)
+{
+    const route_t *to = &r->follower[s];
+    send_reply(r, &(dcps_buf_t){to->b, to->len}, m, NULL, NULL);
+}
+
 /* The leader tells follower s the last round it closed (again, if s has not
  * applied it yet). */
 static void send_close(dcps_router_t *r, int s)
@@ -425,8 +433,7 @@ static void send_close(dcps_router_t *r, int s)
     round_msg(r, &m, t->closed, t->members);
     m.lr = t->lr;
     m.flags = t->checkpoint ? DCPS_FLAG_CHECKPOINT : 0;
-    const route_t *to = &r->follower[s];
-    send_reply(r, &(dcps_buf_t){to->b, to->len}, &m, NULL, NULL);
+    to_follower(r, s, &m);
 }
 
 /* The leader closes its open round when its rule says so, and tells every
@@ -468,11 +475,11 @@ static void skip_to(dcps_router_t *r, uint64_t round, const char *who)
  * settled now. */
 static bool settle(dcps_router_t *r, bool fresh, bool any, uint64_t version)
 {
-    if (!fresh && now_ms(r) - r->unsettled_logged < 10000)
+    if (!fresh && now_ms(r) - r->restore_failed < 10000)
         return false; /* it failed less than 10 s ago: not again yet */
     int rc = fresh ? 0 : r->restore_fn(r->restore_data, any, version);
     if (rc < 0 || (rc == 0 && !fresh && !any)) {
-        r->unsettled_logged = now_ms(r);
+        r->restore_failed = now_ms(r);
         if (rc == 0)
             DCPS_ERR("this shard holds no checkpoint of version %llu, the newest one every "
                      "shard of this sync job holds: it cannot resume with them (move the "
@@ -493,8 +500,7 @@ static void send_restore(dcps_router_t *r, int s, bool restore, uint64_t version
     round_msg(r, &m, restore ? 1 : 0, r->members); /* no ranks */
     m.flags = DCPS_FLAG_RESTORE;
     m.param_version = version;
-    const route_t *to = &r->follower[s];
-    send_reply(r, &(dcps_buf_t){to->b, to->len}, &m, NULL, NULL);
+    to_follower(r, s, &m);
 }
 
 /* The leader, not restored yet, decides where the job resumes once every
@@ -1611,7 +1617,7 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
         goto fail_cons;
     r->lr = cfg->lr;
     r->settled = true;
-    r->unsettled_logged = r->waiting_logged = -1e18; /* never */
+    r->unsettled_logged = r->waiting_logged = r->restore_failed = -1e18; /* never */
     if (!(r->waits = calloc((size_t)cfg->workers, sizeof *r->waits)) ||
         !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted)) ||
         !(r->members = calloc((size_t)cfg->workers, sizeof *r->members)) ||
