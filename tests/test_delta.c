@@ -176,6 +176,18 @@ START_TEST(a_delta_moves_the_largest_differences_and_an_unchanged_shard_sends_no
 }
 END_TEST
 
+/* One sync round: a random dense push from each of the P workers, then their
+ * mean applied. */
+static void sync_round(dcps_shard_t *s, dcps_rng_t *rng, uint64_t *seq)
+{
+    float g[N];
+    for (int r = 0; r < P; r++) {
+        random_grad(rng, g);
+        ck_assert_int_eq(dcps_shard_accumulate_dense(s, (uint32_t)r, ++*seq, g), 0);
+    }
+    ck_assert_int_eq(dcps_shard_apply_round(s, P), 0);
+}
+
 START_TEST(sync_workers_share_one_mirror_and_one_delta_per_round)
 {
     dcps_shard_t *s = delta_shard("sync", "dcasgd", "0.05");
@@ -183,16 +195,11 @@ START_TEST(sync_workers_share_one_mirror_and_one_delta_per_round)
     memset(wk, 0, sizeof wk);
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 3);
-    float g[N];
     uint64_t seq = 0;
     for (int r = 0; r < P; r++)
         ck_assert(pull(s, &wk[r], r, false).dense);
     for (int round = 1; round <= 30; round++) {
-        for (int r = 0; r < P; r++) {
-            random_grad(&rng, g);
-            dcps_shard_accumulate_dense(s, (uint32_t)r, ++seq, g);
-        }
-        dcps_shard_apply_round(s, P);
+        sync_round(s, &rng, &seq);
         /* Worker 2 loses its reply in round 10: dense in round 11, deltas after. */
         dcps_pull_t first = pull(s, &wk[0], 0, false);
         ck_assert(!first.dense);
@@ -245,16 +252,10 @@ START_TEST(a_sync_exact_pull_sends_the_shared_mirror_brought_to_the_version)
     memset(wk, 0, sizeof wk);
     dcps_rng_t rng;
     dcps_rng_seed(&rng, 5);
-    float g[N];
     uint64_t seq = 0;
     for (int round = 0; round <= 5; round++) {
-        if (round > 0) {
-            for (int r = 0; r < P; r++) {
-                random_grad(&rng, g);
-                dcps_shard_accumulate_dense(s, (uint32_t)r, ++seq, g);
-            }
-            dcps_shard_apply_round(s, P);
-        }
+        if (round > 0)
+            sync_round(s, &rng, &seq);
         if (round < 5) /* round 5 closed before anyone pulled */
             for (int r = 0; r < P; r++)
                 pull(s, &wk[r], r, false);

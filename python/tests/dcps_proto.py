@@ -126,11 +126,13 @@ class Reply:
         return [d.kind for d in self.h.frames]
 
 
-def frame(kind, array):
-    """A payload frame: (FrameDesc fields, bytes). Float arrays travel as float32,
-    integer arrays as uint32, little-endian."""
-    a = np.ascontiguousarray(array)
-    if a.dtype.kind == "f":
+def frame(kind, array, wide=False):
+    """A payload frame: (FrameDesc fields, bytes). Float arrays travel as float32
+    (float64 when wide), integer arrays as uint32, little-endian."""
+    a = np.ascontiguousarray(array).reshape(-1)
+    if wide:
+        a, dtype = a.astype("<f8"), pb.DTYPE_FLOAT64
+    elif a.dtype.kind == "f":
         a, dtype = a.astype("<f4"), pb.DTYPE_FLOAT32
     else:
         a, dtype = a.astype("<u4"), pb.DTYPE_UINT32
@@ -144,23 +146,15 @@ def dense(values):
 def groups(ranges, options):
     """A parameter group table (section 14): GROUP_RANGES, uint32 (end, group)
     pairs, then GROUP_OPTIONS, float64 (lr_factor, weight_decay) pairs."""
-    r = np.asarray(ranges, dtype="<u4").reshape(-1)
-    o = np.asarray(options, dtype="<f8").reshape(-1)
-    return [(dict(kind=pb.FRAME_GROUP_RANGES, dtype=pb.DTYPE_UINT32, count=r.size,
-                  bytes=r.nbytes), r.tobytes()),
-            (dict(kind=pb.FRAME_GROUP_OPTIONS, dtype=pb.DTYPE_FLOAT64, count=o.size,
-                  bytes=o.nbytes), o.tobytes())]
+    return [frame(pb.FRAME_GROUP_RANGES, np.asarray(ranges, dtype=np.uint32)),
+            frame(pb.FRAME_GROUP_OPTIONS, options, wide=True)]
 
 
 def buffers(floats, ints):
     """A publish of the model's buffers (section 15): BUFFER_FLOATS, float32,
     then BUFFER_INTS, float64 (whole numbers)."""
-    f = np.asarray(floats, dtype="<f4").reshape(-1)
-    i = np.asarray(ints, dtype="<f8").reshape(-1)
-    return [(dict(kind=pb.FRAME_BUFFER_FLOATS, dtype=pb.DTYPE_FLOAT32, count=f.size,
-                  bytes=f.nbytes), f.tobytes()),
-            (dict(kind=pb.FRAME_BUFFER_INTS, dtype=pb.DTYPE_FLOAT64, count=i.size,
-                  bytes=i.nbytes), i.tobytes())]
+    return [frame(pb.FRAME_BUFFER_FLOATS, np.asarray(floats, dtype=np.float32)),
+            frame(pb.FRAME_BUFFER_INTS, ints, wide=True)]
 
 
 def sparse(indices, values):
