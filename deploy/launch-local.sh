@@ -210,21 +210,22 @@ trap 'stop_all' EXIT
 trap 'echo "launch-local.sh: interrupted, stopping everything" >&2; stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
 
+# Starts shard $1 (one host, one port each: shard s serves its metrics at the job's port
+# + s) and waits for its endpoint file; the others get --leader, shard 0's endpoint, which
+# a sync job with several shards needs when the job file's ports are ephemeral.
 spids=()
-for ((s = 0; s < nshards; s++)); do
-    # One host, one port each: shard s serves its metrics at the job's port + s.
-    port_set=()
+endpoints=()
+start_shard() {
+    local s=$1 port_set=() lead=()
     if [ "${metrics_port:-0}" -gt 0 ]; then
         port_set=(--set "server.metrics_port=$((metrics_port + s))")
         say "shard $s: metrics at port $((metrics_port + s))"
     fi
+    [ "$s" -gt 0 ] && lead=(--leader "${endpoints[0]}")
     "$bindir/dcps-server" --config "$job" --shard "$s" --endpoint-file "$run/shard$s.endpoint" \
-        "${sets[@]}" "${server_sets[@]}" "${port_set[@]}" 2>"$run/shard$s.log" &
-    spids+=($!)
+        "${lead[@]}" "${sets[@]}" "${server_sets[@]}" "${port_set[@]}" 2>"$run/shard$s.log" &
+    spids[$s]=$!
     live[$!]=1
-done
-endpoints=()
-for ((s = 0; s < nshards; s++)); do
     for _ in $(seq 200); do
         [ -s "$run/shard$s.endpoint" ] && break
         kill -0 "${spids[$s]}" 2>/dev/null || break
@@ -234,14 +235,15 @@ for ((s = 0; s < nshards; s++)); do
         echo "launch-local.sh: shard $s did not start ($run/shard$s.log):" >&2
         cat "$run/shard$s.log" >&2
         # Exit status 2 is dcps-server's for a bad job file or option: so is ours.
-        rc=0
+        local rc=0
         kill -0 "${spids[$s]}" 2>/dev/null || reap "${spids[$s]}" || rc=$?
         [ $rc -eq 2 ] && exit 2
         exit 1
     fi
-    endpoints+=("$(cat "$run/shard$s.endpoint")")
+    endpoints[$s]=$(cat "$run/shard$s.endpoint")
     say "shard $s serving at ${endpoints[$s]} (log: $run/shard$s.log)"
-done
+}
+for ((s = 0; s < nshards; s++)); do start_shard "$s"; done
 bound=$(printf '%s\n' "${endpoints[@]}" | paste -sd, -)
 
 say "$workers worker(s) training; output in $run/worker<rank>.out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The launchers run a real job end to end on this host, and leave nothing behind:
-# - deploy/launch-local.sh: 2 shards and 2 workers train a short job; both final:
+# - deploy/launch-local.sh: 2 shards and 2 workers train a short job (async, then sync); both final:
 #   lines appear, it exits 0, no shard is left; with a bad -s value or a misspelt key
 #   it exits 2, as dcps-server does; after SIGINT (Ctrl-C) in the middle of training
 #   it exits 130 and every process it started is gone.
@@ -74,6 +74,20 @@ else
     grep -h metrics "$tmp/run"/shard*.log
 fi
 [ -z "$(leftovers)" ] && pass "no process left after a run" || fail "left running: $(leftovers)"
+
+# A sync job of 2 shards on ephemeral ports: shard 1 must be told shard 0's address
+# (--leader), which the job file's `*` port does not give; both ranks end on one model.
+rc=0
+bash "$launch" "$job" -w 2 -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q "${small[@]}" \
+    -s job.mode=sync >"$tmp/out" 2>&1 || rc=$?
+accs=$(grep '^final: ' "$tmp/out" | grep -o 'test_acc=[0-9.]*' | sort -u | wc -l)
+if [ $rc -eq 0 ] && [ "$(grep -c '^final: ' "$tmp/out")" -eq 2 ] && [ "$accs" -eq 1 ] &&
+    grep -q 'mode=sync' "$tmp/out"; then
+    pass "launch-local.sh -e with a sync job of 2 shards: the second follows the first, both ranks end on one model"
+else
+    fail "launch-local.sh -e -s job.mode=sync: exit $rc"
+    cat "$tmp/out"
+fi
 
 # A tree as a user's checkout has it after the demo: deploy/launch-local.sh and a
 # build/ (this build's), for the launcher's defaults (no -b, no -d).
