@@ -548,6 +548,10 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         dcps_frames_close(&f);
         return 0;
     } else if (m.type == DCPS_MSG_ERROR && m.error_code == (uint32_t)-DCPS_E_SESSION &&
+               sl->rejoin == 1 && sl->parts > 1) {
+        dcps_frames_close(&f); /* another part's: every part is sent again after WELCOME */
+        return 0;
+    } else if (m.type == DCPS_MSG_ERROR && m.error_code == (uint32_t)-DCPS_E_SESSION &&
                sl->rejoin == 0 && sl->req.type != DCPS_MSG_HELLO &&
                sl->req.type != DCPS_MSG_BYE) {
         if ((sl->rc = rejoin(c, s, sl, m.error_text)) == 0) {
