@@ -1277,8 +1277,9 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
     uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
     int rc = whole ? dcps_shard_push(s, sync, m->rank, m->seq, p->based_on, p->idx, p->v, p->k,
                                      why, whylen)
-                   : dcps_shard_push_part(s, sync, m->rank, m->seq, p->based_on, p->q.lo,
-                                          p->q.hi, p->idx, p->v, p->k, last, why, whylen);
+                   : dcps_shard_push_part(s, sync, m->rank, m->seq, m->seq - p->q.part,
+                                          p->based_on, p->q.lo, p->q.hi, p->idx, p->v, p->k,
+                                          last, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
         values_first(p, why, whylen);
     if (rc != 0)
@@ -1778,6 +1779,7 @@ void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth)
 int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
 {
     const dcps_config_t *cfg = r->cfg;
+    dcps_shard_settle(r->shard); /* the parts of a push that came so far, into w */
     int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
                                   cfg->checkpoint_keep, path, pathlen, err, errlen);
     if (rc != 0)

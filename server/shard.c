@@ -13,6 +13,7 @@
 #include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/snapshot.h"
+#include "proto/codec.h"
 
 /* The store (shard.h's opening paragraph says what it holds and why). */
 struct dcps_shard {
@@ -40,6 +41,15 @@ struct dcps_shard {
     struct kept *kept;     /* per rank: its push of the open round (dcps_shard_keep_pushes),
                               or its parts (sync, dcps_shard_push_part); NULL otherwise */
     bool keep_all;         /* dcps_shard_keep_pushes: whole pushes are kept too */
+    /* Async, ssp: the dense parts of one push written into the update buffer
+     * (staged), which becomes w when the push's last part comes
+     * (dcps_shard_push_part; dcps_shard_settle for an interruption). */
+    bool staging;
+    uint32_t stage_rank;
+    uint64_t stage_push;   /* the push's id (the seq of its part 0) */
+    int stage_n;           /* ranges staged */
+    size_t stage_lo[DCPS_PARTS_MAX], stage_hi[DCPS_PARTS_MAX]; /* local */
+    size_t staged;         /* parameters staged */
     float *mirror;         /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
     float *diff;           /* n: w − mirror (pull = delta); NULL otherwise */
     bool delta;            /* pull = delta */
@@ -167,6 +177,7 @@ fail:
 
 void dcps_shard_unsize(dcps_shard_t *s)
 {
+    s->staging = false;
     dcps_topk_ws_destroy(&s->topk);
     free(s->delta_val);
     free(s->delta_idx);
@@ -296,6 +307,7 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
 
 void dcps_shard_restored(dcps_shard_t *s)
 {
+    s->staging = false;
     s->restored = true;
     for (int r = 0; r < s->workers; r++)
         s->behind[r] = true;
@@ -659,6 +671,7 @@ void *dcps_shard_share(dcps_shard_t *s, const float *values)
 
 int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
+    dcps_shard_settle(s);
     prepare(s);
     int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g, 0, s->n, "gradient");
     if (rc)
@@ -807,6 +820,7 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
 {
     if (k == 0)
         return 0; /* no update (shard.h) */
+    dcps_shard_settle(s);
     int rc = sparse_update(s, rank, idx, v, k);
     if (rc == 0)
         applied(s, rank, seq);
@@ -1038,34 +1052,69 @@ static int accumulate_part(dcps_shard_t *s, uint32_t rank, size_t a, size_t m,
     return 0;
 }
 
-/* Async, ssp: part [a, a + m) (local) of rank's push with the job's rule,
- * dense (idx NULL: m values, out of place into the update buffer, then copied
- * into w) or k sparse entries; the version does not move. */
-static int apply_part(dcps_shard_t *s, uint32_t rank, size_t a, size_t m, const uint32_t *idx,
-                      const float *v, size_t k)
+void dcps_shard_settle(dcps_shard_t *s)
 {
+    if (!s->staging)
+        return;
+    s->staging = false;
+    if (s->staged == s->n || held(s, s->w) || s->staged > s->n / 2) {
+        /* The rest of w into the update buffer, which becomes w. */
+        size_t at = 0;
+        for (int i = 0; i <= s->stage_n; i++) {
+            /* The gaps between the staged ranges, in order of their starts. */
+            size_t next = s->n, end = s->n;
+            for (int j = 0; j < s->stage_n; j++)
+                if (s->stage_lo[j] >= at && s->stage_lo[j] < next)
+                    next = s->stage_lo[j], end = s->stage_hi[j];
+            memcpy(s->spare + at, s->w + at, (next - at) * sizeof *s->w);
+            at = end;
+        }
+        swap(&s->w, &s->spare);
+    } else {
+        for (int j = 0; j < s->stage_n; j++)
+            memcpy(s->w + s->stage_lo[j], s->spare + s->stage_lo[j],
+                   (s->stage_hi[j] - s->stage_lo[j]) * sizeof *s->w);
+    }
+}
+
+/* Async, ssp: part [a, a + m) (local) of rank's push `push` with the job's
+ * rule, dense (idx NULL: m values, staged: written out of place into the
+ * update buffer, which becomes w with the push's last part) or k sparse
+ * entries (in w, after whatever was staged); the version does not move. */
+static int apply_part(dcps_shard_t *s, uint32_t rank, uint64_t push, size_t a, size_t m,
+                      const uint32_t *idx, const float *v, size_t k)
+{
+    if (s->staging && (idx || s->stage_rank != rank || s->stage_push != push))
+        dcps_shard_settle(s);
     if (idx)
         return k == 0 ? 0 : sparse_update(s, rank, idx, v, k);
     prepare(s);
-    own_w(s, true);
     int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, v, a, m, "gradient");
     if (rc != 0)
         return rc;
     rule_state(s, s->w + a, v, a, m);
-    memcpy(s->w + a, s->spare + a, m * sizeof *s->w);
+    if (!s->staging)
+        s->staging = true, s->stage_rank = rank, s->stage_push = push, s->stage_n = 0,
+        s->staged = 0;
+    s->stage_lo[s->stage_n] = a;
+    s->stage_hi[s->stage_n++] = a + m;
+    s->staged += m;
     return 0;
 }
 
-int dcps_shard_push_part(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq,
+int dcps_shard_push_part(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t push,
                          uint64_t based_on, uint64_t lo, uint64_t hi, const uint32_t *idx,
                          const float *v, size_t k, bool last, char *why, size_t whylen)
 {
     const uint64_t d = s->version - based_on;
     const size_t a = (size_t)(lo - s->range.lo), m = (size_t)(hi - lo);
-    int rc = sync ? accumulate_part(s, rank, a, m, idx, v, k) : apply_part(s, rank, a, m, idx, v, k);
+    int rc = sync ? accumulate_part(s, rank, a, m, idx, v, k)
+                  : apply_part(s, rank, push, a, m, idx, v, k);
     if (rc != 0)
         return dcps_say(why, whylen, rc, "%s", s->why);
     dcps_session_pushed(&s->session[rank], seq, true);
+    if (last)
+        dcps_shard_settle(s); /* the staged parts become w */
     if (last) {
         s->pushes++;
         s->version += !sync;
@@ -1112,6 +1161,7 @@ void dcps_shard_save(const dcps_shard_t *s, uint64_t *words)
 void dcps_shard_load(dcps_shard_t *s, uint64_t version, bool initialized, const uint64_t *words,
                      size_t stride)
 {
+    s->staging = false;
     uint64_t *const counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped,
                                           &s->deltas};
     dcps_staleness_t *st = &s->staleness;

@@ -61,6 +61,24 @@ class Parts(Case):
         self.assertEqual({r.h.param_version for r in replies}, {2})
         np.testing.assert_array_equal(parts, w)
 
+    def test_another_ranks_push_between_parts_is_applied_between_them(self):
+        a, w = self.job()
+        b = self.joined(1, 0)
+        g0, g1 = gradient(rng(7), N), gradient(rng(8), N)
+        bounds = split(N, 3)
+        base = a.seq
+        a.push_parts(0, 0, g0, bounds, 0, order=[0, 1])
+        self.assertEqual(b.push(0, 0, g=g1).h.param_version, 1)  # lands between the parts
+        a.push_parts(0, 0, g0, bounds, 0, order=[2], seq=base)
+        # Each parameter took the two pushes in the order they reached it.
+        first = slice(0, bounds[2])
+        w[first] = (w[first] - F32(LR) * g0[first]) - F32(LR) * g1[first]
+        last = slice(bounds[2], N)
+        w[last] = (w[last] - F32(LR) * g1[last]) - F32(LR) * g0[last]
+        got, version = self.params(a, 1)
+        self.assertEqual(version, 2)
+        np.testing.assert_array_equal(got, w)
+
     def test_momentum_parts_bit_for_bit(self):
         a, w = self.job(optimizer={"kind": "momentum", "lr": LR, "momentum": 0.9})
         u = np.zeros(N, F32)

@@ -240,9 +240,10 @@ static int pull_from(fake_t *f, float *w, char *e, size_t elen)
     rc = dcps_client_pull(c, w);
     snprintf(e, elen, "%s", rc ? dcps_client_error(c) : "");
     dcps_client_close(&c);
-    zmq_close(f->sock);
-    zmq_ctx_term(ctx); /* ends fake_main's receive */
+    zmq_ctx_shutdown(ctx); /* ends fake_main's receive (ETERM) */
     pthread_join(th, NULL);
+    zmq_close(f->sock);
+    zmq_ctx_term(ctx);
     return rc;
 }
 
