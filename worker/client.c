@@ -1194,7 +1194,7 @@ static int push(dcps_client_t *c, slot_t *slots)
 /* The parts a dense message of shard s's range goes in: [compression] parts
  * (at most one per parameter), or by size: one per DCPS_PART_FLOATS of the
  * range, 1 to DCPS_PARTS_AUTO. */
-#define DCPS_PART_FLOATS 262144
+#define DCPS_PART_FLOATS 524288
 #define DCPS_PARTS_AUTO 16
 static uint32_t parts_of(const dcps_client_t *c, int s)
 {
