@@ -166,10 +166,8 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->want = h->want;
     out->session = h->session;
     out->lr = h->lr;
-    out->part = h->part;
-    out->parts = h->parts;
-    out->part_lo = h->part_lo;
-    out->part_hi = h->part_hi;
+    out->part = h->part, out->parts = h->parts;
+    out->part_lo = h->part_lo, out->part_hi = h->part_hi;
 #define HAS(field, bit) (h->has_##field ? (bit) : 0u)
     out->has = HAS(shard, DCPS_HAS_SHARD) | HAS(param_version, DCPS_HAS_PARAM_VERSION) |
                HAS(n_params, DCPS_HAS_N_PARAMS) | HAS(range_lo, DCPS_HAS_RANGE_LO) |

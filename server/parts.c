@@ -9,13 +9,19 @@
 
 dcps_part_t dcps_part_of(const dcps_msg_t *m, uint64_t lo, uint64_t hi)
 {
-    dcps_part_t q = {.seq = m->seq, .step = m->step, .part = 0, .parts = 1, .lo = lo, .hi = hi,
+    dcps_part_t q = {.seq = m->seq,
+                     .step = m->step,
+                     .part = 0,
+                     .parts = 1,
+                     .lo = lo,
+                     .hi = hi,
                      .sparse = m->nframes == 2};
     if (m->has & DCPS_HAS_PART) {
         q.part = m->part;
         q.parts = m->parts;
         q.lo = m->part_lo;
         q.hi = m->part_hi;
+        q.fields = true;
     }
     return q;
 }
@@ -43,7 +49,7 @@ static bool ours(const dcps_parts_t *p, uint64_t seq)
 
 int dcps_parts_verdict(const dcps_parts_t *p, const dcps_part_t *q, char *why, size_t whylen)
 {
-    if (!ours(p, q->seq))
+    if (!q->fields || !ours(p, q->seq))
         return DCPS_PART_OTHER;
     const uint64_t i = q->seq - p->base;
     if (q->part != i || q->parts != p->parts || q->step != p->step || q->sparse != p->sparse)
@@ -52,8 +58,8 @@ int dcps_parts_verdict(const dcps_parts_t *p, const dcps_part_t *q, char *why, s
                         "%llu, this message says part %u of %u of step %llu, %s",
                         (unsigned long long)q->seq, (unsigned long long)i,
                         (unsigned long long)p->step, p->parts, p->sparse ? "sparse" : "dense",
-                        (unsigned long long)p->base, q->part, q->parts,
-                        (unsigned long long)q->step, q->sparse ? "sparse" : "dense");
+                        (unsigned long long)p->base, q->part, q->parts, (unsigned long long)q->step,
+                        q->sparse ? "sparse" : "dense");
     if (p->applied >> i & 1)
         return DCPS_PART_APPLIED;
     if (p->dropped >> i & 1)
@@ -64,9 +70,9 @@ int dcps_parts_verdict(const dcps_parts_t *p, const dcps_part_t *q, char *why, s
 int dcps_parts_check(const dcps_parts_t *p, const dcps_part_t *q, uint64_t n, char *why,
                      size_t whylen)
 {
-    if (!ours(p, q->seq)) {
+    if (!q->fields || !ours(p, q->seq)) {
         /* A new push: its part 0's seq and all its others after the latest's. */
-        if (q->seq < q->part || (p->any && q->seq - q->part < p->base + p->parts))
+        if (q->fields && (q->seq < q->part || (p->any && q->seq - q->part < p->base + p->parts)))
             return dcps_say(why, whylen, DCPS_E_FIELD,
                             "part %u with seq %llu would make seq %llu its push's part 0, which "
                             "is not after the latest push's seqs (%llu to %llu)",
@@ -98,21 +104,20 @@ int dcps_parts_check(const dcps_parts_t *p, const dcps_part_t *q, uint64_t n, ch
                         "the %u parts of the push from seq %llu cover %llu of the shard's %llu "
                         "parameters",
                         p->parts, (unsigned long long)p->base,
-                        (unsigned long long)(p->covered + (q->hi - q->lo)),
-                        (unsigned long long)n);
+                        (unsigned long long)(p->covered + (q->hi - q->lo)), (unsigned long long)n);
     return 0;
 }
 
 bool dcps_parts_completes(const dcps_parts_t *p, const dcps_part_t *q)
 {
-    if (!ours(p, q->seq))
+    if (!q->fields || !ours(p, q->seq))
         return q->parts == 1;
     return ((p->applied | p->dropped) | 1ull << q->part) == all(p->parts);
 }
 
 bool dcps_parts_record(dcps_parts_t *p, const dcps_part_t *q, bool applied)
 {
-    if (!ours(p, q->seq)) {
+    if (!q->fields || !ours(p, q->seq)) {
         dcps_parts_reset(p);
         p->any = true;
         p->base = q->seq - q->part;

@@ -32,18 +32,19 @@ typedef struct {
     uint32_t part, parts;
     uint64_t lo, hi; /* global */
     bool sparse;
+    bool fields; /* the message had part fields (else: a push sent whole) */
 } dcps_part_t;
 
 /* A rank's latest push: the push its last new part belonged to. */
 typedef struct {
-    bool any;           /* a push was recorded since the record was reset */
-    uint64_t base;      /* seq of its part 0 */
+    bool any;      /* a push was recorded since the record was reset */
+    uint64_t base; /* seq of its part 0 */
     uint64_t step;
     uint32_t parts;
     bool sparse;
-    uint64_t applied;   /* bit i: part i applied (or added to the open sync round) */
-    uint64_t dropped;   /* bit i: part i dropped (STALE) */
-    uint64_t covered;   /* parameters its parts cover so far */
+    uint64_t applied; /* bit i: part i applied (or added to the open sync round) */
+    uint64_t dropped; /* bit i: part i dropped (STALE) */
+    uint64_t covered; /* parameters its parts cover so far */
     uint64_t lo[DCPS_PARTS_MAX], hi[DCPS_PARTS_MAX];
 } dcps_parts_t;
 
@@ -65,7 +66,9 @@ void dcps_parts_reset(dcps_parts_t *p);
 /* Whether the latest push has parts that have not come. */
 bool dcps_parts_open(const dcps_parts_t *p);
 
-/* The verdict on part q. A part whose seq falls among the latest push's seqs
+/* The verdict on part q. A push sent whole without part fields is always
+ * OTHER: its seq alone decides, by the session's rules, as in protocol 2. A
+ * part whose seq falls among the latest push's seqs
  * but names another part index, another part count, step or shape is refused
  * here: returns DCPS_E_FIELD with a sentence in why. Else the verdict (≥ 0). */
 int dcps_parts_verdict(const dcps_parts_t *p, const dcps_part_t *q, char *why, size_t whylen);

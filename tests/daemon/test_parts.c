@@ -50,8 +50,8 @@ static void gradient(float *g, int r, int t)
     uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(7 * t + r + 1);
     for (size_t i = 0; i < N; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        g[i] = (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) *
-               (float)(1u << (x & 7)) * 1e-2f;
+        g[i] =
+            (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * (float)(1u << (x & 7)) * 1e-2f;
     }
 }
 
@@ -170,7 +170,8 @@ static void answer(fake_t *f, const dcps_frames_t *in, const dcps_msg_t *req)
     static float values[FAKE_N];
     for (int i = 0; i < FAKE_N; i++)
         values[i] = (float)i + 0.5f;
-    dcps_buf_t id = {zmq_msg_data((zmq_msg_t *)&in->part[0]), zmq_msg_size((zmq_msg_t *)&in->part[0])};
+    dcps_buf_t id = {zmq_msg_data((zmq_msg_t *)&in->part[0]),
+                     zmq_msg_size((zmq_msg_t *)&in->part[0])};
     dcps_msg_t m;
     if (req->type == DCPS_MSG_HELLO) {
         dcps_msg_reply(&m, req, DCPS_MSG_WELCOME);
@@ -208,8 +209,8 @@ static void *fake_main(void *arg)
         dcps_buf_t fr[DCPS_MAX_PARTS];
         for (int i = 2; i < in.n; i++)
             fr[i - 2] = (dcps_buf_t){zmq_msg_data(&in.part[i]), zmq_msg_size(&in.part[i])};
-        if (in.n >= 2 && dcps_codec_unpack(zmq_msg_data(&in.part[1]), zmq_msg_size(&in.part[1]),
-                                           fr, (size_t)(in.n - 2), 0, &req, why, sizeof why) == 0)
+        if (in.n >= 2 && dcps_codec_unpack(zmq_msg_data(&in.part[1]), zmq_msg_size(&in.part[1]), fr,
+                                           (size_t)(in.n - 2), 0, &req, why, sizeof why) == 0)
             answer(f, &in, &req);
         dcps_frames_close(&in);
     }
@@ -251,8 +252,8 @@ START_TEST(client_takes_good_parts_and_refuses_bad_ones_naming_them)
 {
     float w[FAKE_N];
     char e[1024];
-    fake_t good = {.n = 3, .part = {0, 1, 2}, .parts = {3, 3, 3}, .lo = {0, 100, 200},
-                   .hi = {100, 200, 300}};
+    fake_t good = {
+        .n = 3, .part = {0, 1, 2}, .parts = {3, 3, 3}, .lo = {0, 100, 200}, .hi = {100, 200, 300}};
     memset(w, 0, sizeof w);
     ck_assert_int_eq(pull_from(&good, w, e, sizeof e), 0);
     for (int i = 0; i < FAKE_N; i++)
@@ -263,12 +264,18 @@ START_TEST(client_takes_good_parts_and_refuses_bad_ones_naming_them)
     } bad[] = {
         {{.n = 2, .part = {0, 2}, .parts = {3, 3}, .lo = {0, 200}, .hi = {100, 300}},
          "part 2 of 3 of version 4 came where part 1 of 3 of version 4 was due"},
-        {{.n = 3, .part = {0, 1, 1}, .parts = {3, 3, 3}, .lo = {0, 100, 100},
+        {{.n = 3,
+          .part = {0, 1, 1},
+          .parts = {3, 3, 3},
+          .lo = {0, 100, 100},
           .hi = {100, 200, 200}},
          "part 1 of 3 of version 4 came where part 2 of 3"},
         {{.n = 2, .part = {0, 1}, .parts = {3, 3}, .lo = {0, 150}, .hi = {100, 200}},
          "part 1 of 3 covers [150, 200), where [100, …) of the range [0, 300) was due"},
-        {{.n = 3, .part = {0, 1, 2}, .parts = {3, 3, 3}, .lo = {0, 100, 200},
+        {{.n = 3,
+          .part = {0, 1, 2},
+          .parts = {3, 3, 3},
+          .lo = {0, 100, 200},
           .hi = {100, 200, 250}},
          "part 2 of 3 covers [200, 250), where [200, …) of the range [0, 300) was due, up to "
          "its end"},

@@ -341,12 +341,14 @@ static void router_seeds(const char *dir)
                  3, false);
     conversation(dir, "parts_sync_2w",
                  &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 3, .parts = true}, 3, false);
-    conversation(dir, "parts_ssp_2w",
-                 &(job_t){.mode = 2, .opt = 3, .delta = true, .workers = 2, .size = 4, .parts = true},
-                 3, false);
-    conversation(dir, "parts_silent_sync_2w",
-                 &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true, .parts = true},
-                 3, true);
+    conversation(
+        dir, "parts_ssp_2w",
+        &(job_t){.mode = 2, .opt = 3, .delta = true, .workers = 2, .size = 4, .parts = true}, 3,
+        false);
+    conversation(
+        dir, "parts_silent_sync_2w",
+        &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true, .parts = true}, 3,
+        true);
     conversation(dir, "silent_sync_2w",
                  &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true}, 3, true);
     conversation(
