@@ -16,8 +16,13 @@
  * The servers are started and stopped here; on failure, SIGINT, SIGTERM or SIGHUP
  * they are killed, and on Linux they die with this process whatever ends it.
  *
+ * With --parts N the workers send every dense push, and ask for every dense
+ * pull reply, in N parts per shard ([compression] parts, docs/protocol.md
+ * section 17; 0: the client's choice by size); without it, whole (parts = 1).
+ * The CSV columns are the same; the `# setup:` line says the parts.
+ *
  * usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]
- *                       [--workers N,...] [--quick] */
+ *                       [--workers N,...] [--parts N] [--quick] */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -55,6 +60,7 @@
 static int shard_counts[MAX_SHARDS] = {1, 2}, n_shard_counts = 2;
 static int worker_counts[MAX_WORKERS] = {1, 2, 4}, n_worker_counts = 3;
 static const double densities[] = {0.01, 0.001};
+static int parts = 1; /* [compression] parts of the workers: --parts */
 
 /* ---- the servers ----------------------------------------------------------------
  * One group at a time. The paths and pids live in statics so that the exit and
@@ -241,8 +247,10 @@ static int start_servers(const char *server, const job_t *j, dcps_config_t *cfg)
     }
     snprintf(shards, sizeof shards, "servers.shards=%s%s%s", ep[0], j->shards > 1 ? "," : "",
              j->shards > 1 ? ep[1] : "");
-    const char *over[] = {shards};
-    if (dcps_config_load(cfg, job_path, over, 1, err, sizeof err) != 0) {
+    char in_parts[64];
+    snprintf(in_parts, sizeof in_parts, "compression.parts=%d", parts);
+    const char *over[] = {shards, in_parts};
+    if (dcps_config_load(cfg, job_path, over, 2, err, sizeof err) != 0) {
         fprintf(stderr, "bench/pushpull: %s\n", err);
         goto fail;
     }
@@ -841,12 +849,14 @@ out:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]\n"
-                 "                      [--workers N,...] [--quick]\n"
+                 "                      [--workers N,...] [--parts N] [--quick]\n"
                  "  --server PATH  the dcps-server program (default ./dcps-server)\n"
                  "  --sizes LIST   model sizes in floats, K and M suffixes (x1024, x1048576);\n"
                  "                 default 1K,64K,1M,4M,16M\n"
                  "  --shards LIST  shard counts, each 1 or 2 (default 1,2)\n"
                  "  --workers LIST worker counts, each 1 to 4 (default 1,2,4)\n"
+                 "  --parts N      dense pushes and pull replies in N parts per shard, 0 to 64\n"
+                 "                 (0: by size; default 1: whole)\n"
                  "  --quick        sizes 1K,64K,1M and about 0.25 s per row\n");
 }
 
@@ -904,6 +914,7 @@ static int parse_args(int argc, char **argv, bench_t *b)
         {"shards", required_argument, NULL, 'S'},
         {"workers", required_argument, NULL, 'W'},
         {"quick", no_argument, NULL, 'q'},
+        {"parts", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -924,6 +935,15 @@ static int parse_args(int argc, char **argv, bench_t *b)
             n_worker_counts = parse_counts("--workers", optarg, MAX_WORKERS, worker_counts);
             if (n_worker_counts < 0)
                 return 2;
+        } else if (c == 'p') {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v < 0 || v > 64) {
+                fprintf(stderr, "bench/pushpull: --parts: \"%s\": want a count from 0 to 64\n",
+                        optarg);
+                return 2;
+            }
+            parts = (int)v;
         } else if (c == 'q')
             quick = true;
         else {
@@ -972,8 +992,9 @@ int main(int argc, char **argv)
     printf("# machine: %s, %ld cores shared by the servers and the workers, no GPU used\n", model,
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("# setup: %s on tcp://127.0.0.1, async sgd lr 1e-9, worker threads each with its own "
-           "client; n = a*b + b for [model] layers a,b:",
-           b->server);
+           "client; dense pushes and replies in %d part%s per shard%s; n = a*b + b for [model] "
+           "layers a,b:",
+           b->server, parts, parts == 1 ? "" : "s", parts == 0 ? " (0: by size)" : "");
     for (int i = 0; i < b->n_sizes; i++) {
         job_t j;
         pick_layers(b->sizes[i], &j);

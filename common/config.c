@@ -177,6 +177,10 @@ static const struct key keys[] = {
           "overlap compression and communication with the next step"),
     DBL("compression", "local_lr", local_lr, "0", 0, false, 10, false,
         "pipeline: step size of the local update; 0: [optimizer] lr"),
+    INT("compression", "parts", parts, "0", 0, 64,
+        "dense pushes and dense pull replies in N parts per shard, each sent, applied and "
+        "copied as it arrives; 0: by size (one per 524288 floats of a shard's range, at most "
+        "16); 1: whole"),
     ENUM("worker", "device", device, "auto", device_names, "where gradients are computed"),
     INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
     INT("worker", "buffer_every", buffer_every, "10", 1, 1e9,

@@ -102,6 +102,7 @@ typedef struct dcps_config {
     int pull; /* enum dcps_pull */
     double density;
     double pull_density; /* 0: density */
+    int parts;           /* dense pushes and replies in parts per shard; 0: by size */
     int density_warmup_epochs; /* 0: off */
     bool error_feedback;
     double momentum_correction; /* 0: off; else the momentum factor */

@@ -70,6 +70,12 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         SET(session, m->session);
     if (m->lr != 0 || (m->has & DCPS_HAS_LR))
         SET(lr, m->lr);
+    if (m->has & DCPS_HAS_PART) {
+        SET(part, m->part);
+        SET(parts, m->parts);
+        SET(part_lo, m->part_lo);
+        SET(part_hi, m->part_hi);
+    }
 #undef SEND
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
@@ -160,6 +166,8 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->want = h->want;
     out->session = h->session;
     out->lr = h->lr;
+    out->part = h->part, out->parts = h->parts;
+    out->part_lo = h->part_lo, out->part_hi = h->part_hi;
 #define HAS(field, bit) (h->has_##field ? (bit) : 0u)
     out->has = HAS(shard, DCPS_HAS_SHARD) | HAS(param_version, DCPS_HAS_PARAM_VERSION) |
                HAS(n_params, DCPS_HAS_N_PARAMS) | HAS(range_lo, DCPS_HAS_RANGE_LO) |
@@ -167,7 +175,9 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
                HAS(error_code, DCPS_HAS_ERROR_CODE) | HAS(flags, DCPS_HAS_FLAGS) |
                HAS(workers, DCPS_HAS_WORKERS) | HAS(step, DCPS_HAS_STEP) |
                HAS(want, DCPS_HAS_WANT) | HAS(session, DCPS_HAS_SESSION) |
-               HAS(lr, DCPS_HAS_LR) | (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
+               HAS(lr, DCPS_HAS_LR) | HAS(part, DCPS_HAS_PART) | HAS(parts, DCPS_HAS_PART) |
+               HAS(part_lo, DCPS_HAS_PART) | HAS(part_hi, DCPS_HAS_PART) |
+               (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
 #undef HAS
 out:
     dcps__header__free_unpacked(h, NULL);
@@ -462,6 +472,38 @@ static const struct {
     [DCPS_MSG_BUFFERS] = {true, DCPS_FLAG_AVERAGE | DCPS_FLAG_LOCAL, false, false, true},
 };
 
+/* The part fields of a request (docs/protocol.md, 17): a PUSH's part i of n
+ * covers [part_lo, part_hi) inside the shard's range (not known yet on an
+ * unsized shard: the push is NOTREADY later); a PULL asks for its reply in
+ * `parts` parts and has no other part field; no other request has parts. */
+static int check_part(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, const char *t, char *why,
+                      size_t whylen)
+{
+    int rc = 0;
+    if (m->type != DCPS_MSG_PUSH && m->type != DCPS_MSG_PULL)
+        FAIL(DCPS_E_FIELD, "%s carries part fields: only PUSH, PULL and PULL_REPLY have parts", t);
+    if (m->parts == 0 || m->parts > DCPS_PARTS_MAX)
+        FAIL(DCPS_E_FIELD, "%s in %u parts: a push or reply has 1 to %d parts", t, m->parts,
+             DCPS_PARTS_MAX);
+    if (m->type == DCPS_MSG_PULL) {
+        if (m->part || m->part_lo || m->part_hi)
+            FAIL(DCPS_E_FIELD, "PULL with part %u [%llu, %llu): a PULL only asks for its reply "
+                               "in `parts` parts",
+                 m->part, (unsigned long long)m->part_lo, (unsigned long long)m->part_hi);
+        return 0;
+    }
+    if (m->part >= m->parts)
+        FAIL(DCPS_E_FIELD, "PUSH part %u of %u: parts are numbered 0 to %u", m->part, m->parts,
+             m->parts - 1);
+    if (ctx->n_params && (m->part_lo >= m->part_hi || m->part_lo < ctx->lo || m->part_hi > ctx->hi))
+        FAIL(DCPS_E_FIELD, "PUSH part %u covers [%llu, %llu), not a nonempty range inside the "
+                           "shard's [%llu, %llu)",
+             m->part, (unsigned long long)m->part_lo, (unsigned long long)m->part_hi,
+             (unsigned long long)ctx->lo, (unsigned long long)ctx->hi);
+out:
+    return rc;
+}
+
 int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, char *why,
                             size_t whylen)
 {
@@ -514,6 +556,8 @@ int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, ch
     if (m->param_version && !requests[m->type].version)
         FAIL(DCPS_E_FIELD, "%s with param_version %llu: only PUSH and PULL name a version", t,
              (unsigned long long)m->param_version);
+    if (m->has & DCPS_HAS_PART)
+        rc = check_part(m, ctx, t, why, whylen);
 out:
     return rc;
 }

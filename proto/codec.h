@@ -13,7 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DCPS_PROTOCOL 2 /* 2: sessions (docs/protocol.md) */
+#define DCPS_PROTOCOL 3 /* 2: sessions; 3: parts (docs/protocol.md) */
+#define DCPS_PARTS_MAX 64 /* parts of one push or reply; more: FIELD */
 #define DCPS_MAX_FRAMES 4      /* payload frames per message; more: FRAMECOUNT */
 #define DCPS_ERROR_TEXT_MAX 256
 /* The cap on a packed header, known and unknown fields together: a longer one is
@@ -100,6 +101,7 @@ enum dcps_field {
     DCPS_HAS_WANT = 1u << 11,
     DCPS_HAS_SESSION = 1u << 12,
     DCPS_HAS_LR = 1u << 13,
+    DCPS_HAS_PART = 1u << 14, /* any of part, parts, part_lo, part_hi */
 };
 
 /* A message with its header fields decoded. On the receiving side payload[]
@@ -123,6 +125,11 @@ typedef struct {
     uint64_t step;
     uint64_t want; /* PULL with DELTA: the most entries wanted; 0: the job's pull density */
     double lr;     /* PULL_REPLY: the lr in force, [optimizer] lr · f(param_version) */
+    /* Parts (docs/protocol.md, 17): with DCPS_HAS_PART in has, this PUSH or
+     * PULL_REPLY is part `part` of `parts`, covering [part_lo, part_hi) (global);
+     * a PULL's `parts` asks for its reply in parts. All four are sent together. */
+    uint32_t part, parts;
+    uint64_t part_lo, part_hi;
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];

@@ -17,6 +17,7 @@
 #include "server/bridge.h"
 #include "server/checkpoint.h"
 #include "server/loglimit.h"
+#include "server/parts.h"
 #include "server/rounds.h"
 #include "server/session.h"
 #include "server/snapshot.h"
@@ -37,6 +38,7 @@ typedef struct {
     uint64_t held;
     uint64_t want; /* the most entries of a delta; 0: the job's pull density */
     bool exact;    /* flag EXACT: it wants w itself */
+    uint32_t parts; /* a dense reply in this many parts (docs/protocol.md, 17); 0: whole */
 } pull_req_t;
 
 /* Where to answer a rank's request that waits (a pull for its step, a
@@ -60,6 +62,7 @@ struct dcps_router {
     double last_tick; /* ms, when it last ran */
     dcps_consistency_t cons;
     wait_t *waits;         /* one per rank */
+    dcps_parts_t *parts;   /* one per rank: its session's latest push (server/parts.h) */
     bool *counted;         /* one per rank: BUFFERS' scratch, whose values count in a mean */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
@@ -201,6 +204,30 @@ static void send_to(dcps_router_t *r, const route_t *to, uint32_t rank, uint64_t
                hold);
 }
 
+/* Answers a dense pull in q->parts parts (at most one per parameter): part i
+ * covers [lo + ⌊i·n/parts⌋, lo + ⌊(i+1)·n/parts⌋), sent in order, each a
+ * PULL_REPLY of its own with reply's fields and its slice of values (w's
+ * buffer itself where dcps_shard_share allows, one hold per part). */
+static void send_parts(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q,
+                       dcps_msg_t *reply, const float *values, uint64_t n)
+{
+    const uint32_t parts = q->parts < n ? q->parts : (uint32_t)n;
+    const uint64_t lo = reply->range_lo;
+    reply->has |= DCPS_HAS_PART;
+    reply->parts = parts;
+    reply->nframes = 1;
+    for (uint32_t i = 0; i < parts; i++) {
+        const uint64_t a = n * i / parts, b = n * (i + 1) / parts;
+        void *hold = dcps_shard_share(r->shard, values);
+        reply->part = i;
+        reply->part_lo = lo + a;
+        reply->part_hi = lo + b;
+        reply->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, b - a};
+        reply->payload[0] = (dcps_buf_t){values + a, (b - a) * sizeof *values};
+        send_to(r, to, rank, q->seq, DCPS_MSG_PULL_REPLY, reply, hold);
+    }
+}
+
 /* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
  * what it holds. */
 static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q)
@@ -220,6 +247,10 @@ static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, cons
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */
+    if (p.dense && q->parts > 1) {
+        send_parts(r, to, rank, q, &reply, p.values, st.n);
+        return;
+    }
     void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
     if (p.dense) {
         reply.nframes = 1;
@@ -292,7 +323,12 @@ static void close_round(dcps_router_t *r, const bool *members)
             DCPS_NOTICE("round %llu: rank %u's push is taken back out: not every shard has "
                         "it and rank %u is not counted (shard 0's decision)",
                         (unsigned long long)round, i, i);
-        else if (!held && members[i])
+        else if (!held && !members[i] && dcps_shard_round_remove(r->shard, i)) {
+            DCPS_NOTICE("round %llu: rank %u's push in parts is taken back out: the round "
+                        "closed before all its parts came",
+                        (unsigned long long)round, i);
+            dcps_parts_drop_open(&r->parts[i]);
+        } else if (!held && members[i])
             DCPS_WARN("round %llu: rank %u's push is not here (lost with this shard's "
                       "previous process); the round's mean goes without it on this shard",
                       (unsigned long long)round, i);
@@ -903,6 +939,10 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
         else
             DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
         drop_waits(r, m->rank); /* what the old session waited for is not answered */
+        /* Parts of an incomplete push of the old session leave the open round. */
+        if (!r->cons.m[m->rank].contributed)
+            dcps_shard_round_remove(r->shard, m->rank);
+        dcps_parts_reset(&r->parts[m->rank]);
         dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {
         DCPS_INFO("worker %u joined again (session %s\u2026)", m->rank, new);
@@ -1050,6 +1090,8 @@ typedef struct {
     size_t k;
     bool unread;       /* dense values not checked on their own yet (values_first) */
     uint64_t based_on; /* the version it counts as computed on */
+    dcps_part_t q;     /* the part it is (a push sent whole: one part) */
+    int verdict;       /* enum dcps_part_verdict: what it is to the rank's latest push */
 } push_t;
 
 /* What a check of a push returns: GO_ON (0) lets the push on to the next row;
@@ -1088,15 +1130,22 @@ static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
     return shard_now(r).n_params ? GO_ON : not_ready(why, whylen);
 }
 
-/* The payload's frames, indices and sparse values, whatever the shard's state:
- * a malformed push is never acknowledged. Dense values stay unread. */
+/* The payload's frames, indices and sparse values, whatever the shard's state,
+ * over the part's range (the shard's, for a push sent whole); then the part
+ * against the rank's latest push (server/parts.h): a malformed push is never
+ * acknowledged. Dense values stay unread. */
 static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
     const dcps_range_t range = shard_now(r).range;
-    int rc =
-        dcps_codec_push_unchecked(p->m, range.lo, range.hi, &p->idx, &p->v, &p->k, why, whylen);
+    const dcps_parts_t *latest = &r->parts[p->m->rank];
+    p->q = dcps_part_of(p->m, range.lo, range.hi);
+    int rc = dcps_codec_push_unchecked(p->m, p->q.lo, p->q.hi, &p->idx, &p->v, &p->k, why, whylen);
     p->unread = rc == 0 && p->idx == NULL;
-    return rc;
+    if (rc == 0)
+        rc = p->verdict = dcps_parts_verdict(latest, &p->q, why, whylen);
+    if (rc == DCPS_PART_NEW || rc == DCPS_PART_OTHER)
+        rc = dcps_parts_check(latest, &p->q, range.hi - range.lo, why, whylen);
+    return rc < 0 ? rc : GO_ON;
 }
 
 /* A version this shard has not reached, or a rank behind a restored shard,
@@ -1134,9 +1183,16 @@ static int push_initialised(dcps_router_t *r, push_t *p, char *why, size_t whyle
     return shard_now(r).initialized ? GO_ON : not_ready(why, whylen);
 }
 
-/* The push's seq against its session's last push (server/session.h). */
+/* The push's seq against its session's last push (server/session.h), or for a
+ * part of the rank's latest push, against what became of that part. */
 static int push_sequence(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
+    if (p->verdict == DCPS_PART_APPLIED)
+        return DCPS_SEQ_APPLIED;
+    if (p->verdict == DCPS_PART_DROPPED)
+        return DCPS_SEQ_DROPPED;
+    if (p->verdict == DCPS_PART_NEW)
+        return GO_ON; /* a part that has not come, also one sent again below the last seq */
     const dcps_session_t *ss = dcps_shard_session(r->shard, p->m->rank);
     enum dcps_seq_verdict seq = dcps_session_seq(ss, p->m->seq);
     switch (seq) {
@@ -1203,6 +1259,7 @@ static int push_round_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
     DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", p->m->rank,
               (unsigned long long)p->m->step, (unsigned long long)r->cons.round);
     dcps_shard_drop(r->shard, p->m->rank, p->m->seq);
+    dcps_parts_record(&r->parts[p->m->rank], &p->q, false);
     send_stale(r, p->id, p->m);
     return ANSWERED;
 }
@@ -1214,15 +1271,31 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
 {
     dcps_shard_t *s = r->shard;
     const dcps_msg_t *m = p->m;
+    dcps_parts_t *latest = &r->parts[m->rank];
+    const bool sync = r->cfg->mode == DCPS_MODE_SYNC, whole = p->q.parts == 1;
+    const bool last = whole || dcps_parts_completes(latest, &p->q);
     uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
-    int rc = dcps_shard_push(s, r->cfg->mode == DCPS_MODE_SYNC, m->rank, m->seq, p->based_on,
-                             p->idx, p->v, p->k, why, whylen);
+    int rc = whole ? dcps_shard_push(s, sync, m->rank, m->seq, p->based_on, p->idx, p->v, p->k,
+                                     why, whylen)
+                   : dcps_shard_push_part(s, sync, m->rank, m->seq, m->seq - p->q.part,
+                                          p->based_on, p->q.lo, p->q.hi, p->idx, p->v, p->k,
+                                          last, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
         values_first(p, why, whylen);
     if (rc != 0)
         return rc;
+    if (p->verdict == DCPS_PART_OTHER && dcps_parts_open(latest))
+        DCPS_NOTICE("rank %u's push of step %llu in %u parts from seq %llu stays incomplete: "
+                    "a push of step %llu came before its other parts",
+                    m->rank, (unsigned long long)latest->step, latest->parts,
+                    (unsigned long long)latest->base, (unsigned long long)m->step);
+    dcps_parts_record(latest, &p->q, true);
     if (dcps_shard_stats(s).pushes != pushes) /* not an empty async push (shard.h) */
         timed(&r->apply_push, t0);
+    if (!last) { /* the push is not complete: nothing moves but the part */
+        send_ack(r, p->id, m, DCPS_MSG_PUSH_ACK, 0);
+        return ANSWERED;
+    }
     dcps_consistency_pushed(&r->cons, m->rank, m->step);
     /* The ack names the version after this push (docs/protocol.md, 7.4): in
      * sync, after the round it closes here, as the pulls that round releases
@@ -1278,7 +1351,8 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     if (rc != 0)
         return rc;
     p->pull = (pull_req_t){m->seq,           m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
-                           m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0};
+                           m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0,
+                           m->parts};
     bool moved = catch_up(r, m->rank, m->step, true);
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
@@ -1621,7 +1695,8 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
         !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted)) ||
         !(r->members = calloc((size_t)cfg->workers, sizeof *r->members)) ||
         !(r->passed = calloc((size_t)cfg->workers, sizeof *r->passed)) ||
-        !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks))) {
+        !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks)) ||
+        !(r->parts = calloc((size_t)cfg->workers, sizeof *r->parts))) {
         *err = DCPS_E_NOMEM;
         goto fail_waits;
     }
@@ -1637,6 +1712,7 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
 
 fail_bridge:
 fail_waits:
+    free(r->parts);
     free(r->passed);
     free(r->ranks);
     free(r->members);
@@ -1666,6 +1742,7 @@ void dcps_router_destroy(dcps_router_t **rp)
         return;
     dcps_rounds_free(&r->rounds);
     free(r->follower);
+    free(r->parts);
     free(r->passed);
     free(r->ranks);
     free(r->members);
@@ -1702,6 +1779,7 @@ void dcps_router_set_auth(dcps_router_t *r, const dcps_auth_t *auth)
 int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, size_t errlen)
 {
     const dcps_config_t *cfg = r->cfg;
+    dcps_shard_settle(r->shard); /* the parts of a push that came so far, into w */
     int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
                                   cfg->checkpoint_keep, path, pathlen, err, errlen);
     if (rc != 0)

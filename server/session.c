@@ -20,6 +20,8 @@ enum dcps_seq_verdict dcps_session_seq(const dcps_session_t *s, uint64_t seq)
 
 void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied)
 {
+    if (s->pushed && seq < s->seq)
+        return; /* a part that came after a later one (server/parts.h) */
     s->pushed = true;
     s->applied = applied;
     s->seq = seq;

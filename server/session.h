@@ -59,7 +59,9 @@ void dcps_session_open(dcps_session_t *s, uint64_t id);
 /* The verdict on a push of s's session with sequence number seq. */
 enum dcps_seq_verdict dcps_session_seq(const dcps_session_t *s, uint64_t seq);
 
-/* Records a push of s's session: applied (or added to a sync round), or dropped. */
+/* Records a push of s's session: applied (or added to a sync round), or dropped.
+ * A seq below the last push's (a missing part of a push in parts, sent again:
+ * server/parts.h) leaves the record as it is. */
 void dcps_session_pushed(dcps_session_t *s, uint64_t seq, bool applied);
 
 /* A record in a checkpoint: its session, its last push's seq, and flags

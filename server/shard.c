@@ -13,6 +13,7 @@
 #include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/snapshot.h"
+#include "proto/codec.h"
 
 /* The store (shard.h's opening paragraph says what it holds and why). */
 struct dcps_shard {
@@ -37,8 +38,18 @@ struct dcps_shard {
     float *bak;            /* workers × n: DC-ASGD's w_bak(m); NULL otherwise */
     float *acc;            /* n: sync mode's sum of the open round (swapped with
                               spare); NULL otherwise */
-    struct kept *kept;     /* per rank: its push of the open round (dcps_shard_keep_pushes);
-                              NULL otherwise */
+    struct kept *kept;     /* per rank: its push of the open round (dcps_shard_keep_pushes),
+                              or its parts (sync, dcps_shard_push_part); NULL otherwise */
+    bool keep_all;         /* dcps_shard_keep_pushes: whole pushes are kept too */
+    /* Async, ssp: the dense parts of one push written into the update buffer
+     * (staged), which becomes w when the push's last part comes
+     * (dcps_shard_push_part; dcps_shard_settle for an interruption). */
+    bool staging;
+    uint32_t stage_rank;
+    uint64_t stage_push;   /* the push's id (the seq of its part 0) */
+    int stage_n;           /* ranges staged */
+    size_t stage_lo[DCPS_PARTS_MAX], stage_hi[DCPS_PARTS_MAX]; /* local */
+    size_t staged;         /* parameters staged */
     float *mirror;         /* n: sync mode's shared mirror (pull = delta); NULL otherwise */
     float *diff;           /* n: w − mirror (pull = delta); NULL otherwise */
     bool delta;            /* pull = delta */
@@ -166,6 +177,7 @@ fail:
 
 void dcps_shard_unsize(dcps_shard_t *s)
 {
+    s->staging = false;
     dcps_topk_ws_destroy(&s->topk);
     free(s->delta_val);
     free(s->delta_idx);
@@ -295,6 +307,7 @@ int dcps_shard_init(dcps_shard_t *s, const float *w)
 
 void dcps_shard_restored(dcps_shard_t *s)
 {
+    s->staging = false;
     s->restored = true;
     for (int r = 0; r < s->workers; r++)
         s->behind[r] = true;
@@ -471,62 +484,89 @@ static int refuse_delay(dcps_shard_t *s, size_t i, float g, const char *of)
                   (unsigned long long)(s->range.lo + i), of, (double)g);
 }
 
-/* The job's rule with a dense gradient, against backup bak (DC-ASGD): the new
- * w into spare, checked. Returns 0, or DCPS_E_NONFINITE with the sentence
- * (`of` names g in it); nothing of the shard changes. */
-static int rule_to(dcps_shard_t *s, const float *bak, const float *g, const char *of)
+/* The gradient a rule of dcps_rule_* takes at local parameter i of a range
+ * from a, whose values g holds: delay compensation's (gc), or g's own. */
+static const float *grad_at(const dcps_shard_t *s, const float *g, size_t a, size_t i)
+{
+    return s->gc ? s->gc + i : g + (i - a);
+}
+
+/* The job's rule with a dense gradient over the local range [a, a + m), against
+ * backup bak (DC-ASGD): the new w of the range into spare, checked. g holds
+ * the range's m values (g[0] is parameter a). Returns 0, or DCPS_E_NONFINITE
+ * with the sentence (`of` names g in it); nothing of the shard changes. */
+static int rule_to(dcps_shard_t *s, const float *bak, const float *g, size_t a, size_t m,
+                   const char *of)
 {
     size_t bad;
     free_spare(s);
     if (s->generic && s->delay != DCPS_DELAY_NONE) {
-        bad = dcps_delay_dense_to(s->gc, s->w, bak, s->ms, g, s->n, &s->dc);
-        if (bad < s->n)
-            return refuse_delay(s, bad, g[bad], of);
+        bad = dcps_delay_dense_to(s->gc + a, s->w + a, bak + a, s->ms ? s->ms + a : NULL, g, m,
+                                  &s->dc);
+        if (bad < m)
+            return refuse_delay(s, a + bad, g[bad], of);
     }
     if (s->generic) {
-        const float *gg = s->gc ? s->gc : g;
         const dcps_group_seg_t *seg;
         const size_t segs = segments(s, &seg);
-        bad = s->n;
-        for (size_t j = 0; j < segs && bad == s->n; j++) {
-            const size_t a = seg[j].lo, m = seg[j].hi - a;
+        bad = a + m;
+        for (size_t j = 0; j < segs && bad == a + m; j++) {
+            const size_t lo = seg[j].lo > a ? seg[j].lo : a;
+            const size_t hi = seg[j].hi < a + m ? seg[j].hi : a + m;
+            if (lo >= hi)
+                continue;
             float *st[DCPS_RULE_MAX_STATES];
-            state_at(s, a, st);
-            const size_t at = dcps_rule_dense_to(rule_of(s, &seg[j]), s->spare + a, s->w + a, st,
-                                                 gg + a, m);
-            if (at < m)
-                bad = a + at;
+            state_at(s, lo, st);
+            const size_t at = dcps_rule_dense_to(rule_of(s, &seg[j]), s->spare + lo, s->w + lo,
+                                                 st, grad_at(s, g, a, lo), hi - lo);
+            if (at < hi - lo)
+                bad = lo + at;
         }
+        bad -= a;
     } else if (s->kind == DCPS_OPT_MOMENTUM)
-        bad = dcps_momentum_dense_to(s->spare, s->w, s->state, g, s->n, s->lr_now, s->momentum);
+        bad = dcps_momentum_dense_to(s->spare + a, s->w + a, s->state + a, g, m, s->lr_now,
+                                     s->momentum);
     else if (s->kind == DCPS_OPT_DCASGD)
-        bad = dcps_dcasgd_dense_to(s->spare, s->w, bak, s->state, g, s->n, &s->dc);
+        bad = dcps_dcasgd_dense_to(s->spare + a, s->w + a, bak + a,
+                                   s->state ? s->state + a : NULL, g, m, &s->dc);
     else
-        bad = dcps_sgd_dense_to(s->spare, s->w, g, s->n, s->lr_now);
-    return bad < s->n ? refuse_param(s, bad, s->spare[bad], g[bad], of) : 0;
+        bad = dcps_sgd_dense_to(s->spare + a, s->w + a, g, m, s->lr_now);
+    return bad < m ? refuse_param(s, a + bad, s->spare[a + bad], g[bad], of) : 0;
 }
 
-/* After rule_to passed: the new w becomes w, and the state moves. */
-static void rule_commit(dcps_shard_t *s, const float *g)
+/* After rule_to passed over [a, a + m): the rule's state of the range moves; wold
+ * holds the range's parameters before the update (wold[0] is parameter a). */
+static void rule_state(dcps_shard_t *s, const float *wold, const float *g, size_t a, size_t m)
 {
-    swap(&s->w, &s->spare);
     if (s->generic) {
-        const float *gg = s->gc ? s->gc : g;
         const dcps_group_seg_t *seg;
         const size_t segs = segments(s, &seg);
         for (size_t j = 0; j < segs; j++) {
-            const size_t a = seg[j].lo;
+            const size_t lo = seg[j].lo > a ? seg[j].lo : a;
+            const size_t hi = seg[j].hi < a + m ? seg[j].hi : a + m;
+            if (lo >= hi)
+                continue;
             float *st[DCPS_RULE_MAX_STATES];
-            state_at(s, a, st);
-            dcps_rule_dense_state(rule_of(s, &seg[j]), st, s->spare + a, gg + a, seg[j].hi - a);
+            state_at(s, lo, st);
+            dcps_rule_dense_state(rule_of(s, &seg[j]), st, wold + (lo - a), grad_at(s, g, a, lo),
+                                  hi - lo);
         }
         if (s->ms)
-            dcps_dcasgd_dense_state(s->ms, g, s->n, &s->dc);
+            dcps_dcasgd_dense_state(s->ms + a, g, m, &s->dc);
     } else if (s->kind == DCPS_OPT_MOMENTUM) {
-        dcps_momentum_dense_state(s->state, g, s->n, s->momentum);
+        dcps_momentum_dense_state(s->state + a, g, m, s->momentum);
     } else if (s->kind == DCPS_OPT_DCASGD) {
-        dcps_dcasgd_dense_state(s->state, g, s->n, &s->dc);
+        if (s->state)
+            dcps_dcasgd_dense_state(s->state + a, g, m, &s->dc);
     }
+}
+
+/* After rule_to passed over the whole range: the new w becomes w, and the state
+ * moves. */
+static void rule_commit(dcps_shard_t *s, const float *g)
+{
+    swap(&s->w, &s->spare);
+    rule_state(s, s->spare, g, 0, s->n);
 }
 
 /* Mirror number `mi`: worker mi's backup, or the shared one of sync mode. */
@@ -631,8 +671,9 @@ void *dcps_shard_share(dcps_shard_t *s, const float *values)
 
 int dcps_shard_apply_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
+    dcps_shard_settle(s);
     prepare(s);
-    int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g, "gradient");
+    int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, g, 0, s->n, "gradient");
     if (rc)
         return rc;
     rule_commit(s, g);
@@ -724,21 +765,17 @@ static int generic_sparse(dcps_shard_t *s, const float *bak, const uint32_t *idx
     return 0;
 }
 
-int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
-                            const float *v, size_t k)
+/* A sparse gradient of k > 0 entries with the job's rule, in place or out of
+ * place as the rule needs; the version does not move. Returns 0 or
+ * DCPS_E_NONFINITE, nothing changed. */
+static int sparse_update(dcps_shard_t *s, uint32_t rank, const uint32_t *idx, const float *v,
+                         size_t k)
 {
     const uint64_t lo = s->range.lo;
     size_t bad;
-    if (k == 0)
-        return 0; /* no update (shard.h) */
     prepare(s);
-    if (s->generic) {
-        int rc = generic_sparse(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, idx, v, k);
-        if (rc)
-            return rc;
-        applied(s, rank, seq);
-        return 0;
-    }
+    if (s->generic)
+        return generic_sparse(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, idx, v, k);
     switch (s->kind) {
     case DCPS_OPT_MOMENTUM:
         /* It moves every parameter (u decays everywhere): out of place, as dense. */
@@ -775,8 +812,19 @@ int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const 
         own_w(s, true);
         dcps_sgd_sparse(s->w, lo, idx, v, k, s->lr_now);
     }
-    applied(s, rank, seq);
     return 0;
+}
+
+int dcps_shard_apply_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq, const uint32_t *idx,
+                            const float *v, size_t k)
+{
+    if (k == 0)
+        return 0; /* no update (shard.h) */
+    dcps_shard_settle(s);
+    int rc = sparse_update(s, rank, idx, v, k);
+    if (rc == 0)
+        applied(s, rank, seq);
+    return rc;
 }
 
 /* The sentence for entry i of the round's sum that a push would make `would`. */
@@ -789,13 +837,26 @@ static int refuse_sum(dcps_shard_t *s, size_t i, float would, float g)
 }
 
 /* Keeps rank's push (idx NULL: k = n dense values) when the shard keeps them;
- * then it is held once added. Returns 0 or DCPS_E_NOMEM (nothing added). */
-static int keep(dcps_shard_t *s, uint32_t rank, const uint32_t *idx, const float *v, size_t k)
+ * then it is held once added. A part of a push in parts (`part`) is always
+ * kept, added to the parts of the push kept before it (while they are held),
+ * as entries (idx NULL: k dense values from local offset a), so that a round
+ * that closes without the rank takes them back out. Returns 0 or DCPS_E_NOMEM
+ * (nothing added). */
+static int keep(dcps_shard_t *s, uint32_t rank, const uint32_t *idx, const float *v, size_t k,
+                bool part, size_t a)
 {
-    struct kept *p = s->kept ? &s->kept[rank] : NULL;
+    if (part && !s->kept)
+        s->kept = calloc((size_t)s->workers, sizeof *s->kept);
+    struct kept *p = s->kept && (part || s->keep_all) ? &s->kept[rank] : NULL;
+    if (part && !s->kept) {
+        refuse(s, "no memory to keep rank %u's parts", rank);
+        return DCPS_E_NOMEM;
+    }
     if (!p)
         return 0;
-    if (k > p->cap) {
+    size_t at = part && p->held && p->k != SIZE_MAX ? p->k : 0;
+    if (at + k > p->cap) {
+        k += at;
         float *nv = realloc(p->v, k * sizeof *nv);
         if (nv)
             p->v = nv;
@@ -807,12 +868,15 @@ static int keep(dcps_shard_t *s, uint32_t rank, const uint32_t *idx, const float
             return DCPS_E_NOMEM;
         }
         p->cap = k;
+        k -= at;
     }
-    memcpy(p->v, v, k * sizeof *v);
-    if (idx)
-        memcpy(p->idx, idx, k * sizeof *idx);
-    p->k = idx ? k : SIZE_MAX;
-    p->held = false;
+    memcpy(p->v + at, v, k * sizeof *v);
+    for (size_t j = 0; idx && j < k; j++)
+        p->idx[at + j] = idx[j];
+    for (size_t j = 0; part && !idx && j < k; j++)
+        p->idx[at + j] = (uint32_t)(s->range.lo + a + j);
+    p->k = idx || part ? at + k : SIZE_MAX;
+    p->held = part && at > 0;
     return 0;
 }
 
@@ -824,6 +888,7 @@ static void kept_added(dcps_shard_t *s, uint32_t rank)
 
 int dcps_shard_keep_pushes(dcps_shard_t *s)
 {
+    s->keep_all = true;
     if (s->kept)
         return 0;
     s->kept = calloc((size_t)s->workers, sizeof *s->kept);
@@ -852,7 +917,7 @@ bool dcps_shard_round_remove(dcps_shard_t *s, uint32_t rank)
 
 int dcps_shard_accumulate_dense(dcps_shard_t *s, uint32_t rank, uint64_t seq, const float *g)
 {
-    int rc = keep(s, rank, NULL, g, s->n);
+    int rc = keep(s, rank, NULL, g, s->n, false, 0);
     if (rc != 0)
         return rc;
     free_spare(s);
@@ -870,7 +935,7 @@ int dcps_shard_accumulate_sparse(dcps_shard_t *s, uint32_t rank, uint64_t seq,
                                  const uint32_t *idx, const float *v, size_t k)
 {
     size_t bad = dcps_add_sparse_check(s->acc, s->range.lo, idx, v, k);
-    int rc = bad < k ? 0 : keep(s, rank, idx, v, k);
+    int rc = bad < k ? 0 : keep(s, rank, idx, v, k, false, 0);
     if (rc != 0)
         return rc;
     if (bad < k) {
@@ -893,7 +958,8 @@ int dcps_shard_apply_round(dcps_shard_t *s, int pushes)
     prepare(s);
     /* Every worker computed this round's gradient on the same parameters: w,
      * or with delta pulls the shared mirror. */
-    if (rule_to(s, s->mirror ? s->mirror : s->w, s->acc, "the round's mean gradient")) {
+    if (rule_to(s, s->mirror ? s->mirror : s->w, s->acc, 0, s->n,
+                "the round's mean gradient")) {
         dcps_shard_clear_round(s);
         s->rounds_refused++;
         return DCPS_E_NONFINITE;
@@ -955,6 +1021,108 @@ int dcps_shard_push(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uin
     return 0;
 }
 
+/* Sync: part [a, a + m) (local) of rank's push, dense (idx NULL: m values) or
+ * k sparse entries in it, added to the open round's sum and kept, so that a
+ * round that closes without the rank's whole push takes it back out. */
+static int accumulate_part(dcps_shard_t *s, uint32_t rank, size_t a, size_t m,
+                           const uint32_t *idx, const float *v, size_t k)
+{
+    size_t bad;
+    if (idx) {
+        bad = dcps_add_sparse_check(s->acc, s->range.lo, idx, v, k);
+        if (bad < k) {
+            size_t i = idx[bad] - s->range.lo;
+            return refuse_sum(s, i, s->acc[i] + v[bad], v[bad]);
+        }
+    } else {
+        free_spare(s);
+        bad = dcps_add_dense_to(s->spare + a, s->acc + a, v, m);
+        if (bad < m)
+            return refuse_sum(s, a + bad, s->spare[a + bad], v[bad]);
+    }
+    int rc = keep(s, rank, idx, v, idx ? k : m, true, a);
+    if (rc != 0)
+        return rc;
+    if (idx)
+        for (size_t j = 0; j < k; j++)
+            s->acc[idx[j] - s->range.lo] += v[j];
+    else
+        memcpy(s->acc + a, s->spare + a, m * sizeof *s->acc);
+    kept_added(s, rank);
+    return 0;
+}
+
+void dcps_shard_settle(dcps_shard_t *s)
+{
+    if (!s->staging)
+        return;
+    s->staging = false;
+    if (s->staged == s->n || held(s, s->w) || s->staged > s->n / 2) {
+        /* The rest of w into the update buffer, which becomes w. */
+        size_t at = 0;
+        for (int i = 0; i <= s->stage_n; i++) {
+            /* The gaps between the staged ranges, in order of their starts. */
+            size_t next = s->n, end = s->n;
+            for (int j = 0; j < s->stage_n; j++)
+                if (s->stage_lo[j] >= at && s->stage_lo[j] < next)
+                    next = s->stage_lo[j], end = s->stage_hi[j];
+            memcpy(s->spare + at, s->w + at, (next - at) * sizeof *s->w);
+            at = end;
+        }
+        swap(&s->w, &s->spare);
+    } else {
+        for (int j = 0; j < s->stage_n; j++)
+            memcpy(s->w + s->stage_lo[j], s->spare + s->stage_lo[j],
+                   (s->stage_hi[j] - s->stage_lo[j]) * sizeof *s->w);
+    }
+}
+
+/* Async, ssp: part [a, a + m) (local) of rank's push `push` with the job's
+ * rule, dense (idx NULL: m values, staged: written out of place into the
+ * update buffer, which becomes w with the push's last part) or k sparse
+ * entries (in w, after whatever was staged); the version does not move. */
+static int apply_part(dcps_shard_t *s, uint32_t rank, uint64_t push, size_t a, size_t m,
+                      const uint32_t *idx, const float *v, size_t k)
+{
+    if (s->staging && (idx || s->stage_rank != rank || s->stage_push != push))
+        dcps_shard_settle(s);
+    if (idx)
+        return k == 0 ? 0 : sparse_update(s, rank, idx, v, k);
+    prepare(s);
+    int rc = rule_to(s, s->bak ? s->bak + (size_t)rank * s->n : NULL, v, a, m, "gradient");
+    if (rc != 0)
+        return rc;
+    rule_state(s, s->w + a, v, a, m);
+    if (!s->staging)
+        s->staging = true, s->stage_rank = rank, s->stage_push = push, s->stage_n = 0,
+        s->staged = 0;
+    s->stage_lo[s->stage_n] = a;
+    s->stage_hi[s->stage_n++] = a + m;
+    s->staged += m;
+    return 0;
+}
+
+int dcps_shard_push_part(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t push,
+                         uint64_t based_on, uint64_t lo, uint64_t hi, const uint32_t *idx,
+                         const float *v, size_t k, bool last, char *why, size_t whylen)
+{
+    const uint64_t d = s->version - based_on;
+    const size_t a = (size_t)(lo - s->range.lo), m = (size_t)(hi - lo);
+    int rc = sync ? accumulate_part(s, rank, a, m, idx, v, k)
+                  : apply_part(s, rank, push, a, m, idx, v, k);
+    if (rc != 0)
+        return dcps_say(why, whylen, rc, "%s", s->why);
+    dcps_session_pushed(&s->session[rank], seq, true);
+    if (last)
+        dcps_shard_settle(s); /* the staged parts become w */
+    if (last) {
+        s->pushes++;
+        s->version += !sync;
+        note(s, d);
+    }
+    return 0;
+}
+
 size_t dcps_shard_spans(const dcps_shard_t *s, dcps_span_t out[DCPS_SHARD_SPANS])
 {
     const size_t n = s->n;
@@ -993,6 +1161,7 @@ void dcps_shard_save(const dcps_shard_t *s, uint64_t *words)
 void dcps_shard_load(dcps_shard_t *s, uint64_t version, bool initialized, const uint64_t *words,
                      size_t stride)
 {
+    s->staging = false;
     uint64_t *const counters[COUNTERS] = {&s->pushes, &s->duplicates, &s->pulls, &s->dropped,
                                           &s->deltas};
     dcps_staleness_t *st = &s->staleness;

@@ -186,6 +186,37 @@ const char *dcps_shard_why(const dcps_shard_t *s);
 int dcps_shard_push(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq, uint64_t based_on,
                     const uint32_t *idx, const float *v, size_t k, char *why, size_t whylen);
 
+/* The router's call for a part of a push in parts (server/parts.h), checked:
+ * the global range [lo, hi) of the shard's, dense (idx NULL: v has hi − lo
+ * values) or k sparse entries inside it; `push` names the push (the seq of
+ * its part 0). Async and ssp: applied at once with the job's rule, at the
+ * version's lr, the rule's state moving at once; a dense part's new values
+ * are written out of place into the update buffer with the check (staged),
+ * and the update buffer becomes w (a swap) when the push's `last` part comes,
+ * so the pass over a part is the update's only pass. Until then pulls send
+ * the w before the push. Anything else that updates w (another push or part,
+ * a sparse part) first settles the staged parts into w (dcps_shard_settle).
+ * The version rises by 1 with the push's last part, so a push in parts moves
+ * it once, as the push sent whole would, and every dense part computes what
+ * the whole push computes for its parameters, bit for bit. A sparse part is a
+ * sparse push of its own to the rule: rules that move parameters off a sparse
+ * push's entries (momentum, and every rule of dcps_rule_* that is not lazy)
+ * move them once per part. Sync: added to the open round's sum, and kept (as
+ * the pushes dcps_shard_keep_pushes keeps) until the round is applied or
+ * cleared, so that dcps_shard_round_remove takes an incomplete push back out.
+ * Records (rank, seq) as applied; with `last` counts the push and its
+ * staleness. Returns 0, or DCPS_E_NONFINITE (or DCPS_E_NOMEM keeping a sync
+ * part) with a sentence in why, and nothing of the part changed. */
+int dcps_shard_push_part(dcps_shard_t *s, bool sync, uint32_t rank, uint64_t seq,
+                         uint64_t push, uint64_t based_on, uint64_t lo, uint64_t hi, const uint32_t *idx,
+                         const float *v, size_t k, bool last, char *why, size_t whylen);
+
+/* Async, ssp: makes the parts staged by dcps_shard_push_part part of w now
+ * (copying what is cheaper: the staged ranges into w, or the rest of w beside
+ * them and a swap), without moving the version: before a checkpoint is
+ * written, and before any other update. Nothing when nothing is staged. */
+void dcps_shard_settle(dcps_shard_t *s);
+
 /* Applies a gradient from (rank, seq) with the job's rule, records it as rank's
  * session's last push (applied) and bumps the version. Dense: g has n values.
  * Sparse: global indices in [lo, hi), strictly ascending; k = 0 changes nothing

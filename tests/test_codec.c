@@ -526,16 +526,16 @@ END_TEST
 
 /* --- PROTOVER ---------------------------------------------------------------------------- */
 
-START_TEST(unpack_rejects_protocol_1_and_3)
+START_TEST(unpack_rejects_protocol_2_and_4)
 {
     Dcps__Header h = base_header(NULL, 0);
-    h.protocol = 1; /* version 1 had no sessions */
+    h.protocol = 2; /* version 2 had no parts */
     dcps_msg_t out;
     ck_assert_int_eq(unpack_raw(craft(&h), NULL, 0, &out), DCPS_E_PROTOVER);
-    ck_assert_why_has("protocol version 1, this shard speaks 2");
-    h.protocol = 3;
+    ck_assert_why_has("protocol version 2, this shard speaks 3");
+    h.protocol = 4;
     ck_assert_int_eq(unpack_raw(craft(&h), NULL, 0, &out), DCPS_E_PROTOVER);
-    ck_assert_why_has("protocol version 3");
+    ck_assert_why_has("protocol version 4");
     /* On failure type, rank and seq are still filled in for the reply. */
     ck_assert_uint_eq(out.type, DCPS_MSG_PUSH);
     ck_assert_uint_eq(out.rank, 3);
@@ -1653,7 +1653,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, unpack_rejects_empty_header);
     tcase_add_test(tc, unpack_rejects_header_that_does_not_parse);
     tcase_add_test(tc, unpack_rejects_header_longer_than_header_max);
-    tcase_add_test(tc, unpack_rejects_protocol_1_and_3);
+    tcase_add_test(tc, unpack_rejects_protocol_2_and_4);
     tcase_add_test(tc, unpack_rejects_missing_protocol_field);
     tcase_add_test(tc, unpack_rejects_protocol_0_and_max);
     tcase_add_test(tc, unpack_rejects_wrong_job_id);

@@ -1174,8 +1174,8 @@ START_TEST(dump_documents_each_key_with_its_range)
         keys += strstr(line, " =") != NULL && line[0] != ';';
         docs += line[0] == ';' && line[strlen(line) - 1] == ')';
     }
-    ck_assert_int_eq(keys, 69);
-    ck_assert_int_eq(docs, 69);
+    ck_assert_int_eq(keys, 70);
+    ck_assert_int_eq(docs, 70);
     free(text);
 }
 END_TEST

@@ -67,6 +67,12 @@ typedef struct {
     uint32_t pull_flags;     /* of the last pull: DELTA, EXACT or none */
     bool holds;              /* pull = delta: the caller's range is the shard's mirror at
                                 pulled_version, so a delta may be asked for */
+    /* A dense PULL_REPLY in parts (docs/protocol.md, 17), as it arrives: the
+     * parts asked for, then of the reply being taken its count, the next part
+     * due, where it starts and the version every part names. */
+    uint32_t asked_parts, reply_parts, reply_next;
+    uint64_t reply_at, reply_version;
+    bool more; /* the reply being taken has parts to come */
     atomic_int_fast64_t sent_us; /* when a request or heartbeat last went to the shard
                                     (CLOCK_MONOTONIC, microseconds): heartbeats are only
                                     sent after heartbeat_ms without one */
@@ -108,6 +114,8 @@ struct slot {
     bool alive; /* the shard said it is still waiting */
     dcps_msg_t req;
     uint32_t want;  /* expected reply type */
+    uint32_t parts; /* a dense PUSH in this many parts (seq + i: part i); 0, 1: whole */
+    uint64_t acked; /* bit i: part i acknowledged */
     int rc;
     int rejoin;       /* ERROR SESSION: 1 while hello is unanswered, 2 once req was resent */
     dcps_msg_t hello; /* the HELLO of a rejoin, with its own seq */
@@ -377,7 +385,9 @@ static void account(dcps_client_t *c, int s, uint32_t type, uint64_t n, const dc
     if (m && m->nframes > 0 && (type == DCPS_MSG_PUSH || type == DCPS_MSG_PULL_REPLY)) {
         for (int i = 0; i < m->nframes; i++)
             dense -= m->frame[i].count * 4; /* both dtypes are 4 bytes */
-        dense += (c->conn[s].range.hi - c->conn[s].range.lo) * sizeof(float);
+        dense += (m->has & DCPS_HAS_PART ? m->part_hi - m->part_lo
+                                         : c->conn[s].range.hi - c->conn[s].range.lo) *
+                 sizeof(float);
     }
     if (type == DCPS_MSG_PUSH || type == DCPS_MSG_PUSH_ACK || type == DCPS_MSG_INIT) {
         c->stats.bytes_pushed += n;
@@ -388,10 +398,54 @@ static void account(dcps_client_t *c, int s, uint32_t type, uint64_t n, const dc
     }
 }
 
+static int send_msg(dcps_client_t *c, int s, const dcps_msg_t *m);
+
+/* The global range [*lo, *hi) of part i of `parts` of shard s's range: part i
+ * covers ⌊i·n/parts⌋ to ⌊(i+1)·n/parts⌋ of its n parameters. */
+static void part_range(const dcps_client_t *c, int s, uint32_t i, uint32_t parts, uint64_t *lo,
+                       uint64_t *hi)
+{
+    const dcps_range_t *r = &c->conn[s].range;
+    const uint64_t n = r->hi - r->lo;
+    *lo = r->lo + n * i / parts;
+    *hi = r->lo + n * (i + 1) / parts;
+}
+
+/* Sends the parts of the slot's dense PUSH not yet acknowledged: part i with
+ * seq req.seq + i and its slice of the payload. */
+static int send_parts(dcps_client_t *c, int s, slot_t *sl)
+{
+    const float *v = sl->req.payload[0].data;
+    dcps_msg_t m = sl->req;
+    m.has |= DCPS_HAS_PART;
+    m.parts = sl->parts;
+    for (uint32_t i = 0; i < sl->parts; i++) {
+        if (sl->acked >> i & 1)
+            continue;
+        part_range(c, s, i, sl->parts, &m.part_lo, &m.part_hi);
+        m.part = i;
+        m.seq = sl->req.seq + i;
+        m.frame[0].count = m.part_hi - m.part_lo;
+        m.payload[0] = (dcps_buf_t){v + (m.part_lo - c->conn[s].range.lo),
+                                    m.frame[0].count * sizeof *v};
+        int rc = send_msg(c, s, &m);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Sends the slot's request, or the HELLO of its rejoin while that is unanswered. */
 static int send_slot(dcps_client_t *c, int s, slot_t *sl)
 {
-    const dcps_msg_t *m = sl->rejoin == 1 ? &sl->hello : &sl->req;
+    if (sl->rejoin != 1 && sl->parts > 1)
+        return send_parts(c, s, sl);
+    return send_msg(c, s, sl->rejoin == 1 ? &sl->hello : &sl->req);
+}
+
+/* Sends m to shard s, its payload without a copy. */
+static int send_msg(dcps_client_t *c, int s, const dcps_msg_t *m)
+{
     bool zerocopy = m->nframes > 0;
     if (zerocopy)
         atomic_fetch_add(&c->inflight, m->nframes);
@@ -452,6 +506,19 @@ static int rejoined(dcps_client_t *c, int s, slot_t *sl, const dcps_msg_t *m)
     return 1;
 }
 
+/* Whether reply m answers a part of the slot's PUSH in parts that was not
+ * acknowledged yet; with `ack`, marks it and says whether parts remain unacknowledged. */
+static bool part_acked(slot_t *sl, const dcps_msg_t *m, bool ack)
+{
+    if (sl->parts <= 1 || m->seq < sl->req.seq || m->seq - sl->req.seq >= sl->parts)
+        return false;
+    const uint64_t bit = 1ull << (m->seq - sl->req.seq);
+    if (!ack)
+        return !(sl->acked & bit);
+    sl->acked |= bit;
+    return sl->acked != (sl->parts >= 64 ? ~0ull : (1ull << sl->parts) - 1);
+}
+
 /* Receives what shard s sent; returns 1 if it answered the slot. */
 static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *arg)
 {
@@ -473,12 +540,16 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
             dcps_frames_close(&f);
             return 0;
         }
-    } else if (m.seq != sl->req.seq) {
+    } else if (m.seq != sl->req.seq && !part_acked(sl, &m, false)) {
         dcps_frames_close(&f); /* an answer to an earlier attempt */
         return 0;
     } else if (m.type == DCPS_MSG_HEARTBEAT && (m.flags & DCPS_FLAG_WAITING)) {
         sl->alive = true;
         dcps_frames_close(&f);
+        return 0;
+    } else if (m.type == DCPS_MSG_ERROR && m.error_code == (uint32_t)-DCPS_E_SESSION &&
+               sl->rejoin == 1 && sl->parts > 1) {
+        dcps_frames_close(&f); /* another part's: every part is sent again after WELCOME */
         return 0;
     } else if (m.type == DCPS_MSG_ERROR && m.error_code == (uint32_t)-DCPS_E_SESSION &&
                sl->rejoin == 0 && sl->req.type != DCPS_MSG_HELLO &&
@@ -501,6 +572,12 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         account(c, s, m.type, bytes, &m);
         c->conn[s].version = m.param_version;
         sl->rc = fn ? fn(c, s, &m, arg) : 0;
+        /* A push's part or a reply's part, with more of them to come. */
+        if (sl->rc == 0 && (part_acked(sl, &m, true) || c->conn[s].more)) {
+            c->conn[s].more = false;
+            dcps_frames_close(&f);
+            return 0;
+        }
     }
     dcps_frames_close(&f);
     sl->done = true;
@@ -530,6 +607,9 @@ static void stamp(dcps_client_t *c, slot_t *slots)
         slots[s].req.shard = (uint32_t)s;
         slots[s].req.seq = ++c->seq;
         slots[s].req.session = c->session;
+        slots[s].acked = 0;
+        if (slots[s].parts > 1)
+            c->seq += slots[s].parts - 1; /* part i: seq + i */
     }
 }
 
@@ -1111,6 +1191,22 @@ static int push(dcps_client_t *c, slot_t *slots)
     return 0;
 }
 
+/* The parts a dense message of shard s's range goes in: [compression] parts
+ * (at most one per parameter), or by size: one per DCPS_PART_FLOATS of the
+ * range, 1 to DCPS_PARTS_AUTO. */
+#define DCPS_PART_FLOATS 524288
+#define DCPS_PARTS_AUTO 16
+static uint32_t parts_of(const dcps_client_t *c, int s)
+{
+    const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
+    uint64_t p = c->cfg.parts > 0 ? (uint64_t)c->cfg.parts : n / DCPS_PART_FLOATS;
+    if (c->cfg.parts == 0 && p > DCPS_PARTS_AUTO)
+        p = DCPS_PARTS_AUTO;
+    if (p > n)
+        p = n;
+    return p < 1 ? 1 : (uint32_t)p;
+}
+
 int dcps_client_push_dense(dcps_client_t *c, const float *grad)
 {
     slot_t slots[DCPS_MAX_SHARDS];
@@ -1118,6 +1214,7 @@ int dcps_client_push_dense(dcps_client_t *c, const float *grad)
     for (int s = 0; s < c->cfg.n_shards; s++) {
         const dcps_range_t *r = &c->conn[s].range;
         set_dense(&slots[s].req, grad + r->lo, r->hi - r->lo);
+        slots[s].parts = parts_of(c, s);
     }
     return push(c, slots);
 }
@@ -1155,6 +1252,65 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
 
 static int host_dense(void *arg, uint64_t lo, const float *v, size_t n);
 
+/* Takes part m of a dense PULL_REPLY in parts from shard s: checked against
+ * what was asked and the parts before it (the parts of a reply come in order
+ * 0, 1, …, each starting where the one before ended, the first at the range's
+ * start and the last ending at its end, all naming one count and one version;
+ * a part 0 starts the reply again, as the shard sends a retried pull's reply
+ * whole), then copied into place at once, while ZeroMQ receives the next.
+ * Sets k->more while parts are to come. Returns 0, or a code with a sentence. */
+static int reply_part(dcps_client_t *c, int s, const dcps_msg_t *m, const dcps_pull_sink_t *sink,
+                      char *why, size_t whylen)
+{
+    conn_t *k = &c->conn[s];
+    const dcps_range_t *r = &k->range;
+    if (k->asked_parts <= 1)
+        return dcps_say(why, whylen, DCPS_E_FIELD, "part %u of %u, but this pull asked for its "
+                        "reply whole", m->part, m->parts);
+    if (m->parts == 0 || m->parts > k->asked_parts || m->part >= m->parts)
+        return dcps_say(why, whylen, DCPS_E_FIELD, "part %u of %u, this pull asked for %u parts",
+                        m->part, m->parts, k->asked_parts);
+    if (m->part == 0) {
+        k->reply_next = 0;
+        k->reply_parts = m->parts;
+        k->reply_at = r->lo;
+        k->reply_version = m->param_version;
+    }
+    if (m->part != k->reply_next || m->parts != k->reply_parts ||
+        m->param_version != k->reply_version)
+        return dcps_say(why, whylen, DCPS_E_FIELD,
+                        "part %u of %u of version %llu came where part %u of %u of version %llu "
+                        "was due (a part missing, repeated or out of order)",
+                        m->part, m->parts, (unsigned long long)m->param_version, k->reply_next,
+                        k->reply_parts, (unsigned long long)k->reply_version);
+    const bool last = m->part + 1 == m->parts;
+    if (m->part_lo != k->reply_at || m->part_hi <= m->part_lo || m->part_hi > r->hi ||
+        (last && m->part_hi != r->hi))
+        return dcps_say(why, whylen, DCPS_E_FIELD,
+                        "part %u of %u covers [%llu, %llu), where [%llu, …) of the range [%llu, "
+                        "%llu) was due%s",
+                        m->part, m->parts, (unsigned long long)m->part_lo,
+                        (unsigned long long)m->part_hi, (unsigned long long)k->reply_at,
+                        (unsigned long long)r->lo, (unsigned long long)r->hi,
+                        last ? ", up to its end" : "");
+    const uint64_t n = m->part_hi - m->part_lo;
+    const float *v;
+    int rc;
+    if (sink->dense == host_dense) {
+        rc = dcps_codec_dense_to(m, n, (float *)sink->arg + m->part_lo, why, whylen);
+    } else {
+        rc = dcps_codec_dense(m, n, &v, why, whylen);
+        if (rc == 0 && (rc = sink->dense(sink->arg, m->part_lo, v, n)) != 0)
+            snprintf(why, whylen, "%s", dcps_strerror(rc));
+    }
+    if (rc != 0)
+        return rc;
+    k->reply_next++;
+    k->reply_at = m->part_hi;
+    k->more = !last;
+    return 0;
+}
+
 static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
 {
     const dcps_pull_sink_t *sink = arg;
@@ -1167,7 +1323,16 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
     int rc;
     bool held = k->holds;
     k->holds = false; /* until this reply is known good */
-    if (m->nframes == 2) {
+    if (m->has & DCPS_HAS_PART) {
+        if ((rc = reply_part(c, s, m, sink, why, sizeof why)) != 0)
+            return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY part: %s", s,
+                        c->cfg.shards[s], why);
+        if (k->more) {
+            k->holds = held; /* until the last part */
+            return 0;
+        }
+        rc = 0;
+    } else if (m->nframes == 2) {
         rc = dcps_codec_sparse(m, r->lo, r->hi, &idx, &v, &n, why, sizeof why);
         if (rc == 0 && !held) {
             snprintf(why, sizeof why, "a delta, but this worker holds no copy to add it to");
@@ -1234,6 +1399,12 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
                 dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
+        k->asked_parts = parts_of(c, s);
+        k->reply_next = 0;
+        if (k->asked_parts > 1) {
+            slots[s].req.has |= DCPS_HAS_PART;
+            slots[s].req.parts = k->asked_parts;
+        }
     }
     int rc = exchange(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
                       c->cfg.retries + 1);

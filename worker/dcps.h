@@ -113,7 +113,11 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
 /* Pushes a dense gradient of n values for the current step and moves the clock
  * on. `grad` is borrowed (sent zero-copy) until the call returns. In sync mode
  * a shard whose round for this step has closed without it (this worker was
- * declared dead meanwhile) drops it and moves the clock to its open round. */
+ * declared dead meanwhile) drops it and moves the clock to its open round.
+ * Each shard's range goes in [compression] parts parts (0: by the range's
+ * size), each sent at once and acknowledged on its own; a part whose
+ * acknowledgement does not come is sent again, alone (docs/protocol.md, 17).
+ * Dense pulls ask for their replies in as many parts. */
 int dcps_client_push_dense(dcps_client_t *c, const float *grad);
 
 /* Pushes k entries: global indices strictly ascending, below n, and their
@@ -131,8 +135,10 @@ int dcps_client_pull(dcps_client_t *c, float *params);
 
 /* A pull's destination other than a host array (device memory, say): each
  * shard's reply that passed every check is handed over once, on the calling
- * thread, before dcps_client_pull_to returns. dense: the range [lo, lo + n) of
- * the model is v; delta: add val[j] at global index idx[j] (ascending, within
+ * thread, before dcps_client_pull_to returns; a dense reply in parts
+ * ([compression] parts, docs/protocol.md section 17) part by part as each
+ * arrives and passes its checks (a reply refused at a later part leaves the
+ * earlier ones handed over). dense: the range [lo, lo + n) of the model is v; delta: add val[j] at global index idx[j] (ascending, within
  * one shard's range), as the shard did to its mirror. v, idx and val are valid
  * only during the call. A nonzero return fails the pull with that code. */
 typedef struct {

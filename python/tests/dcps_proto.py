@@ -32,7 +32,7 @@ import time
 import numpy as np
 import zmq
 
-PROTOCOL = 2
+PROTOCOL = 3
 HEADER_MAX = 4096  # section 3: header bytes, unknown fields included
 MAX_FRAMES = 4
 BLOCK = 64  # section 4: shard ranges are whole blocks of 64 parameters
@@ -165,7 +165,7 @@ def sparse(indices, values):
 class Conn:
     """One DEALER socket to one shard, speaking for `rank` in `session`.
 
-    Every request names protocol 2, the job id, the rank, the session and a seq;
+    Every request names protocol 3, the job id, the rank, the session and a seq;
     other header fields are given per request (a field left out is absent on the
     wire). With curve = (server_public, public, secret), Z85 keys, the socket is a
     CURVE client (section 1). seq counts from `seq` up, one per request; a retry
@@ -275,6 +275,60 @@ class Conn:
         """PUSH of a dense gradient g, or of idx/values (sparse)."""
         f = dense(g) if g is not None else sparse(idx, values)
         return self.request(pb.PUSH, f, step=step, param_version=version, **kw)
+
+    def push_parts(self, step, version, g, bounds, lo, order=None, seq=None, **kw):
+        """PUSH of dense gradient g (the shard's range, which starts at global
+        index lo) in parts (section 17): part i covers bounds[i] to bounds[i+1]
+        (offsets in g) and has seq base + i. Sends them all in `order` (default
+        0, 1, ...), then takes one reply per part; returns the replies by part.
+        base: `seq`, or the connection's next seq (which then moves past them)."""
+        n = len(bounds) - 1
+        if seq is None:
+            seq, self.seq = self.seq, self.seq + n
+        for i in order if order is not None else range(n):
+            a, b = bounds[i], bounds[i + 1]
+            self.send(pb.PUSH, dense(g[a:b]), seq=seq + i, step=step, param_version=version,
+                      part=i, parts=n, part_lo=lo + a, part_hi=lo + b, **kw)
+        replies = {}
+        while len(replies) < len(order if order is not None else range(n)):
+            r = self.recv()
+            if r is None:
+                raise Timeout(f"PUSH in {n} parts from seq {seq}: {len(replies)} replies")
+            if r.type == pb.HEARTBEAT:
+                continue
+            self.check(r)
+            replies[r.h.seq - seq] = r
+        return replies
+
+    def pull_parts(self, step, parts, lo, hi, **kw):
+        """PULL asking for a dense reply in `parts` parts (section 17); takes the
+        parts as they come, checking them as a client must (count, order, range,
+        version), and returns (values of [lo, hi), the replies)."""
+        seq = self.send(pb.PULL, step=step, parts=parts, **kw)
+        out = np.empty(hi - lo, dtype=np.float32)
+        replies, at = [], lo
+        while True:
+            r = self.recv()
+            if r is None:
+                raise Timeout(f"PULL seq {seq} in {parts} parts: {len(replies)} came")
+            if r.h.seq != seq or r.type == pb.HEARTBEAT:
+                continue
+            self.check(r)
+            if r.type == pb.ERROR:
+                raise Error(r)
+            h = r.h
+            if not (h.parts <= parts and h.part == len(replies) and h.part_lo == at
+                    and h.part_lo < h.part_hi <= hi and r.kinds() == [pb.FRAME_DENSE]
+                    and len(r.arrays[0]) == h.part_hi - h.part_lo
+                    and (not replies or h.param_version == replies[0].h.param_version)):
+                raise ValueError(f"bad part: {h}")
+            out[h.part_lo - lo:h.part_hi - lo] = r.arrays[0]
+            replies.append(r)
+            at = h.part_hi
+            if h.part + 1 == h.parts:
+                if at != hi:
+                    raise ValueError(f"the parts end at {at}, the range at {hi}")
+                return out, replies
 
     def pull(self, step, held=None, want=None, exact=False, **kw):
         """PULL for `step`; with held (the version the worker holds) a DELTA pull,

@@ -690,12 +690,12 @@ class Errors(Case):
 
     def test_protover(self):
         c = self.ready()
-        self.refused(c, "PROTOVER", "protocol version 1, this shard speaks 2", pb.HEARTBEAT,
-                     protocol=1)
-        self.refused(c, "PROTOVER", "protocol version 0, this shard speaks 2", pb.HEARTBEAT,
+        self.refused(c, "PROTOVER", "protocol version 2, this shard speaks 3", pb.HEARTBEAT,
+                     protocol=2)
+        self.refused(c, "PROTOVER", "protocol version 0, this shard speaks 3", pb.HEARTBEAT,
                      protocol=None)
         # Checked first: a wrong job id and type too are PROTOVER.
-        self.refused(c, "PROTOVER", "protocol version 3, this shard speaks 2", 99, protocol=3,
+        self.refused(c, "PROTOVER", "protocol version 4, this shard speaks 3", 99, protocol=4,
                      job_id=5)
 
     def test_jobid(self):

@@ -175,7 +175,7 @@ static int send_bad(int i, dcps_rng_t *rng)
         send_parts((const void *[]){junk}, (size_t[]){sizeof junk}, 1);
         return DCPS_E_HEADER;
     }
-    case 1: { /* protocol version 3 */
+    case 1: { /* a protocol version after this one */
         Dcps__Header h = DCPS__HEADER__INIT;
         h.has_protocol = h.has_type = h.has_job_id = 1;
         h.protocol = DCPS_PROTOCOL + 1;

@@ -19,7 +19,8 @@
  *   - every reply packs, decodes with the codec as the job's, is of a type a
  *     shard sends, an ERROR carries a known code and a sentence, a PULL_REPLY
  *     carries the shard's version and a payload that passes the push checks
- *     (dense: the range's size; delta: indices ascending in the range);
+ *     (dense: the range's size, or in parts each part's of the split of
+ *     docs/protocol.md section 17; delta: indices ascending in the range);
  *   - the version never decreases and moves by at most one; it counts the
  *     applied pushes (async, ssp) or rounds (sync); every accepted push is
  *     counted once in pushes, staleness and apply times;
@@ -201,7 +202,12 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
         FUZZ_ASSERT(s.initialized && d.rank < (uint32_t)job_cfg->workers);
         FUZZ_ASSERT(d.param_version == s.version);
         FUZZ_ASSERT(d.range_lo == s.range.lo && d.range_hi == s.range.hi);
-        if (d.nframes == 1)
+        if (d.has & DCPS_HAS_PART) { /* a dense reply in parts: part i of the split */
+            const uint64_t a = s.n * d.part / d.parts, b = s.n * (d.part + 1) / d.parts;
+            FUZZ_ASSERT(d.parts >= 1 && d.parts <= DCPS_PARTS_MAX && d.part < d.parts);
+            FUZZ_ASSERT(d.part_lo == s.range.lo + a && d.part_hi == s.range.lo + b);
+            rc = dcps_codec_dense(&d, b - a, &v, why, sizeof why);
+        } else if (d.nframes == 1)
             rc = dcps_codec_dense(&d, s.n, &v, why, sizeof why);
         else
             rc = dcps_codec_sparse(&d, s.range.lo, s.range.hi, &idx, &v, &k, why, sizeof why);

@@ -6,7 +6,8 @@
  * sends, dense and sparse payloads, PULL with and without DELTA and EXACT) and
  * DIR/router/ (whole conversations of a 1- or 2-worker job in each mode: HELLO,
  * INIT, PULL, dense and sparse PUSH, delta pulls, HEARTBEAT, BARRIER, DONE, BYE,
- * and a worker that falls silent and comes back), in the input formats of
+ * a worker that falls silent and comes back, and dense pushes and replies in
+ * parts with a part out of order and one retried), in the input formats of
  * tests/fuzz/fuzz_codec.c and tests/fuzz/fuzz_router.c. `make fuzz-seeds` writes
  * them into the source tree's tests/fuzz/corpus/, where they are kept. */
 #include <errno.h>
@@ -143,6 +144,11 @@ static void codec_seeds(const char *dir)
     codec_seed(dir, "push_sparse", 1 | 16 << 3, &m);
     m.range_lo = 0, m.range_hi = 64;
     codec_seed(dir, "push_sparse_range", 2, &m);
+    m = msg(DCPS_MSG_PUSH, 1, 9);
+    m.param_version = 1, m.step = 1, m.has = DCPS_HAS_PART;
+    m.part = 1, m.parts = 2, m.part_lo = 32, m.part_hi = 64;
+    dense(&m, 32);
+    codec_seed(dir, "push_part", 1 | 2 << 3, &m);
     m = msg(DCPS_MSG_PUSH_ACK, 0, 3);
     m.param_version = 4, m.flags = DCPS_FLAG_DUPLICATE;
     codec_seed(dir, "push_ack", 1, &m);
@@ -153,12 +159,17 @@ static void codec_seeds(const char *dir)
     codec_seed(dir, "pull_delta", 1, &m);
     m.flags = DCPS_FLAG_EXACT, m.want = 0;
     codec_seed(dir, "pull_exact", 5, &m);
+    m.flags = 0, m.has = DCPS_HAS_PART, m.parts = 4;
+    codec_seed(dir, "pull_parts", 1, &m);
     m = msg(DCPS_MSG_PULL_REPLY, 1, 4);
     m.param_version = 4, m.range_lo = 0, m.range_hi = 64;
     dense(&m, 64);
     codec_seed(dir, "pull_reply_dense", 1, &m);
     sparse(&m, 0, 64);
     codec_seed(dir, "pull_reply_delta", 1 | 1 << 3, &m);
+    m.has = DCPS_HAS_PART, m.part = 0, m.parts = 2, m.part_lo = 0, m.part_hi = 32;
+    dense(&m, 32);
+    codec_seed(dir, "pull_reply_part", 1, &m);
     m = msg(DCPS_MSG_BARRIER, 0, 5);
     m.step = 3;
     codec_seed(dir, "barrier", 1, &m);
@@ -184,6 +195,7 @@ typedef struct {
     bool delta, restored;
     int workers, size; /* size: the row of job()'s table */
     bool fast;         /* heartbeat 250, dead after 300 ms */
+    bool parts;        /* dense pushes in 3 parts (2, 0, 0 again, 1), replies asked in 2 */
 } job_t;
 
 static const struct {
@@ -207,6 +219,24 @@ static void say(conv_t *c, uint32_t rank, int advance, const dcps_msg_t *m)
     c->first = false;
     put_byte(&c->o, (uint8_t)(rank | advance << 2));
     put_msg(&c->o, m);
+}
+
+/* Push m (its header) dense over range in 3 parts with seqs m->seq + i: part 2
+ * first, then part 0, part 0 again (a retry), then part 1. */
+static void push_parts(conv_t *c, uint32_t rank, const dcps_msg_t *m, dcps_range_t range,
+                       bool silent)
+{
+    static const uint32_t order[4] = {2, 0, 0, 1};
+    const uint64_t n = range.hi - range.lo;
+    for (int k = 0; k < 4; k++) {
+        dcps_msg_t p = *m;
+        const uint32_t i = order[k];
+        p.seq = m->seq + i;
+        p.has = DCPS_HAS_PART, p.part = i, p.parts = 3;
+        p.part_lo = range.lo + n * i / 3, p.part_hi = range.lo + n * (i + 1) / 3;
+        dense(&p, p.part_hi - p.part_lo);
+        say(c, rank, silent && k == 0 ? 7 : 1, &p);
+    }
 }
 
 static void conversation(const char *dir, const char *name, const job_t *j, int steps, bool silent)
@@ -239,12 +269,19 @@ static void conversation(const char *dir, const char *name, const job_t *j, int 
                 m.flags = DCPS_FLAG_DELTA;
                 m.param_version = (uint64_t)(step * j->workers);
             }
+            if (j->parts)
+                m.has = DCPS_HAS_PART, m.parts = 2;
             say(&c, r, 2, &m);
         }
         for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
             m = msg(DCPS_MSG_PUSH, r, ++seq[r]);
             m.step = (uint64_t)step;
             m.param_version = (uint64_t)step;
+            if (j->parts && (step + (int)r) % 2 == 0) {
+                push_parts(&c, r, &m, range, silent && step == 1 && r == 0);
+                seq[r] += 2; /* parts 0, 1, 2: seq, seq + 1, seq + 2 */
+                continue;
+            }
             if ((step + (int)r) % 2)
                 sparse(&m, range.lo, range.hi);
             else
@@ -300,6 +337,18 @@ static void router_seeds(const char *dir)
         dir, "restored_ssp_2w_delta",
         &(job_t){.mode = 2, .opt = 2, .delta = true, .restored = true, .workers = 2, .size = 4}, 3,
         false);
+    conversation(dir, "parts_async_1w", &(job_t){.mode = 0, .opt = 1, .workers = 1, .parts = true},
+                 3, false);
+    conversation(dir, "parts_sync_2w",
+                 &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 3, .parts = true}, 3, false);
+    conversation(
+        dir, "parts_ssp_2w",
+        &(job_t){.mode = 2, .opt = 3, .delta = true, .workers = 2, .size = 4, .parts = true}, 3,
+        false);
+    conversation(
+        dir, "parts_silent_sync_2w",
+        &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true, .parts = true}, 3,
+        true);
     conversation(dir, "silent_sync_2w",
                  &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true}, 3, true);
     conversation(

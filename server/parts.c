@@ -1,0 +1,144 @@
+/* dcps — a rank's push in parts; see parts.h. */
+#include "server/parts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+dcps_part_t dcps_part_of(const dcps_msg_t *m, uint64_t lo, uint64_t hi)
+{
+    dcps_part_t q = {.seq = m->seq,
+                     .step = m->step,
+                     .part = 0,
+                     .parts = 1,
+                     .lo = lo,
+                     .hi = hi,
+                     .sparse = m->nframes == 2};
+    if (m->has & DCPS_HAS_PART) {
+        q.part = m->part;
+        q.parts = m->parts;
+        q.lo = m->part_lo;
+        q.hi = m->part_hi;
+        q.fields = true;
+    }
+    return q;
+}
+
+void dcps_parts_reset(dcps_parts_t *p)
+{
+    memset(p, 0, sizeof *p);
+}
+
+static uint64_t all(uint32_t parts)
+{
+    return parts >= 64 ? ~0ull : (1ull << parts) - 1;
+}
+
+bool dcps_parts_open(const dcps_parts_t *p)
+{
+    return p->any && ((p->applied | p->dropped) & all(p->parts)) != all(p->parts);
+}
+
+/* Whether seq is one of the latest push's. */
+static bool ours(const dcps_parts_t *p, uint64_t seq)
+{
+    return p->any && seq >= p->base && seq - p->base < p->parts;
+}
+
+int dcps_parts_verdict(const dcps_parts_t *p, const dcps_part_t *q, char *why, size_t whylen)
+{
+    if (!q->fields || !ours(p, q->seq))
+        return DCPS_PART_OTHER;
+    const uint64_t i = q->seq - p->base;
+    if (q->part != i || q->parts != p->parts || q->step != p->step || q->sparse != p->sparse)
+        return dcps_say(why, whylen, DCPS_E_FIELD,
+                        "seq %llu is part %llu of the push of step %llu in %u %s parts from seq "
+                        "%llu, this message says part %u of %u of step %llu, %s",
+                        (unsigned long long)q->seq, (unsigned long long)i,
+                        (unsigned long long)p->step, p->parts, p->sparse ? "sparse" : "dense",
+                        (unsigned long long)p->base, q->part, q->parts, (unsigned long long)q->step,
+                        q->sparse ? "sparse" : "dense");
+    if (p->applied >> i & 1)
+        return DCPS_PART_APPLIED;
+    if (p->dropped >> i & 1)
+        return DCPS_PART_DROPPED;
+    return DCPS_PART_NEW;
+}
+
+int dcps_parts_check(const dcps_parts_t *p, const dcps_part_t *q, uint64_t n, char *why,
+                     size_t whylen)
+{
+    if (!q->fields || !ours(p, q->seq)) {
+        /* A new push: its part 0's seq and all its others after the latest's. */
+        if (q->fields && (q->seq < q->part || (p->any && q->seq - q->part < p->base + p->parts)))
+            return dcps_say(why, whylen, DCPS_E_FIELD,
+                            "part %u with seq %llu would make seq %llu its push's part 0, which "
+                            "is not after the latest push's seqs (%llu to %llu)",
+                            q->part, (unsigned long long)q->seq,
+                            (unsigned long long)(q->seq - q->part), (unsigned long long)p->base,
+                            (unsigned long long)(p->base + p->parts - 1));
+        if (dcps_parts_open(p) && q->step == p->step)
+            return dcps_say(why, whylen, DCPS_E_FIELD,
+                            "a second push for step %llu while its push in %u parts from seq "
+                            "%llu has parts to come",
+                            (unsigned long long)q->step, p->parts, (unsigned long long)p->base);
+        if (q->parts == 1 && q->hi - q->lo != n)
+            return dcps_say(why, whylen, DCPS_E_FIELD,
+                            "a push in 1 part covers [%llu, %llu), not the shard's %llu "
+                            "parameters",
+                            (unsigned long long)q->lo, (unsigned long long)q->hi,
+                            (unsigned long long)n);
+        return 0;
+    }
+    const uint64_t came = p->applied | p->dropped;
+    for (uint32_t i = 0; i < p->parts; i++)
+        if ((came >> i & 1) && q->lo < p->hi[i] && p->lo[i] < q->hi)
+            return dcps_say(why, whylen, DCPS_E_FIELD,
+                            "part %u covers [%llu, %llu), which overlaps part %u's [%llu, %llu)",
+                            q->part, (unsigned long long)q->lo, (unsigned long long)q->hi, i,
+                            (unsigned long long)p->lo[i], (unsigned long long)p->hi[i]);
+    if (dcps_parts_completes(p, q) && p->covered + (q->hi - q->lo) != n)
+        return dcps_say(why, whylen, DCPS_E_FIELD,
+                        "the %u parts of the push from seq %llu cover %llu of the shard's %llu "
+                        "parameters",
+                        p->parts, (unsigned long long)p->base,
+                        (unsigned long long)(p->covered + (q->hi - q->lo)), (unsigned long long)n);
+    return 0;
+}
+
+bool dcps_parts_completes(const dcps_parts_t *p, const dcps_part_t *q)
+{
+    if (!q->fields || !ours(p, q->seq))
+        return q->parts == 1;
+    return ((p->applied | p->dropped) | 1ull << q->part) == all(p->parts);
+}
+
+bool dcps_parts_record(dcps_parts_t *p, const dcps_part_t *q, bool applied)
+{
+    if (!q->fields || !ours(p, q->seq)) {
+        dcps_parts_reset(p);
+        p->any = true;
+        p->base = q->seq - q->part;
+        p->step = q->step;
+        p->parts = q->parts;
+        p->sparse = q->sparse;
+    }
+    p->lo[q->part] = q->lo;
+    p->hi[q->part] = q->hi;
+    p->covered += q->hi - q->lo;
+    if (applied)
+        p->applied |= 1ull << q->part;
+    else
+        p->dropped |= 1ull << q->part;
+    return !dcps_parts_open(p);
+}
+
+void dcps_parts_drop_open(dcps_parts_t *p)
+{
+    if (!dcps_parts_open(p))
+        return;
+    p->dropped |= p->applied;
+    p->applied = 0;
+}
