@@ -1193,12 +1193,15 @@ static int push(dcps_client_t *c, slot_t *slots)
 
 /* The parts a dense message of shard s's range goes in: [compression] parts
  * (at most one per parameter), or by size: one per DCPS_PART_FLOATS of the
- * range, 1 to DCPS_PARTS_AUTO. */
+ * range, 1 to DCPS_PARTS_AUTO; whole in a sync job with checkpoints (a
+ * restored shard keeps no record of parts: common/config.c refuses more). */
 #define DCPS_PART_FLOATS 524288
 #define DCPS_PARTS_AUTO 16
 static uint32_t parts_of(const dcps_client_t *c, int s)
 {
     const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
+    if (c->cfg.parts == 0 && c->cfg.mode == DCPS_MODE_SYNC && c->cfg.checkpoint_dir[0])
+        return 1;
     uint64_t p = c->cfg.parts > 0 ? (uint64_t)c->cfg.parts : n / DCPS_PART_FLOATS;
     if (c->cfg.parts == 0 && p > DCPS_PARTS_AUTO)
         p = DCPS_PARTS_AUTO;
