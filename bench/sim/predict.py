@@ -164,9 +164,9 @@ def plot(a, models, best, rows):
         gnuplot(f"{a.out}/efficiency_{m}.png",
                 "set logscale x 2\nset xlabel 'workers'\nset ylabel 'scaling efficiency'\n"
                 "set yrange [0:1.05]\n"
-                f"set title 'dcps.sim prediction: {m}, {MODELS[m][0] / 1e6:.1f}M parameters, "
-                f"{float(MODELS[m][2]):.0f} ms compute per step\\nbest of 1-32 shards, "
-                "async DC-ASGD-a'\n", series)
+                f'set title "dcps.sim prediction: {m}, {MODELS[m][0] / 1e6:.1f}M parameters, '
+                f'{float(MODELS[m][2]):.0f} ms compute per step\\nbest of 1-32 shards, '
+                'async DC-ASGD-a"\n', series)
         series = []
         for enc in ENCODINGS:
             for P in (a.workers[0], a.workers[len(a.workers) // 2], a.workers[-1]):

@@ -2,7 +2,7 @@
 """bench/sim/validate.py: dcps.sim against the bench/netem.sh scaling runs.
 
 usage: bench/sim/validate.py [--netem RUNS.csv ...] [--shardcap DIR] [--worker-cpu CSV]
-                             [--out CSV] [--tolerance 0.15]
+                             [--out CSV] [--tolerance 0.15] [--cpu-per-byte S | --fit CELL]
 
 For every `scaling` row of the netem runs (P = 1, 2, 4, 8; dense, Top-k with dense
 pulls, Top-k with delta pulls; 1 and 10 Gbit/s), it simulates the same job on the
@@ -13,9 +13,12 @@ worker's CPU per step from bench/sim/calibrate.sh, the shard's CPU per message f
 bench/shardcap on a shard of the same size and rule (DC-ASGD-a) — and writes one
 row per measured cell: config, measured and predicted samples/s (the whole run:
 steps, the closing barrier and the final dense pull, as the workers' final:
-lines count it), the same for the steady state, and the relative errors. Runs
-with `--netem` files given several times (repeats of the same cells) give one row
-each. Exit status 0; the table says which cells are within the tolerance.
+lines count it), the same for the steady state, and the relative errors. Every
+--netem file's rows are kept (repeats of a cell give a row each). One constant is
+fitted, not measured: the kernel's CPU per byte moved over the emulated links, set so
+that the cell --fit (default 10gbit/dense/P8) of the first file is matched in the steady
+state; that row is marked `fitted`. Exit status 0; the column `within` says which cells
+are within the tolerance (whole run or steady state).
 
 The costs it uses are printed on `#` lines at the top of the table.
 """
@@ -41,6 +44,15 @@ SCHEMES = {  # netem scheme -> (push, pull, density)
     "topk001_delta": ("topk", "delta", 0.001),
 }
 RATES = {"1gbit": 1e9, "10gbit": 1e10}
+# Today's runs first (the binaries the costs were measured with), the fitted cell in
+# the first; then 2026-11-21's, taken with the binaries of that day.
+DEFAULT_NETEM = [
+    "bench/results/2026-11-26/netem-rerun-10gbit/runs.csv",
+    "bench/results/2026-11-26/netem-rerun/runs.csv",
+    "bench/results/2026-11-26/netem-rerun-topk/runs.csv",
+    "bench/results/2026-11-21/netem/runs.csv",
+    "bench/results/2026-11-21/netem/repeat-1gbit/runs.csv",
+]
 EFFICIENCY = 0.95  # bench/netem.sh: 0.95 Gbit/s of TCP payload at 1gbit, 9.5 at 10gbit
 
 
@@ -85,8 +97,7 @@ def shard_costs(shardcap_dir, n_shard):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--netem", action="append",
-                    help="bench/netem.sh runs.csv (repeatable; default: 2026-11-21's main "
-                         "run and its repeat)")
+                    help="bench/netem.sh runs.csv (repeatable; default: DEFAULT_NETEM)")
     ap.add_argument("--shardcap", default=os.path.join(ROOT, "bench/results/2026-11-26/shardcap"))
     ap.add_argument("--worker-cpu",
                     default=os.path.join(ROOT, "bench/results/2026-11-26/sim/worker_cpu.csv"))
@@ -94,20 +105,21 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--cpu-per-byte", type=float,
                     help="kernel CPU per byte moved, seconds (default: fitted on --fit)")
+    ap.add_argument("--background", type=int, default=2,
+                    help="threads of other work for the sensitivity column (default 2)")
     ap.add_argument("--fit", default="10gbit/dense/P8",
                     help="the cell (of the first --netem file) whose steady throughput fixes "
                          "cpu_per_byte (default 10gbit/dense/P8)")
     a = ap.parse_args()
     if not 0 < a.tolerance < 1:
         ap.error(f"--tolerance: {a.tolerance} is not in (0, 1)")
-    netem = a.netem or [os.path.join(ROOT, "bench/results/2026-11-21/netem/runs.csv"),
-                        os.path.join(ROOT, "bench/results/2026-11-21/netem/repeat-1gbit/runs.csv")]
+    netem = a.netem or [os.path.join(ROOT, f) for f in DEFAULT_NETEM]
     for p in netem + [a.worker_cpu]:
         if not os.path.isfile(p):
             ap.error(f"no such file: {p}")
     wcpu = {r["scheme"]: float(r["cpu_per_step_s"]) for r in rows(a.worker_cpu)}
 
-    def model(r, cpu_per_byte, final_pull):
+    def model(r, cpu_per_byte, final_pull, background=0):
         n, P = int(r["params"]), int(r["workers"])
         n_shard = shard_ranges(n, 2)[0]
         base, per_density = shard_costs(a.shardcap, n_shard)
@@ -122,7 +134,7 @@ def main():
                   compute_s=int(r["compute_ms"]) / 1e3, worker_cpu_s=wcpu[r["scheme"]],
                   steps=int(r["steps"]), final_pull=final_pull)
         cl = Cluster(link_bps=RATES[r["rate"]], link_efficiency=EFFICIENCY, shared_cores=2,
-                     cpu_per_byte=cpu_per_byte)
+                     cpu_per_byte=cpu_per_byte, background_threads=background)
         res = simulate(job, cl, costs)
         return res, job, base, per_density, n_shard
 
@@ -153,6 +165,7 @@ def main():
         P = int(r["workers"])
         whole, job, base, per_density, n_shard = model(r, cpb, True)
         steady = model(r, cpb, False)[0]
+        loaded = model(r, cpb, False, a.background)[0]
         if not done_header:
             out.write(f"# netem runs: {', '.join(os.path.relpath(p, ROOT) for p in netem)}\n")
             out.write(f"# shard costs (bench/shardcap, {n_shard} parameters, DC-ASGD-a, "
@@ -169,10 +182,14 @@ def main():
                       f"{cpb * 1e9:.2f} ns"
                       + (f" (fitted on {a.fit} of {os.path.relpath(netem[0], ROOT)}: that row "
                          f"is not a prediction)" if fitted else " (given)") + "\n")
+            out.write(f"# steady_predicted_bg{a.background}: the same model with {a.background} "
+                      f"threads of other work always runnable on the 2 cores (a sensitivity, "
+                      f"not the prediction)\n")
             w.writerow(["config", "source", "measured", "predicted", "error",
                         "steady_measured", "steady_predicted", "steady_error", "within",
                         "cpu_busy_measured", "cpu_busy_predicted", "shard_util_predicted",
-                        "busiest_link_predicted"])
+                        "busiest_link_predicted", f"steady_predicted_bg{a.background}",
+                        f"steady_error_bg{a.background}"])
             done_header = True
         meas, smeas = float(r["samples_per_s"]), float(r["steady_samples_per_s"])
         pred = P * job.batch * job.steps / whole.elapsed_s  # to the end of the final pull
@@ -184,7 +201,8 @@ def main():
         w.writerow([cell(r), os.path.relpath(path, ROOT), f"{meas:.1f}", f"{pred:.1f}",
                     f"{err:+.3f}", f"{smeas:.1f}", f"{spred:.1f}", f"{serr:+.3f}", tag,
                     r["cpu_busy"], f"{steady.cpu_busy:.2f}", f"{max(steady.shard_util):.2f}",
-                    f"{busiest[0]}={busiest[1]:.2f}"])
+                    f"{busiest[0]}={busiest[1]:.2f}", f"{loaded.samples_per_s:.1f}",
+                    f"{loaded.samples_per_s / smeas - 1:+.3f}"])
     if out is not sys.stdout:
         out.close()
     return 0

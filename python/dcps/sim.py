@@ -103,6 +103,7 @@ class Cluster:
     link_efficiency: float = 1.0  # payload rate / link rate (TCP and framing)
     cpu_per_byte: float = 0.0  # kernel CPU seconds per byte moved, half at each end,
     #                            spent while the bytes cross (not in any process's CPU)
+    background_threads: int = 0  # shared_cores: threads of other work always runnable
 
     def check(self) -> None:
         rules = [
@@ -113,6 +114,7 @@ class Cluster:
             ("workers_per_host", self.workers_per_host >= 1),
             ("link_efficiency", 0 < self.link_efficiency <= 1),
             ("cpu_per_byte", self.cpu_per_byte >= 0),
+            ("background_threads", self.background_threads >= 0),
         ]
         for name, ok in rules:
             if not ok:
@@ -330,6 +332,8 @@ class _Engine:
             a.rate = rate
             a.gen += 1
             gen = a.gen
+            if a.left == INF:  # background work: never ends
+                continue
             self.at(max(a.left, 0.0) / rate, lambda a=a, gen=gen: self._complete(a, gen))
 
     def _complete(self, a, gen):
@@ -462,6 +466,10 @@ class _Sim:
         for h in self.worker_host + self.shard_host:
             name = self.cpus[h].name
             self.procs_on[name] = self.procs_on.get(name, 0) + 1
+        if pool and cl.background_threads:
+            self.procs_on[pool.name] += cl.background_threads
+            for _ in range(cl.background_threads):
+                self.eng.work(INF, [pool], cap=1.0)
         sizes = shard_ranges(job.params, job.shards)
         k = math.ceil(job.density * job.params)
         kp = math.ceil((job.pull_density or job.density) * job.params)

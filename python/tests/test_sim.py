@@ -1,6 +1,6 @@
 """dcps.sim against answers worked out by hand: one worker's step is its compute
 plus its transfers, a shared link divides its rate, a shard's CPU bounds the
-throughput, shared cores share, async staleness is P - 1, sync has none and ssp
+throughput, shared cores share (with other work too), async staleness is P - 1, sync has none and ssp
 stays within its bound, the CD-SGD pipeline hides the shorter of compute and
 communication, and bad input is refused naming the field."""
 import math
@@ -67,6 +67,13 @@ class ClosedForm(unittest.TestCase):
         own = simulate(Job(**job), Cluster(link_bps=1e15))
         self.assertAlmostEqual(shared.step_s, 0.2, delta=0.002)
         self.assertAlmostEqual(own.step_s, 0.1, delta=0.001)
+        # Two threads of other work always runnable: six threads on 2 cores, a third
+        # of a core each, 0.3 s a step; the job's own use of the pool is what it
+        # reports (4 threads at a third of a core: 2/3 of the pool).
+        loaded = simulate(Job(**job), Cluster(link_bps=1e15, shared_cores=2,
+                                              background_threads=2))
+        self.assertAlmostEqual(loaded.step_s, 0.3, delta=0.003)
+        self.assertAlmostEqual(loaded.cpu_busy, 2 / 3, delta=0.02)
 
     def test_async_staleness_is_p_minus_one(self):
         # Workers whose steps take random times: between a worker's pull and its
