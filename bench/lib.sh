@@ -17,8 +17,18 @@
 #     dcps.torch worker, whose finish() evaluates the last epoch, one for EPOCHS
 #     from its final: line.
 # bench_machine   one line: CPU model and cores.
+# BENCH_SCHEMES   bench/netem.sh's compression schemes (also bench/sim/calibrate.sh's):
+#                 name -> the job file overrides.
 
 : "${BUILD:?set BUILD to the build directory}"
+
+declare -gA BENCH_SCHEMES=(
+    [dense]="compression.push=dense compression.pull=dense"
+    [topk01]="compression.push=topk compression.density=0.01 compression.pull=dense"
+    [topk001]="compression.push=topk compression.density=0.001 compression.pull=dense"
+    [topk01_delta]="compression.push=topk compression.density=0.01 compression.pull=delta"
+    [topk001_delta]="compression.push=topk compression.density=0.001 compression.pull=delta"
+)
 
 bench_machine() {
     echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores"

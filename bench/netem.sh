@@ -139,13 +139,7 @@ for p in dcps-server dcps-worker; do
 done
 . "$root/bench/lib.sh"
 
-declare -A scheme=(
-    [dense]="compression.push=dense compression.pull=dense"
-    [topk01]="compression.push=topk compression.density=0.01 compression.pull=dense"
-    [topk001]="compression.push=topk compression.density=0.001 compression.pull=dense"
-    [topk01_delta]="compression.push=topk compression.density=0.01 compression.pull=delta"
-    [topk001_delta]="compression.push=topk compression.density=0.001 compression.pull=delta"
-)
+declare -n scheme=BENCH_SCHEMES # bench/lib.sh
 for k in $SCHEMES; do [ -n "${scheme[$k]:-}" ] || die "-k: no scheme $k"; done
 for x in $EXPERIMENTS; do [[ $x == accuracy || $x == scaling || $x == torch ]] || die "-x: accuracy, scaling or torch"; done
 maxp=0

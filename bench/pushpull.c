@@ -85,11 +85,7 @@ static void remove_files(void)
 static void kill_servers(void)
 {
     for (int s = 0; s < MAX_SHARDS; s++)
-        if (server_pid[s] > 0) {
-            kill(server_pid[s], SIGKILL);
-            waitpid(server_pid[s], NULL, 0);
-            server_pid[s] = 0;
-        }
+        bench_kill_child(&server_pid[s]);
 }
 
 static void at_exit(void)
@@ -108,13 +104,8 @@ static void on_signal(int sig)
 /* The scratch directory for job file, endpoint files and server logs. */
 static int scratch_dir(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/dcps-pushpull-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "bench/pushpull: cannot create %s: %s\n", dir, strerror(errno));
-        dir[0] = '\0';
+    if (bench_scratch_dir("pushpull", dir, sizeof dir) != 0)
         return -1;
-    }
     snprintf(job_path, sizeof job_path, "%s/job.ini", dir);
     for (int s = 0; s < MAX_SHARDS; s++) {
         snprintf(ep_path[s], sizeof ep_path[s], "%s/shard%d.endpoint", dir, s);
@@ -185,15 +176,8 @@ static pid_t spawn_server(const char *server, int s)
 static int await_endpoint(int s, char *ep)
 {
     for (int i = 0; i < 1000; i++) {
-        FILE *f = fopen(ep_path[s], "r");
-        if (f) {
-            char *ok = fgets(ep, DCPS_ENDPOINT_MAX, f);
-            fclose(f);
-            if (ok) {
-                ep[strcspn(ep, "\n")] = '\0';
-                return 0;
-            }
-        }
+        if (bench_first_line(ep_path[s], ep, DCPS_ENDPOINT_MAX) == 0)
+            return 0;
         if (waitpid(server_pid[s], NULL, WNOHANG) == server_pid[s]) {
             server_pid[s] = 0;
             return -1;
@@ -260,23 +244,12 @@ fail:
     return -1;
 }
 
-/* The CPU time in seconds that process pid has used, all its threads (pid 0:
- * this process), or -1 if it cannot be read. */
-static double cpu_seconds(pid_t pid)
-{
-    clockid_t id = CLOCK_PROCESS_CPUTIME_ID;
-    struct timespec ts;
-    if ((pid != 0 && clock_getcpuclockid(pid, &id) != 0) || clock_gettime(id, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The CPU time of this process and of the first `shards` servers together. */
 static double cpu_all(int shards)
 {
-    double sum = cpu_seconds(0);
+    double sum = bench_cpu_seconds(0);
     for (int s = 0; s < shards && sum >= 0; s++) {
-        double c = cpu_seconds(server_pid[s]);
+        double c = bench_cpu_seconds(server_pid[s]);
         sum = c < 0 ? -1 : sum + c;
     }
     return sum;
@@ -516,7 +489,7 @@ static void *zclient_main(void *arg)
         if (i == 0) {
             pthread_barrier_wait(z->gate); /* every client warm: go */
             z->start = bench_now();
-            z->cpu_start = cpu_seconds(0);
+            z->cpu_start = bench_cpu_seconds(0);
         }
         if (i >= MAX_ITERS || (i >= MIN_ITERS && bench_now() >= z->start + z->target_s))
             break;
@@ -530,7 +503,7 @@ static void *zclient_main(void *arg)
         else if (i >= 0)
             z->t[z->n++] = bench_now() - t0;
     }
-    z->cpu_end = cpu_seconds(0);
+    z->cpu_end = bench_cpu_seconds(0);
     z->end = bench_now();
     if (z->rc != 0 && z->start == 0)
         pthread_barrier_wait(z->gate); /* failed before the gate: do not hold the others */
