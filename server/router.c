@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/schedule.h"
 #include "proto/frame.h"
+#include "proto/quant.h"
 #include "server/bridge.h"
 #include "server/checkpoint.h"
 #include "server/loglimit.h"
@@ -106,6 +107,8 @@ struct dcps_router {
     uint64_t cut;
     double unsettled_logged;  /* when it last said why it does not resume yet */
     double restore_failed;    /* when its restore last failed */
+    float *decoded;           /* a push's shorter values, decoded (push_payload) */
+    size_t decoded_cap;
 };
 
 enum role { ALONE, LEADER, FOLLOWER };
@@ -220,8 +223,16 @@ static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, cons
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */
-    void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
-    if (p.dense) {
+    void *hold = p.dense && !p.encoded ? dcps_shard_share(s, p.values) : NULL;
+    if (p.encoded) { /* [compression] values: the values as sent (copied) */
+        int f = p.dense ? 0 : 1;
+        reply.nframes = f + 1;
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p.k};
+        reply.payload[0] = (dcps_buf_t){p.idx, p.k * sizeof *p.idx};
+        reply.frame[f] = (dcps_frame_desc_t){f ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, p.dtype, p.k};
+        reply.block[f] = p.block;
+        reply.payload[f] = (dcps_buf_t){p.encoded, p.bytes};
+    } else if (p.dense) {
         reply.nframes = 1;
         reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, st.n};
         reply.payload[0] = (dcps_buf_t){p.values, st.n * sizeof *p.values};
@@ -1093,6 +1104,25 @@ static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
     const dcps_range_t range = shard_now(r).range;
+    const int f = p->m->nframes - 1;
+    if (f >= 0 && dcps_quant_is(p->m->frame[f].dtype)) {
+        /* Shorter values ([compression] values, push = twobit), decoded with
+         * every check into the router's room for a range, made at the first. */
+        size_t n = (size_t)(range.hi - range.lo);
+        if (r->decoded_cap < n) {
+            float *d = realloc(r->decoded, n * sizeof *d);
+            if (!d) {
+                snprintf(why, whylen, "no room to decode %s values", dcps_quant_name(p->m->frame[f].dtype));
+                return DCPS_E_NOMEM;
+            }
+            r->decoded = d;
+            r->decoded_cap = n;
+        }
+        dcps_msg_t m = *p->m;
+        m.decode_to = r->decoded;
+        p->unread = false;
+        return dcps_codec_push(&m, range.lo, range.hi, &p->idx, &p->v, &p->k, why, whylen);
+    }
     int rc =
         dcps_codec_push_unchecked(p->m, range.lo, range.hi, &p->idx, &p->v, &p->k, why, whylen);
     p->unread = rc == 0 && p->idx == NULL;
@@ -1665,6 +1695,7 @@ void dcps_router_destroy(dcps_router_t **rp)
     if (!r)
         return;
     dcps_rounds_free(&r->rounds);
+    free(r->decoded);
     free(r->follower);
     free(r->passed);
     free(r->ranks);

@@ -244,9 +244,14 @@ void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on);
  * its next call. */
 typedef struct {
     bool dense;
-    const float *values; /* dense: n values; delta: k values */
+    const float *values; /* dense: n values; delta: k values (as the worker decodes them) */
     const uint32_t *idx; /* delta: k ascending global indices */
     size_t k;
+    /* [compression] values other than fp32: the values as sent, in that format
+     * (dtype, and INT8's block: proto/quant.h), `bytes` long; NULL for float32. */
+    const void *encoded;
+    size_t bytes;
+    uint32_t dtype, block;
 } dcps_pull_t;
 
 /* The reply to a pull from worker `rank`, which holds the parameters tagged
@@ -258,7 +263,12 @@ typedef struct {
  * worker's mirror becomes w); in sync mode the shared mirror every worker
  * computes on, first brought to this version as a delta pull would bring it
  * (w is the mirror plus what no delta has sent yet). The reply's version is
- * the shard's. */
+ * the shard's. With [compression] values other than fp32, a reply of w
+ * (pull = dense) and a delta carry their values in that format (out->encoded),
+ * and what the worker holds is what it decodes: w_bak(rank), or the mirror
+ * a delta moves, gains the decoded values, so that what rounding took is
+ * part of the next delta. A reply of a mirror, or an exact one, is float32:
+ * the mirror is what some worker holds already, bit for bit. */
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 

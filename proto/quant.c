@@ -1,0 +1,279 @@
+/* dcps — value formats on the wire; see quant.h. */
+#include "proto/quant.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "proto/codec.h"
+
+bool dcps_quant_is(uint32_t dtype)
+{
+    return dtype >= DCPS_DTYPE_F16 && dtype <= DCPS_DTYPE_LAST;
+}
+
+static bool scaled(uint32_t dtype)
+{
+    return dtype == DCPS_DTYPE_I8 || dtype == DCPS_DTYPE_TWOBIT;
+}
+
+uint64_t dcps_quant_blocks(uint32_t dtype, uint64_t count, uint32_t block)
+{
+    if (!scaled(dtype) || count == 0)
+        return 0;
+    return block == 0 ? 1 : count / block + (count % block != 0);
+}
+
+uint64_t dcps_quant_bytes(uint32_t dtype, uint64_t count, uint32_t block)
+{
+    uint64_t codes;
+    switch (dtype) {
+    case DCPS_DTYPE_F32:
+    case DCPS_DTYPE_U32:
+        return count > UINT64_MAX / 4 ? UINT64_MAX : count * 4;
+    case DCPS_DTYPE_F64:
+        return count > UINT64_MAX / 8 ? UINT64_MAX : count * 8;
+    case DCPS_DTYPE_F16:
+    case DCPS_DTYPE_BF16:
+        return count > UINT64_MAX / 2 ? UINT64_MAX : count * 2;
+    case DCPS_DTYPE_I8:
+        codes = count;
+        break;
+    case DCPS_DTYPE_TWOBIT:
+        codes = count / 4 + (count % 4 != 0);
+        break;
+    default:
+        return 0;
+    }
+    uint64_t scales = dcps_quant_blocks(dtype, count, block);
+    return scales > (UINT64_MAX - codes) / 4 ? UINT64_MAX : codes + 4 * scales;
+}
+
+const char *dcps_quant_name(uint32_t dtype)
+{
+    static const char *const names[] = {[DCPS_DTYPE_F32] = "fp32", [DCPS_DTYPE_F16] = "fp16",
+                                        [DCPS_DTYPE_BF16] = "bf16", [DCPS_DTYPE_I8] = "int8",
+                                        [DCPS_DTYPE_TWOBIT] = "twobit"};
+    return dtype < sizeof names / sizeof names[0] && names[dtype] ? names[dtype] : "unknown";
+}
+
+static uint32_t bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* x >> s rounded to nearest, ties to even (1 <= s <= 31). */
+static uint32_t shift_even(uint32_t x, unsigned s)
+{
+    uint32_t q = x >> s, rem = x & ((1u << s) - 1), half = 1u << (s - 1);
+    return q + (rem > half || (rem == half && (q & 1)));
+}
+
+uint16_t dcps_quant_f16(float x)
+{
+    uint32_t u = bits(x), a = u & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u) { /* NaN: its top payload bits, kept a NaN (as numpy) */
+        uint16_t p = (uint16_t)(a >> 13 & 0x3ffu);
+        return (uint16_t)(sign | 0x7c00u | (p ? p : 1u));
+    }
+    if (a >= 0x477ff000u) /* 65520 and up round to Inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) /* a normal half: rebias the exponent by 127 − 15 */
+        return (uint16_t)(sign | shift_even(a - 0x38000000u, 13));
+    unsigned e = a >> 23; /* a subnormal half, m · 2^−24, or 0 */
+    if (e < 102)
+        return sign; /* below 2^−25: 0 */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    return (uint16_t)(sign | shift_even(m, 126 - e));
+}
+
+float dcps_quant_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = h >> 10 & 0x1fu, m = h & 0x3ffu;
+    if (e == 0)
+        return from_bits(sign) + (sign ? -1.0f : 1.0f) * ldexpf((float)m, -24);
+    if (e == 31)
+        return from_bits(sign | 0x7f800000u | m << 13);
+    return from_bits(sign | (e + 112) << 23 | m << 13);
+}
+
+uint16_t dcps_quant_bf16(float x)
+{
+    uint32_t u = bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0u; /* NaN, as torch writes it */
+    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+}
+
+float dcps_quant_from_bf16(uint16_t h)
+{
+    return from_bits((uint32_t)h << 16);
+}
+
+static float clampf(float x, float limit)
+{
+    return x > limit ? limit : x < -limit ? -limit : x;
+}
+
+/* Writes the 16-bit codes of x[0..n) little-endian; dec gets their values. */
+static void encode16(bool bf, const float *x, size_t n, uint8_t *out, float *dec)
+{
+    const float limit = bf ? from_bits(0x7f7f0000u) : 65504.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = clampf(x[i], limit);
+        uint16_t h = bf ? dcps_quant_bf16(v) : dcps_quant_f16(v);
+        out[2 * i] = (uint8_t)(h & 0xffu);
+        out[2 * i + 1] = (uint8_t)(h >> 8);
+        if (dec)
+            dec[i] = bf ? dcps_quant_from_bf16(h) : dcps_quant_from_f16(h);
+    }
+}
+
+/* One INT8 block: its scale and n codes. */
+static void encode_i8(const float *x, size_t n, uint8_t *scale_at, int8_t *q, float *dec)
+{
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float scale = amax / 127.0f;
+    memcpy(scale_at, &scale, sizeof scale);
+    for (size_t i = 0; i < n; i++) {
+        float c = scale > 0 ? fminf(fmaxf(nearbyintf(x[i] / scale), -127.0f), 127.0f) : 0.0f;
+        q[i] = (int8_t)c;
+        if (dec)
+            dec[i] = c * scale;
+    }
+}
+
+static void encode_twobit(float tau, const float *x, size_t n, size_t blocks, uint8_t *out,
+                          float *dec)
+{
+    for (size_t b = 0; b < blocks; b++)
+        memcpy(out + 4 * b, &tau, sizeof tau);
+    uint8_t *codes = out + 4 * blocks;
+    memset(codes, 0, n / 4 + (n % 4 != 0));
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = x[i] >= tau ? 1u : x[i] <= -tau ? 2u : 0u;
+        codes[i / 4] |= (uint8_t)(c << (2 * (i % 4)));
+        if (dec)
+            dec[i] = c == 1 ? tau : c == 2 ? -tau : 0.0f;
+    }
+}
+
+void dcps_quant_encode(uint32_t dtype, uint32_t block, float tau, const float *x, size_t n,
+                       void *out, float *dec)
+{
+    uint8_t *o = out;
+    size_t blocks = (size_t)dcps_quant_blocks(dtype, n, block);
+    size_t per = block ? block : n;
+    switch (dtype) {
+    case DCPS_DTYPE_F16:
+    case DCPS_DTYPE_BF16:
+        encode16(dtype == DCPS_DTYPE_BF16, x, n, o, dec);
+        break;
+    case DCPS_DTYPE_I8:
+        for (size_t b = 0; b < blocks; b++) {
+            size_t a = b * per, len = n - a < per ? n - a : per;
+            encode_i8(x + a, len, o + 4 * b, (int8_t *)(o + 4 * blocks + a), dec ? dec + a : NULL);
+        }
+        break;
+    case DCPS_DTYPE_TWOBIT:
+        encode_twobit(tau, x, n, blocks, o, dec);
+        break;
+    default:
+        memmove(o, x, n * sizeof *x);
+        if (dec && dec != x)
+            memcpy(dec, x, n * sizeof *x);
+    }
+}
+
+#define FAIL(code, ...)                                                                    \
+    do {                                                                                   \
+        snprintf(why, whylen, __VA_ARGS__);                                                \
+        return (code);                                                                     \
+    } while (0)
+
+/* Reads and checks the scales of a frame with `blocks` of them. */
+static int scales_ok(uint32_t dtype, const uint8_t *in, size_t blocks, size_t per, char *why,
+                     size_t whylen)
+{
+    for (size_t b = 0; b < blocks; b++) {
+        float s;
+        memcpy(&s, in + 4 * b, sizeof s);
+        const char *what = dtype == DCPS_DTYPE_I8 ? "scale" : "tau";
+        if (!isfinite(s))
+            FAIL(DCPS_E_NONFINITE, "%s %s of block %zu (values %zu on) is not finite",
+                 dcps_quant_name(dtype), what, b, b * per);
+        if (s < 0)
+            FAIL(DCPS_E_ENCODING, "%s %s %g of block %zu (values %zu on) is negative",
+                 dcps_quant_name(dtype), what, (double)s, b, b * per);
+    }
+    return 0;
+}
+
+int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, float *out,
+                      char *why, size_t whylen)
+{
+    const uint8_t *p = in;
+    size_t blocks = (size_t)dcps_quant_blocks(dtype, n, block);
+    size_t per = block ? block : n;
+    int rc;
+    switch (dtype) {
+    case DCPS_DTYPE_F16:
+    case DCPS_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            out[i] = dtype == DCPS_DTYPE_F16 ? dcps_quant_from_f16(h) : dcps_quant_from_bf16(h);
+            if (!isfinite(out[i]))
+                FAIL(DCPS_E_NONFINITE, "%s value %g (0x%04x) at offset %zu is not finite",
+                     dcps_quant_name(dtype), (double)out[i], h, i);
+        }
+        return 0;
+    case DCPS_DTYPE_I8:
+        if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            int8_t q = (int8_t)p[4 * blocks + i];
+            float s;
+            if (q == -128)
+                FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", i);
+            memcpy(&s, p + 4 * (i / per), sizeof s);
+            out[i] = (float)q * s;
+        }
+        return 0;
+    case DCPS_DTYPE_TWOBIT:
+        if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            unsigned c = p[4 * blocks + i / 4] >> (2 * (i % 4)) & 3u;
+            float tau;
+            if (c == 3)
+                FAIL(DCPS_E_ENCODING, "twobit code 3 at offset %zu: codes are 0, 1 (+tau) and 2 "
+                                      "(-tau)", i);
+            memcpy(&tau, p + 4 * (i / per), sizeof tau);
+            out[i] = c == 1 ? tau : c == 2 ? -tau : 0.0f;
+        }
+        if (n % 4 && p[4 * blocks + n / 4] >> (2 * (n % 4)))
+            FAIL(DCPS_E_ENCODING, "twobit frame of %zu values: the unused bits of its last byte "
+                                  "are not 0", n);
+        return 0;
+    default:
+        memcpy(out, in, n * sizeof *out);
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                FAIL(DCPS_E_NONFINITE, "value %g at offset %zu is not finite", (double)out[i], i);
+        return 0;
+    }
+}
