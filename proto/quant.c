@@ -152,8 +152,8 @@ static void encode_i8(const float *x, size_t n, uint8_t *scale_at, int8_t *q, fl
     for (size_t i = 0; i < n; i++) {
         float c = scale > 0 ? fminf(fmaxf(nearbyintf(x[i] / scale), -127.0f), 127.0f) : 0.0f;
         q[i] = (int8_t)c;
-        if (dec)
-            dec[i] = c * scale;
+        if (dec) /* from the code, as a receiver decodes it (no -0 for a code 0) */
+            dec[i] = (float)q[i] * scale;
     }
 }
 

@@ -101,7 +101,7 @@ END_TEST
 START_TEST(int8_frame_by_hand)
 {
     /* One block of 5: max |x| = 2.54, scale = 2.54f / 127 = 0.02 (float32). */
-    const float x[5] = {2.54f, -1.0f, 0.01f, 0.03f, -2.54f};
+    const float x[5] = {2.54f, -1.0f, -0.01f, 0.03f, -2.54f}; /* -0.01: code 0, value +0 */
     float scale = 2.54f / 127.0f, dec[5], back[5];
     uint8_t out[9];
     ck_assert_uint_eq(dcps_quant_bytes(DCPS_DTYPE_I8, 5, 0), 9);
