@@ -1508,14 +1508,20 @@ class Values(Case):
     numpy makes, moves a worker's copy by what it decodes, and refuses what no
     encoder makes with the codes of section 17, serving on."""
 
-    def test_pushes_in_every_format_are_applied_as_numpy_decodes_them(self):
-        self.start(compression={"values": "int8"})
-        r = rng(17)
+    def rank0(self, seed, **compression):
+        """A job with these [compression] keys, and rank 0 that initialised it
+        with random w0 and pulled: (rank 0, w0, the generator)."""
+        self.start(compression=compression)
+        r = rng(seed)
         w0 = gradient(r, N, 3.0)
         wk = self.worker(0)
         wk.hello()
         wk.init(w0)
         wk.pull(0)
+        return wk, w0, r
+
+    def test_pushes_in_every_format_are_applied_as_numpy_decodes_them(self):
+        wk, w0, r = self.rank0(17, values="int8")
         expect = w0.copy()
         pushes = [dict(fmt="fp16"), dict(fmt="bf16"), dict(fmt="int8", block=256),
                   dict(fmt="int8"), dict(fmt="twobit", tau=0.05), dict(fmt="int8", block=7)]
@@ -1550,13 +1556,7 @@ class Values(Case):
     def test_delta_pulls_move_the_copy_by_what_was_decoded(self):
         # Every entry in every delta (pull_density 1), in fp16: what a delta's
         # rounding took stays in w - mirror and goes out with the next one.
-        self.start(compression={"values": "fp16", "pull": "delta", "pull_density": 1})
-        r = rng(18)
-        w0 = gradient(r, N, 3.0)
-        wk = self.worker(0)
-        wk.hello()
-        wk.init(w0)
-        wk.pull(0)
+        wk, w0, r = self.rank0(18, values="fp16", pull="delta", pull_density=1)
         self.assertEqual(wk.replies[0].h.frames[0].dtype, pb.DTYPE_FLOAT32)  # a first pull
         other = self.worker(1)  # w itself, by another rank (an EXACT pull resets the mirror)
         other.hello()
