@@ -80,7 +80,10 @@ static uint32_t shift_even(uint32_t x, unsigned s)
     return q + (rem > half || (rem == half && (q & 1)));
 }
 
-uint16_t dcps_quant_f16(float x)
+/* The conversions, static so that the loops below inline them (the public
+ * names may be interposed in a shared library, which keeps a compiler from
+ * inlining them). */
+static inline uint16_t to_f16(float x)
 {
     uint32_t u = bits(x), a = u & 0x7fffffffu;
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -99,17 +102,30 @@ uint16_t dcps_quant_f16(float x)
     return (uint16_t)(sign | shift_even(m, 126 - e));
 }
 
-float dcps_quant_from_f16(uint16_t h)
+/* Exact for every code: the bits of a finite half moved into a float's
+ * places, times 2^112, rebias the exponent (subnormal halves included). */
+static inline float from_f16(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = h >> 10 & 0x1fu, m = h & 0x3ffu;
-    if (e == 0)
-        return from_bits(sign) + (sign ? -1.0f : 1.0f) * ldexpf((float)m, -24);
-    if (e == 31)
-        return from_bits(sign | 0x7f800000u | m << 13);
-    return from_bits(sign | (e + 112) << 23 | m << 13);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    if ((h & 0x7c00u) == 0x7c00u) /* Inf, NaN */
+        return from_bits(sign | 0x7f800000u | (uint32_t)(h & 0x3ffu) << 13);
+    return from_bits(sign | bits(from_bits((uint32_t)(h & 0x7fffu) << 13) * 0x1p112f));
 }
 
-uint16_t dcps_quant_bf16(float x)
+/* to_f16 of a value within ±65504: a normal half's rounding in integers; a
+ * subnormal one's by the FPU, adding 0.5, whose ulp (2^−24) is the subnormal
+ * halves' spacing, so the sum's low bits are the code rounded to nearest even
+ * (1024, when it rounds up to the smallest normal, is that code too). */
+static inline uint16_t to_f16_clamped(float x)
+{
+    uint32_t u = bits(x), a = u & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t h = a >= 0x38800000u ? (a - 0x38000000u + 0xfffu + (a >> 13 & 1u)) >> 13
+                                  : bits(from_bits(a) + 0.5f) - 0x3f000000u;
+    return (uint16_t)(sign | h);
+}
+
+static inline uint16_t to_bf16(float x)
 {
     uint32_t u = bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -117,9 +133,38 @@ uint16_t dcps_quant_bf16(float x)
     return (uint16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
 }
 
-float dcps_quant_from_bf16(uint16_t h)
+static inline float from_bf16(uint16_t h)
 {
     return from_bits((uint32_t)h << 16);
+}
+
+uint16_t dcps_quant_f16(float x)
+{
+    return to_f16(x);
+}
+
+float dcps_quant_from_f16(uint16_t h)
+{
+    return from_f16(h);
+}
+
+uint16_t dcps_quant_bf16(float x)
+{
+    return to_bf16(x);
+}
+
+float dcps_quant_from_bf16(uint16_t h)
+{
+    return from_bf16(h);
+}
+
+/* x rounded to an integer, ties to even, for |x| < 2^22: the float addition
+ * of 1.5 · 2^23 rounds away the fraction in the default rounding mode (what
+ * nearbyintf does, without a library call on CPUs before SSE4.1). */
+static inline float round_even(float x)
+{
+    volatile float big = 12582912.0f; /* read once per call: no folding */
+    return (x + big) - big;
 }
 
 static float clampf(float x, float limit)
@@ -133,24 +178,27 @@ static void encode16(bool bf, const float *x, size_t n, uint8_t *out, float *dec
     const float limit = bf ? from_bits(0x7f7f0000u) : 65504.0f;
     for (size_t i = 0; i < n; i++) {
         float v = clampf(x[i], limit);
-        uint16_t h = bf ? dcps_quant_bf16(v) : dcps_quant_f16(v);
+        uint16_t h = bf ? to_bf16(v) : to_f16_clamped(v);
         out[2 * i] = (uint8_t)(h & 0xffu);
         out[2 * i + 1] = (uint8_t)(h >> 8);
         if (dec)
-            dec[i] = bf ? dcps_quant_from_bf16(h) : dcps_quant_from_f16(h);
+            dec[i] = bf ? from_bf16(h) : from_f16(h);
     }
 }
 
 /* One INT8 block: its scale and n codes. */
 static void encode_i8(const float *x, size_t n, uint8_t *scale_at, int8_t *q, float *dec)
 {
-    float amax = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+    float amax = 0.0f; /* x is finite: plain comparisons, no fmaxf calls */
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
     float scale = amax / 127.0f;
     memcpy(scale_at, &scale, sizeof scale);
     for (size_t i = 0; i < n; i++) {
-        float c = scale > 0 ? fminf(fmaxf(nearbyintf(x[i] / scale), -127.0f), 127.0f) : 0.0f;
+        float c = scale > 0 ? round_even(x[i] / scale) : 0.0f;
+        c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
         q[i] = (int8_t)c;
         if (dec) /* from the code, as a receiver decodes it (no -0 for a code 0) */
             dec[i] = (float)q[i] * scale;
@@ -163,12 +211,16 @@ static void encode_twobit(float tau, const float *x, size_t n, size_t blocks, ui
     for (size_t b = 0; b < blocks; b++)
         memcpy(out + 4 * b, &tau, sizeof tau);
     uint8_t *codes = out + 4 * blocks;
-    memset(codes, 0, n / 4 + (n % 4 != 0));
-    for (size_t i = 0; i < n; i++) {
-        unsigned c = x[i] >= tau ? 1u : x[i] <= -tau ? 2u : 0u;
-        codes[i / 4] |= (uint8_t)(c << (2 * (i % 4)));
-        if (dec)
-            dec[i] = c == 1 ? tau : c == 2 ? -tau : 0.0f;
+    const float value[3] = {0.0f, tau, -tau};
+    for (size_t i = 0; i < n; i += 4) { /* a byte of four codes at a time */
+        unsigned byte = 0;
+        for (size_t j = i; j < i + 4 && j < n; j++) {
+            unsigned c = x[j] >= tau ? 1u : x[j] <= -tau ? 2u : 0u;
+            byte |= c << (2 * (j - i));
+            if (dec)
+                dec[j] = value[c];
+        }
+        codes[i / 4] = (uint8_t)byte;
     }
 }
 
@@ -232,38 +284,56 @@ int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, 
     int rc;
     switch (dtype) {
     case DCPS_DTYPE_F16:
-    case DCPS_DTYPE_BF16:
+    case DCPS_DTYPE_BF16: {
+        /* The exponent field all ones is NaN or Inf: noted in the pass, found after. */
+        const uint16_t top = dtype == DCPS_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+        bool bad = false;
         for (size_t i = 0; i < n; i++) {
             uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            out[i] = dtype == DCPS_DTYPE_F16 ? dcps_quant_from_f16(h) : dcps_quant_from_bf16(h);
+            bad |= (h & top) == top;
+            out[i] = dtype == DCPS_DTYPE_F16 ? from_f16(h) : from_bf16(h);
+        }
+        for (size_t i = 0; bad && i < n; i++)
             if (!isfinite(out[i]))
                 FAIL(DCPS_E_NONFINITE, "%s value %g (0x%04x) at offset %zu is not finite",
-                     dcps_quant_name(dtype), (double)out[i], h, i);
-        }
+                     dcps_quant_name(dtype), (double)out[i], p[2 * i] | p[2 * i + 1] << 8, i);
         return 0;
+    }
     case DCPS_DTYPE_I8:
         if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
             return rc;
-        for (size_t i = 0; i < n; i++) {
-            int8_t q = (int8_t)p[4 * blocks + i];
+        for (size_t b = 0, i = 0; b < blocks; b++) {
             float s;
-            if (q == -128)
-                FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", i);
-            memcpy(&s, p + 4 * (i / per), sizeof s);
-            out[i] = (float)q * s;
+            bool bad = false;
+            memcpy(&s, p + 4 * b, sizeof s);
+            for (size_t end = i + per < n ? i + per : n; i < end; i++) {
+                int8_t q = (int8_t)p[4 * blocks + i];
+                bad |= q == -128;
+                out[i] = (float)q * s;
+            }
+            for (size_t j = b * per; bad && j < i; j++)
+                if ((int8_t)p[4 * blocks + j] == -128)
+                    FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127",
+                         j);
         }
         return 0;
     case DCPS_DTYPE_TWOBIT:
         if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
             return rc;
-        for (size_t i = 0; i < n; i++) {
-            unsigned c = p[4 * blocks + i / 4] >> (2 * (i % 4)) & 3u;
-            float tau;
-            if (c == 3)
-                FAIL(DCPS_E_ENCODING, "twobit code 3 at offset %zu: codes are 0, 1 (+tau) and 2 "
-                                      "(-tau)", i);
-            memcpy(&tau, p + 4 * (i / per), sizeof tau);
-            out[i] = c == 1 ? tau : c == 2 ? -tau : 0.0f;
+        for (size_t b = 0, i = 0; b < blocks; b++) {
+            float value[4];
+            unsigned seen = 0;
+            memcpy(&value[1], p + 4 * b, sizeof value[1]);
+            value[0] = 0.0f, value[2] = -value[1], value[3] = 0.0f;
+            for (size_t end = i + per < n ? i + per : n; i < end; i++) {
+                unsigned c = p[4 * blocks + i / 4] >> (2 * (i % 4)) & 3u;
+                seen |= 1u << c;
+                out[i] = value[c];
+            }
+            for (size_t j = b * per; (seen & 8u) && j < i; j++)
+                if ((p[4 * blocks + j / 4] >> (2 * (j % 4)) & 3u) == 3)
+                    FAIL(DCPS_E_ENCODING, "twobit code 3 at offset %zu: codes are 0, 1 (+tau) "
+                                          "and 2 (-tau)", j);
         }
         if (n % 4 && p[4 * blocks + n / 4] >> (2 * (n % 4)))
             FAIL(DCPS_E_ENCODING, "twobit frame of %zu values: the unused bits of its last byte "
