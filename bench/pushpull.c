@@ -16,8 +16,12 @@
  * The servers are started and stopped here; on failure, SIGINT, SIGTERM or SIGHUP
  * they are killed, and on Linux they die with this process whatever ends it.
  *
+ * With --values FMT the job's [compression] values is FMT (fp32, fp16, bf16,
+ * int8): pushes and dense pull replies carry their values in that format
+ * (docs/protocol.md, 17), the columns unchanged (bytes_per_op says it).
+ *
  * usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]
- *                       [--workers N,...] [--quick] */
+ *                       [--workers N,...] [--values FMT] [--quick] */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -55,6 +59,7 @@
 static int shard_counts[MAX_SHARDS] = {1, 2}, n_shard_counts = 2;
 static int worker_counts[MAX_WORKERS] = {1, 2, 4}, n_worker_counts = 3;
 static const double densities[] = {0.01, 0.001};
+static const char *values = "fp32"; /* [compression] values of the job */
 
 /* ---- the servers ----------------------------------------------------------------
  * One group at a time. The paths and pids live in statics so that the exit and
@@ -139,6 +144,7 @@ static int write_job(const job_t *j)
             j->shards > 1 ? ",tcp://127.0.0.1:*" : "");
     fprintf(f, "[model]\nlayers = %d,%d\n", j->a, j->b);
     fprintf(f, "[optimizer]\nkind = sgd\nlr = 1e-9\n");
+    fprintf(f, "[compression]\nvalues = %s\n", values);
     fprintf(f, "[worker]\ntimeout_ms = 60000\nretries = 0\n");
     fprintf(f, "[server]\nheartbeat_ms = 1000\ndead_after_ms = 600000\n");
     return fclose(f) == 0 ? 0 : -1;
@@ -841,12 +847,13 @@ out:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]\n"
-                 "                      [--workers N,...] [--quick]\n"
+                 "                      [--workers N,...] [--values FMT] [--quick]\n"
                  "  --server PATH  the dcps-server program (default ./dcps-server)\n"
                  "  --sizes LIST   model sizes in floats, K and M suffixes (x1024, x1048576);\n"
                  "                 default 1K,64K,1M,4M,16M\n"
                  "  --shards LIST  shard counts, each 1 or 2 (default 1,2)\n"
                  "  --workers LIST worker counts, each 1 to 4 (default 1,2,4)\n"
+                 "  --values FMT   [compression] values: fp32 (default), fp16, bf16, int8\n"
                  "  --quick        sizes 1K,64K,1M and about 0.25 s per row\n");
 }
 
@@ -904,6 +911,7 @@ static int parse_args(int argc, char **argv, bench_t *b)
         {"shards", required_argument, NULL, 'S'},
         {"workers", required_argument, NULL, 'W'},
         {"quick", no_argument, NULL, 'q'},
+        {"values", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -924,6 +932,14 @@ static int parse_args(int argc, char **argv, bench_t *b)
             n_worker_counts = parse_counts("--workers", optarg, MAX_WORKERS, worker_counts);
             if (n_worker_counts < 0)
                 return 2;
+        } else if (c == 'v') {
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "fp16") && strcmp(optarg, "bf16") &&
+                strcmp(optarg, "int8")) {
+                fprintf(stderr, "bench/pushpull: --values: \"%s\" is not one of fp32, fp16, "
+                                "bf16, int8\n", optarg);
+                return 2;
+            }
+            values = optarg;
         } else if (c == 'q')
             quick = true;
         else {
@@ -971,9 +987,9 @@ int main(int argc, char **argv)
     bench_cpu_model(model, sizeof model);
     printf("# machine: %s, %ld cores shared by the servers and the workers, no GPU used\n", model,
            sysconf(_SC_NPROCESSORS_ONLN));
-    printf("# setup: %s on tcp://127.0.0.1, async sgd lr 1e-9, worker threads each with its own "
-           "client; n = a*b + b for [model] layers a,b:",
-           b->server);
+    printf("# setup: %s on tcp://127.0.0.1, async sgd lr 1e-9, values %s, worker threads each "
+           "with its own client; n = a*b + b for [model] layers a,b:",
+           b->server, values);
     for (int i = 0; i < b->n_sizes; i++) {
         job_t j;
         pick_layers(b->sizes[i], &j);

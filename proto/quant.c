@@ -173,16 +173,32 @@ static float clampf(float x, float limit)
 }
 
 /* Writes the 16-bit codes of x[0..n) little-endian; dec gets their values. */
+/* The little-endian 16-bit codes of x[0..n), clamped to the format's largest
+ * finite value; dec (when not NULL) gets their values. In chunks through a
+ * local array, so that each loop is simple enough to vectorise. */
 static void encode16(bool bf, const float *x, size_t n, uint8_t *out, float *dec)
 {
-    const float limit = bf ? from_bits(0x7f7f0000u) : 65504.0f;
-    for (size_t i = 0; i < n; i++) {
-        float v = clampf(x[i], limit);
-        uint16_t h = bf ? to_bf16(v) : to_f16_clamped(v);
-        out[2 * i] = (uint8_t)(h & 0xffu);
-        out[2 * i + 1] = (uint8_t)(h >> 8);
-        if (dec)
-            dec[i] = bf ? from_bf16(h) : from_f16(h);
+    enum { CHUNK = 256 };
+    uint16_t h[CHUNK];
+    for (size_t a = 0; a < n; a += CHUNK) {
+        size_t m = n - a < CHUNK ? n - a : CHUNK;
+        if (bf)
+            for (size_t i = 0; i < m; i++)
+                h[i] = to_bf16(clampf(x[a + i], from_bits(0x7f7f0000u)));
+        else
+            for (size_t i = 0; i < m; i++)
+                h[i] = to_f16_clamped(clampf(x[a + i], 65504.0f));
+        for (size_t i = 0; i < m; i++) { /* little-endian on any host */
+            out[2 * (a + i)] = (uint8_t)(h[i] & 0xffu);
+            out[2 * (a + i) + 1] = (uint8_t)(h[i] >> 8);
+        }
+        if (dec && bf)
+            for (size_t i = 0; i < m; i++)
+                dec[a + i] = from_bf16(h[i]);
+        else if (dec) /* finite codes only (clamped): no Inf or NaN branch */
+            for (size_t i = 0; i < m; i++)
+                dec[a + i] = from_bits((uint32_t)(h[i] & 0x8000u) << 16 |
+                                       bits(from_bits((uint32_t)(h[i] & 0x7fffu) << 13) * 0x1p112f));
     }
 }
 
