@@ -173,7 +173,8 @@ static const struct key keys[] = {
     INT("compression", "density_warmup_epochs", density_warmup_epochs, "0", 0, 1000,
         "topk: density falls geometrically from 25% to density over the first N epochs; 0: off"),
     OTHER("compression", "error_feedback", T_BOOL, error_feedback, "true",
-          "topk, twobit, values other than fp32: keep what was not pushed (or what rounding took) as a residual"),
+          "topk, twobit, values other than fp32: keep what was not pushed (or what rounding took) "
+          "as a residual"),
     DBL("compression", "momentum_correction", momentum_correction, "0", 0, false, 1, true,
         "topk: DGC momentum correction with this momentum factor; 0: off"),
     DBL("compression", "clip_norm", clip_norm, "0", 0, false, 1e6, false,

@@ -95,6 +95,34 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         goto out;                                                                  \
     } while (0)
 
+/* Frame i's description against its payload (kind, dtype, block, length), then
+ * into out. */
+static int take_frame(const Dcps__FrameDesc *d, size_t i, const dcps_buf_t *frame, dcps_msg_t *out,
+                      char *why, size_t whylen)
+{
+    int rc = 0;
+    uint64_t sz = dcps_quant_bytes(d->dtype, d->count, d->block);
+    if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_KIND_LAST ||
+        dcps_quant_bytes(d->dtype, 1, 0) == 0)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind, d->dtype);
+    if (dcps_quant_is(d->dtype) && d->kind != DCPS_FRAME_DENSE && d->kind != DCPS_FRAME_VALUES)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: only DENSE and VALUES frames take the %s format", i,
+             dcps_quant_name(d->dtype));
+    if (d->block && dcps_quant_blocks(d->dtype, 1, 0) == 0)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: block %u on a frame of dtype %u, which has no "
+             "scales (only INT8 and TWOBIT have)", i, d->block, d->dtype);
+    if (sz > SIZE_MAX || d->bytes != sz || d->bytes != frame->len)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: header says %llu elements in %llu bytes, frame has %zu bytes",
+             i, (unsigned long long)d->count, (unsigned long long)d->bytes, frame->len);
+    out->frame[i].kind = d->kind;
+    out->frame[i].dtype = d->dtype;
+    out->frame[i].count = d->count;
+    out->block[i] = d->block;
+    out->payload[i] = *frame;
+out:
+    return rc;
+}
+
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen)
 {
@@ -127,29 +155,9 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     if (h->n_frames != nframes || nframes > DCPS_MAX_FRAMES)
         FAIL(DCPS_E_FRAMECOUNT, "%s header describes %zu payload frames, message has %zu",
              dcps_msg_type_name(h->type), h->n_frames, nframes);
-    for (size_t i = 0; i < nframes; i++) {
-        const Dcps__FrameDesc *d = h->frames[i];
-        uint64_t sz = dcps_quant_bytes(d->dtype, d->count, d->block);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_KIND_LAST ||
-            dcps_quant_bytes(d->dtype, 1, 0) == 0)
-            FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
-                 d->dtype);
-        if (dcps_quant_is(d->dtype) && d->kind != DCPS_FRAME_DENSE && d->kind != DCPS_FRAME_VALUES)
-            FAIL(DCPS_E_FRAMELEN, "frame %zu: only DENSE and VALUES frames take the %s format", i,
-                 dcps_quant_name(d->dtype));
-        if (d->block && dcps_quant_blocks(d->dtype, 1, 0) == 0)
-            FAIL(DCPS_E_FRAMELEN, "frame %zu: block %u on a frame of dtype %u, which has no "
-                 "scales (only INT8 and TWOBIT have)", i, d->block, d->dtype);
-        if (sz > SIZE_MAX || d->bytes != sz || d->bytes != frames[i].len)
-            FAIL(DCPS_E_FRAMELEN,
-                 "frame %zu: header says %llu elements in %llu bytes, frame has %zu bytes", i,
-                 (unsigned long long)d->count, (unsigned long long)d->bytes, frames[i].len);
-        out->frame[i].kind = d->kind;
-        out->frame[i].dtype = d->dtype;
-        out->frame[i].count = d->count;
-        out->block[i] = d->block;
-        out->payload[i] = frames[i];
-    }
+    for (size_t i = 0; i < nframes; i++)
+        if ((rc = take_frame(h->frames[i], i, &frames[i], out, why, whylen)) != 0)
+            goto out;
     out->nframes = (int)nframes;
     out->job_id = h->job_id;
     out->shard = h->shard;

@@ -53,8 +53,10 @@ uint64_t dcps_quant_bytes(uint32_t dtype, uint64_t count, uint32_t block)
 
 const char *dcps_quant_name(uint32_t dtype)
 {
-    static const char *const names[] = {[DCPS_DTYPE_F32] = "fp32", [DCPS_DTYPE_F16] = "fp16",
-                                        [DCPS_DTYPE_BF16] = "bf16", [DCPS_DTYPE_I8] = "int8",
+    static const char *const names[] = {[DCPS_DTYPE_F32] = "fp32",
+                                        [DCPS_DTYPE_F16] = "fp16",
+                                        [DCPS_DTYPE_BF16] = "bf16",
+                                        [DCPS_DTYPE_I8] = "int8",
                                         [DCPS_DTYPE_TWOBIT] = "twobit"};
     return dtype < sizeof names / sizeof names[0] && names[dtype] ? names[dtype] : "unknown";
 }
@@ -197,8 +199,9 @@ static void encode16(bool bf, const float *x, size_t n, uint8_t *out, float *dec
                 dec[a + i] = from_bf16(h[i]);
         else if (dec) /* finite codes only (clamped): no Inf or NaN branch */
             for (size_t i = 0; i < m; i++)
-                dec[a + i] = from_bits((uint32_t)(h[i] & 0x8000u) << 16 |
-                                       bits(from_bits((uint32_t)(h[i] & 0x7fffu) << 13) * 0x1p112f));
+                dec[a + i] =
+                    from_bits((uint32_t)(h[i] & 0x8000u) << 16 |
+                              bits(from_bits((uint32_t)(h[i] & 0x7fffu) << 13) * 0x1p112f));
     }
 }
 
@@ -267,10 +270,10 @@ void dcps_quant_encode(uint32_t dtype, uint32_t block, float tau, const float *x
     }
 }
 
-#define FAIL(code, ...)                                                                    \
-    do {                                                                                   \
-        snprintf(why, whylen, __VA_ARGS__);                                                \
-        return (code);                                                                     \
+#define FAIL(code, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(why, whylen, __VA_ARGS__);                                                        \
+        return (code);                                                                             \
     } while (0)
 
 /* Reads and checks the scales of a frame with `blocks` of them. */
@@ -329,8 +332,13 @@ int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, 
             }
             for (size_t j = b * per; bad && j < i; j++)
                 if ((int8_t)p[4 * blocks + j] == -128)
-                    FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127",
-                         j);
+                    FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", j);
+            for (size_t j = b * per; s > FLT_MAX / 127 && j < i; j++) /* code · scale overflows */
+                if (!isfinite(out[j]))
+                    FAIL(DCPS_E_NONFINITE,
+                         "int8 value %g at offset %zu (code %d times scale %g) "
+                         "is not finite",
+                         (double)out[j], j, (int8_t)p[4 * blocks + j], (double)s);
         }
         return 0;
     case DCPS_DTYPE_TWOBIT:
@@ -348,12 +356,16 @@ int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, 
             }
             for (size_t j = b * per; (seen & 8u) && j < i; j++)
                 if ((p[4 * blocks + j / 4] >> (2 * (j % 4)) & 3u) == 3)
-                    FAIL(DCPS_E_ENCODING, "twobit code 3 at offset %zu: codes are 0, 1 (+tau) "
-                                          "and 2 (-tau)", j);
+                    FAIL(DCPS_E_ENCODING,
+                         "twobit code 3 at offset %zu: codes are 0, 1 (+tau) "
+                         "and 2 (-tau)",
+                         j);
         }
         if (n % 4 && p[4 * blocks + n / 4] >> (2 * (n % 4)))
-            FAIL(DCPS_E_ENCODING, "twobit frame of %zu values: the unused bits of its last byte "
-                                  "are not 0", n);
+            FAIL(DCPS_E_ENCODING,
+                 "twobit frame of %zu values: the unused bits of its last byte "
+                 "are not 0",
+                 n);
         return 0;
     default:
         memcpy(out, in, n * sizeof *out);

@@ -1133,9 +1133,13 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->sync_sum = s->acc ? vec : 0;
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
-                      (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
+                      (s->delta ? s->n : 0) + /* the selection's workspace, about n bytes */
+                      (s->delta_q ? (size_t)dcps_quant_bytes(s->dtype, s->k_max, DCPS_QUANT_BLOCK)
+                                  : 0);
     out->update_buffer = s->spare ? vec : 0;
-    out->reply_buffers = s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0;
+    out->reply_buffers = (s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0) +
+                         (s->reply_q ? (size_t)dcps_quant_bytes(s->dtype, s->n, DCPS_QUANT_BLOCK)
+                                     : 0);
     out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
 }
 

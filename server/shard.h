@@ -393,11 +393,13 @@ typedef struct {
     size_t worker_backups;   /* w_bak(m) of every worker: P·n floats */
     size_t sync_sum;         /* sync mode's sum of the open round: n floats */
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
-                                delta's pairs and the selection's workspace */
+                                delta's pairs (and its values as sent, with [compression]
+                                values) and the selection's workspace */
     size_t update_buffer;    /* where an update is computed and checked: n floats */
     size_t reply_buffers;    /* where w stays while pull replies send it and the next
                                 update is written beside it: n floats per
-                                DCPS_SHARD_REPLY_BUFFERS */
+                                DCPS_SHARD_REPLY_BUFFERS; with [compression] values
+                                and dense pulls, w as sent too */
     size_t sequence_numbers; /* every rank's session, last push and restore flag */
 } dcps_shard_memory_t;
 

@@ -217,6 +217,12 @@ START_TEST(decode_refuses_what_no_encoder_makes)
     refused(DCPS_DTYPE_F16, 0, h, 2, DCPS_E_NONFINITE, "fp16 value inf (0x7c00) at offset 1");
     const uint8_t b[4] = {0x80, 0x3f, 0xc0, 0x7f}; /* 1.0, NaN */
     refused(DCPS_DTYPE_BF16, 0, b, 2, DCPS_E_NONFINITE, "offset 1");
+    /* A finite scale whose product with a code overflows (found by fuzz_codec). */
+    float huge = FLT_MAX / 2;
+    memcpy(f, &huge, 4);
+    memset(f + 4, 0, 8);
+    f[5] = 3;
+    refused(DCPS_DTYPE_I8, 0, f, 8, DCPS_E_NONFINITE, "int8 value inf at offset 1 (code 3");
     /* A second block's bad scale is named as that block's. */
     uint8_t two[8 + 4];
     memcpy(two, &s, 4);

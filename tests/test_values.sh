@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Fewer bits per value end to end: the demo job (deploy/jobs/local.ini, its
-# 784-256-128-10 MLP on Fashion-MNIST, async SGD, 2 shards and 2 workers) run by
-# deploy/launch-local.sh for one epoch over the first 20,000 examples, with
+# 784-256-128-10 MLP on Fashion-MNIST, SGD, 2 shards) run by
+# deploy/launch-local.sh for one epoch (of its 6) with one worker (-w 1), so
+# that a run is deterministic (fp32 gives the same accuracy every time, 0.8375
+# here; two async workers differ by up to 0.015 from run to run at this
+# length) and a difference is the format's alone; with
 # [compression] values = fp32 (the reference), fp16, int8, push = twobit, and
 # Top-k 1% with delta pulls in int8. Each must
-# - finish (both final: lines, exit 0), both ranks evaluating the same model;
-# - reach a test accuracy at most 0.02 below fp32's run (async training on 2
-#   workers varies by about ±0.01 from run to run at this length: the bound is
-#   twice that), and at least 0.70 (it learns: chance is 0.10);
+# - finish (its final: line, exit 0);
+# - reach a test accuracy at most 0.02 below fp32's (here fp16 was 0.0015
+#   above, int8 0.0017 below; bench/values.sh puts every format within 0.006 of
+#   fp32 on the whole job with 2 workers), and at least 0.75;
 # - send what its format says: rank 0's traffic_ratio (bytes over what dense
 #   float32 would have sent, headers included) about 1/2 for fp16 (0.48-0.52),
 #   1/4 for int8 (0.24-0.27, its scales and headers included), and for twobit
@@ -35,18 +38,17 @@ run() {
     shift
     for o in "$@"; do args+=(-s "$o"); done
     local out=$tmp/$name.out
-    if ! bash "$DCPS_SRCDIR/deploy/launch-local.sh" "$job" -w 2 -b "$DCPS_BUILDDIR" \
-        -d "$tmp/$name" -e -q -s data.epochs=1 -s data.train_limit=20000 -s worker.device=cpu \
+    if ! bash "$DCPS_SRCDIR/deploy/launch-local.sh" "$job" -w 1 -b "$DCPS_BUILDDIR" \
+        -d "$tmp/$name" -e -q -s data.epochs=1 -s worker.device=cpu \
         "${args[@]}" >"$out" 2>&1; then
         fail "$name: launch-local.sh failed"
         cat "$out"
         return 1
     fi
-    local r0 r1
+    local r0
     r0=$(grep '^final: rank=0 ' "$out")
-    r1=$(grep '^final: rank=1 ' "$out")
-    if [ -z "$r0" ] || [ "$(val test_acc "$r0")" != "$(val test_acc "$r1")" ]; then
-        fail "$name: both ranks must end on the same model"
+    if [ -z "$r0" ]; then
+        fail "$name: no final: line"
         cat "$out"
         return 1
     fi
@@ -59,7 +61,7 @@ within() { awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(x >= lo && x <= h
 run fp32 compression.values=fp32 || exit 1
 ref=$(val test_acc "${final[fp32]}")
 ref_push=$(val bytes_pushed "${final[fp32]}")
-within "$ref" 0.70 1 || fail "fp32 reaches only $ref"
+within "$ref" 0.75 1 || fail "fp32 reaches only $ref"
 declare -A ratio=([fp16]="0.48 0.52" [int8]="0.24 0.27")
 for name in fp16 int8 twobit topk-int8; do
     case $name in
@@ -70,10 +72,10 @@ for name in fp16 int8 twobit topk-int8; do
     esac || continue
     line=${final[$name]}
     acc=$(val test_acc "$line")
-    if within "$acc" "$(awk -v r="$ref" 'BEGIN { print r - 0.02 }')" 1 && within "$acc" 0.70 1; then
+    if within "$acc" "$(awk -v r="$ref" 'BEGIN { print r - 0.02 }')" 1 && within "$acc" 0.75 1; then
         pass "$name: test accuracy $acc, fp32's $ref (at most 0.02 below it)"
     else
-        fail "$name: test accuracy $acc, fp32's $ref: more than 0.02 below it, or below 0.70"
+        fail "$name: test accuracy $acc, fp32's $ref: more than 0.02 below it, or below 0.75"
     fi
     if [ -n "${ratio[$name]:-}" ]; then
         tr=$(val traffic_ratio "$line")
