@@ -464,10 +464,11 @@ static int rejoined(dcps_client_t *c, int s, slot_t *sl, const dcps_msg_t *m)
  * range. */
 static int reply_room(dcps_client_t *c, dcps_msg_t *m, char *why, size_t whylen)
 {
-    bool quant = false;
+    uint32_t dtype = 0;
     for (int i = 0; i < m->nframes; i++)
-        quant |= dcps_quant_is(m->frame[i].dtype);
-    if (!quant)
+        if (dcps_quant_is(m->frame[i].dtype))
+            dtype = m->frame[i].dtype;
+    if (!dtype)
         return 0;
     if (!c->qdec) {
         uint64_t most = 0;
@@ -475,7 +476,7 @@ static int reply_room(dcps_client_t *c, dcps_msg_t *m, char *why, size_t whylen)
             if (c->conn[s].range.hi - c->conn[s].range.lo > most)
                 most = c->conn[s].range.hi - c->conn[s].range.lo;
         if (!(c->qdec = malloc((size_t)(most ? most : 1) * sizeof *c->qdec))) {
-            snprintf(why, whylen, "out of memory for its %s values", dcps_quant_name(m->frame[0].dtype));
+            snprintf(why, whylen, "out of memory for its %s values", dcps_quant_name(dtype));
             return DCPS_E_NOMEM;
         }
     }
