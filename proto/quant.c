@@ -333,7 +333,8 @@ int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, 
             for (size_t j = b * per; bad && j < i; j++)
                 if ((int8_t)p[4 * blocks + j] == -128)
                     FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", j);
-            for (size_t j = b * per; s > FLT_MAX / 127 && j < i; j++) /* code · scale overflows */
+            /* code · scale may overflow from FLT_MAX / 128 on (127 · s rounds up to Inf) */
+            for (size_t j = b * per; s >= FLT_MAX / 128 && j < i; j++)
                 if (!isfinite(out[j]))
                     FAIL(DCPS_E_NONFINITE,
                          "int8 value %g at offset %zu (code %d times scale %g) "
