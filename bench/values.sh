@@ -22,7 +22,7 @@ BUILD=${BUILD:-$root/build}
 EPOCHS=6 SEEDS="1 2" TAU=0.01
 CONFIGS="dense-fp32 dense-fp16 dense-bf16 dense-int8 twobit topk-fp32 topk-fp16 topk-bf16 topk-int8"
 OUT=$root/bench/results/$(date +%F)/values
-args="$*"
+args=$(printf " %q" "$@")
 while getopts e:s:k:t:o: opt; do
     case $opt in
     e) EPOCHS=$OPTARG ;;
@@ -39,7 +39,7 @@ for p in dcps-server dcps-worker; do
 done
 mkdir -p "$OUT/runs"
 {
-    echo "bench/values.sh $args"
+    echo "bench/values.sh$args"
     echo "# $(bench_machine); deploy/jobs/local.ini, 2 workers, 2 shards, $EPOCHS epochs, device cpu"
 } >"$OUT/command.txt"
 
