@@ -294,6 +294,63 @@ static int scales_ok(uint32_t dtype, const uint8_t *in, size_t blocks, size_t pe
     return 0;
 }
 
+/* INT8 codes after checked scales: refuses a code -128 and a value that
+ * overflows. */
+static int decode_i8(const uint8_t *p, size_t n, size_t blocks, size_t per, float *out, char *why,
+                     size_t whylen)
+{
+    for (size_t b = 0, i = 0; b < blocks; b++) {
+        float s;
+        bool bad = false;
+        memcpy(&s, p + 4 * b, sizeof s);
+        for (size_t end = i + per < n ? i + per : n; i < end; i++) {
+            int8_t q = (int8_t)p[4 * blocks + i];
+            bad |= q == -128;
+            out[i] = (float)q * s;
+        }
+        for (size_t j = b * per; bad && j < i; j++)
+            if ((int8_t)p[4 * blocks + j] == -128)
+                FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", j);
+        /* code · scale may overflow from FLT_MAX / 128 on (127 · s rounds up to Inf) */
+        for (size_t j = b * per; s >= FLT_MAX / 128 && j < i; j++)
+            if (!isfinite(out[j]))
+                FAIL(DCPS_E_NONFINITE,
+                     "int8 value %g at offset %zu (code %d times scale %g) "
+                     "is not finite",
+                     (double)out[j], j, (int8_t)p[4 * blocks + j], (double)s);
+    }
+    return 0;
+}
+
+/* TWOBIT codes after checked taus: refuses a code 3 and unused bits not 0. */
+static int decode_twobit(const uint8_t *p, size_t n, size_t blocks, size_t per, float *out,
+                         char *why, size_t whylen)
+{
+    for (size_t b = 0, i = 0; b < blocks; b++) {
+        float value[4];
+        unsigned seen = 0;
+        memcpy(&value[1], p + 4 * b, sizeof value[1]);
+        value[0] = 0.0f, value[2] = -value[1], value[3] = 0.0f;
+        for (size_t end = i + per < n ? i + per : n; i < end; i++) {
+            unsigned c = p[4 * blocks + i / 4] >> (2 * (i % 4)) & 3u;
+            seen |= 1u << c;
+            out[i] = value[c];
+        }
+        for (size_t j = b * per; (seen & 8u) && j < i; j++)
+            if ((p[4 * blocks + j / 4] >> (2 * (j % 4)) & 3u) == 3)
+                FAIL(DCPS_E_ENCODING,
+                     "twobit code 3 at offset %zu: codes are 0, 1 (+tau) "
+                     "and 2 (-tau)",
+                     j);
+    }
+    if (n % 4 && p[4 * blocks + n / 4] >> (2 * (n % 4)))
+        FAIL(DCPS_E_ENCODING,
+             "twobit frame of %zu values: the unused bits of its last byte "
+             "are not 0",
+             n);
+    return 0;
+}
+
 int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, float *out,
                       char *why, size_t whylen)
 {
@@ -321,53 +378,11 @@ int dcps_quant_decode(uint32_t dtype, uint32_t block, const void *in, size_t n, 
     case DCPS_DTYPE_I8:
         if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
             return rc;
-        for (size_t b = 0, i = 0; b < blocks; b++) {
-            float s;
-            bool bad = false;
-            memcpy(&s, p + 4 * b, sizeof s);
-            for (size_t end = i + per < n ? i + per : n; i < end; i++) {
-                int8_t q = (int8_t)p[4 * blocks + i];
-                bad |= q == -128;
-                out[i] = (float)q * s;
-            }
-            for (size_t j = b * per; bad && j < i; j++)
-                if ((int8_t)p[4 * blocks + j] == -128)
-                    FAIL(DCPS_E_ENCODING, "int8 code -128 at offset %zu: codes are -127 to 127", j);
-            /* code · scale may overflow from FLT_MAX / 128 on (127 · s rounds up to Inf) */
-            for (size_t j = b * per; s >= FLT_MAX / 128 && j < i; j++)
-                if (!isfinite(out[j]))
-                    FAIL(DCPS_E_NONFINITE,
-                         "int8 value %g at offset %zu (code %d times scale %g) "
-                         "is not finite",
-                         (double)out[j], j, (int8_t)p[4 * blocks + j], (double)s);
-        }
-        return 0;
+        return decode_i8(p, n, blocks, per, out, why, whylen);
     case DCPS_DTYPE_TWOBIT:
         if ((rc = scales_ok(dtype, p, blocks, per, why, whylen)) != 0)
             return rc;
-        for (size_t b = 0, i = 0; b < blocks; b++) {
-            float value[4];
-            unsigned seen = 0;
-            memcpy(&value[1], p + 4 * b, sizeof value[1]);
-            value[0] = 0.0f, value[2] = -value[1], value[3] = 0.0f;
-            for (size_t end = i + per < n ? i + per : n; i < end; i++) {
-                unsigned c = p[4 * blocks + i / 4] >> (2 * (i % 4)) & 3u;
-                seen |= 1u << c;
-                out[i] = value[c];
-            }
-            for (size_t j = b * per; (seen & 8u) && j < i; j++)
-                if ((p[4 * blocks + j / 4] >> (2 * (j % 4)) & 3u) == 3)
-                    FAIL(DCPS_E_ENCODING,
-                         "twobit code 3 at offset %zu: codes are 0, 1 (+tau) "
-                         "and 2 (-tau)",
-                         j);
-        }
-        if (n % 4 && p[4 * blocks + n / 4] >> (2 * (n % 4)))
-            FAIL(DCPS_E_ENCODING,
-                 "twobit frame of %zu values: the unused bits of its last byte "
-                 "are not 0",
-                 n);
-        return 0;
+        return decode_twobit(p, n, blocks, per, out, why, whylen);
     default:
         memcpy(out, in, n * sizeof *out);
         for (size_t i = 0; i < n; i++)
