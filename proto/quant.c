@@ -214,6 +214,8 @@ static void encode_i8(const float *x, size_t n, uint8_t *scale_at, int8_t *q, fl
         amax = a > amax ? a : amax;
     }
     float scale = amax / 127.0f;
+    if (!isfinite(127.0f * scale)) /* max|x| near FLT_MAX: 127 · scale must decode finite */
+        scale = nextafterf(scale, 0.0f);
     memcpy(scale_at, &scale, sizeof scale);
     for (size_t i = 0; i < n; i++) {
         float c = scale > 0 ? round_even(x[i] / scale) : 0.0f;

@@ -142,6 +142,14 @@ START_TEST(int8_blocks_have_their_own_scales)
         ck_assert(fabsf(dec[i] - x[i]) <= want[i / 4] / 2 * 1.0001f);
     ck_assert_int_eq(dcps_quant_decode(DCPS_DTYPE_I8, 4, out, 10, back, why, sizeof why), 0);
     ck_assert(memcmp(back, dec, sizeof dec) == 0);
+    /* max|x| = FLT_MAX: the scale is one float below FLT_MAX / 127 where 127
+     * times it would round to Inf, so the frame decodes finite (fuzz_router). */
+    float top[2] = {FLT_MAX, -1.0f}, topdec[2], topback[2];
+    uint8_t topq[6];
+    dcps_quant_encode(DCPS_DTYPE_I8, 0, 0, top, 2, topq, topdec);
+    ck_assert(isfinite(topdec[0]) && topdec[0] > 0);
+    ck_assert_int_eq(dcps_quant_decode(DCPS_DTYPE_I8, 0, topq, 2, topback, why, sizeof why), 0);
+    ck_assert(memcmp(topback, topdec, sizeof topdec) == 0);
     /* All zero: scale 0, codes 0 (no 0/0). */
     float z[3] = {0, -0.0f, 0};
     dcps_quant_encode(DCPS_DTYPE_I8, 0, 0, z, 3, out, dec);

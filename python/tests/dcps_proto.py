@@ -128,6 +128,9 @@ def encode(values, fmt, block=0, tau=0.0):
     for b in _blocks(x, block):
         if fmt == "int8":  # scale = max|x| / 127 in float32; codes rint(x / scale), clamped
             s = np.float32(np.max(np.abs(b))) / np.float32(127)
+            with np.errstate(over="ignore"):
+                if not np.isfinite(np.float32(127) * s):  # one step down: 127 s finite
+                    s = np.nextafter(s, np.float32(0))
             q = np.clip(np.rint(b / s), -127, 127) if s > 0 else np.zeros(len(b), "<f4")
             codes.append(q.astype("<i1"))
             dec.append((codes[-1].astype("<f4") * s).astype("<f4"))

@@ -69,7 +69,7 @@ class AgainstNumpy(unittest.TestCase):
 
     def test_int8_scales_ties_and_blocks(self):
         for name, x in cases(2).items():
-            x = x[np.isfinite(x) & (np.abs(x) < 1e37)]  # max|x| / 127 * 127 stays finite
+            x = x[np.isfinite(x)]
             for block in (0, 1, 3, 256, 4096):
                 with self.subTest(name, block=block):
                     d = self.same(x, "int8", block)

@@ -212,6 +212,8 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
             rc = dcps_codec_dense(&d, s.n, &v, why, sizeof why);
         else
             rc = dcps_codec_sparse(&d, s.range.lo, s.range.hi, &idx, &v, &k, why, sizeof why);
+        if (rc != 0 && trace)
+            fprintf(stderr, "  the reply does not decode: %s\n", why);
         FUZZ_ASSERT(rc == 0);
         break;
     }
