@@ -19,10 +19,13 @@
  * With --parts N the workers send every dense push, and ask for every dense
  * pull reply, in N parts per shard ([compression] parts, docs/protocol.md
  * section 17; 0: the client's choice by size); without it, whole (parts = 1).
- * The CSV columns are the same; the `# setup:` line says the parts.
+ * With --values FMT the job's [compression] values is FMT (fp32, fp16, bf16,
+ * int8): pushes and dense pull replies carry their values in that format
+ * (docs/protocol.md, section 18). The CSV columns are the same (bytes_per_op
+ * says the format's size); the `# setup:` line says the parts and the values.
  *
  * usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]
- *                       [--workers N,...] [--parts N] [--quick] */
+ *                       [--workers N,...] [--parts N] [--values FMT] [--quick] */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -61,6 +64,7 @@ static int shard_counts[MAX_SHARDS] = {1, 2}, n_shard_counts = 2;
 static int worker_counts[MAX_WORKERS] = {1, 2, 4}, n_worker_counts = 3;
 static const double densities[] = {0.01, 0.001};
 static int parts = 1; /* [compression] parts of the workers: --parts */
+static const char *values = "fp32"; /* [compression] values of the job */
 
 /* ---- the servers ----------------------------------------------------------------
  * One group at a time. The paths and pids live in statics so that the exit and
@@ -136,6 +140,7 @@ static int write_job(const job_t *j)
             j->shards > 1 ? ",tcp://127.0.0.1:*" : "");
     fprintf(f, "[model]\nlayers = %d,%d\n", j->a, j->b);
     fprintf(f, "[optimizer]\nkind = sgd\nlr = 1e-9\n");
+    fprintf(f, "[compression]\nvalues = %s\n", values);
     fprintf(f, "[worker]\ntimeout_ms = 60000\nretries = 0\n");
     fprintf(f, "[server]\nheartbeat_ms = 1000\ndead_after_ms = 600000\n");
     return fclose(f) == 0 ? 0 : -1;
@@ -822,7 +827,7 @@ out:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: bench/pushpull [--server PATH] [--sizes N,N,...] [--shards N,...]\n"
-                 "                      [--workers N,...] [--parts N] [--quick]\n"
+                 "                      [--workers N,...] [--parts N] [--values FMT] [--quick]\n"
                  "  --server PATH  the dcps-server program (default ./dcps-server)\n"
                  "  --sizes LIST   model sizes in floats, K and M suffixes (x1024, x1048576);\n"
                  "                 default 1K,64K,1M,4M,16M\n"
@@ -830,6 +835,7 @@ static void usage(FILE *out)
                  "  --workers LIST worker counts, each 1 to 4 (default 1,2,4)\n"
                  "  --parts N      dense pushes and pull replies in N parts per shard, 0 to 64\n"
                  "                 (0: by size; default 1: whole)\n"
+                 "  --values FMT   [compression] values: fp32 (default), fp16, bf16, int8\n"
                  "  --quick        sizes 1K,64K,1M and about 0.25 s per row\n");
 }
 
@@ -888,6 +894,7 @@ static int parse_args(int argc, char **argv, bench_t *b)
         {"workers", required_argument, NULL, 'W'},
         {"quick", no_argument, NULL, 'q'},
         {"parts", required_argument, NULL, 'p'},
+        {"values", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -917,6 +924,14 @@ static int parse_args(int argc, char **argv, bench_t *b)
                 return 2;
             }
             parts = (int)v;
+        } else if (c == 'v') {
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "fp16") && strcmp(optarg, "bf16") &&
+                strcmp(optarg, "int8")) {
+                fprintf(stderr, "bench/pushpull: --values: \"%s\" is not one of fp32, fp16, "
+                                "bf16, int8\n", optarg);
+                return 2;
+            }
+            values = optarg;
         } else if (c == 'q')
             quick = true;
         else {
@@ -964,10 +979,10 @@ int main(int argc, char **argv)
     bench_cpu_model(model, sizeof model);
     printf("# machine: %s, %ld cores shared by the servers and the workers, no GPU used\n", model,
            sysconf(_SC_NPROCESSORS_ONLN));
-    printf("# setup: %s on tcp://127.0.0.1, async sgd lr 1e-9, worker threads each with its own "
-           "client; dense pushes and replies in %d part%s per shard%s; n = a*b + b for [model] "
-           "layers a,b:",
-           b->server, parts, parts == 1 ? "" : "s", parts == 0 ? " (0: by size)" : "");
+    printf("# setup: %s on tcp://127.0.0.1, async sgd lr 1e-9, values %s, worker threads each "
+           "with its own client; dense pushes and replies in %d part%s per shard%s; n = a*b + b "
+           "for [model] layers a,b:",
+           b->server, values, parts, parts == 1 ? "" : "s", parts == 0 ? " (0: by size)" : "");
     for (int i = 0; i < b->n_sizes; i++) {
         job_t j;
         pick_layers(b->sizes[i], &j);

@@ -60,7 +60,8 @@ static const char *const delay_names[] = {"none", "constant", "adaptive", NULL};
 /* Index = enum dcps_schedule_kind (common/schedule.h). */
 static const char *const schedule_names[] = {"constant", "step", "cosine", "linear",
                                              "inverse_sqrt", NULL};
-static const char *const push_names[] = {"dense", "topk", NULL};
+static const char *const push_names[] = {"dense", "topk", "twobit", NULL};
+static const char *const values_names[] = {"fp32", "fp16", "bf16", "int8", NULL};
 static const char *const pull_names[] = {"dense", "delta", NULL};
 static const char *const device_names[] = {"auto", "cpu", "gpu", NULL};
 /* Index = syslog priority - DCPS_LOG_ERR, as dcps_log_level_parse returns it. */
@@ -154,7 +155,14 @@ static const struct key keys[] = {
         "step: the factor of each decay"),
     DBL("optimizer", "min_lr", sched.min_lr, "0", 0, false, 10, false,
         "cosine, linear: the lr at total_steps and after; at most lr"),
-    ENUM("compression", "push", push, "dense", push_names, "gradient encoding on push"),
+    ENUM("compression", "push", push, "dense", push_names,
+         "gradient encoding on push; twobit: each entry as +threshold, -threshold or 0"),
+    ENUM("compression", "values", values, "fp32", values_names,
+         "the format of the values pushed and pulled (dense, topk, delta); int8: a scale per "
+         "256 values"),
+    DBL("compression", "threshold", threshold, "0.01", 0, true, 1000, false,
+        "twobit: an entry of gradient + residual of at least this magnitude is sent as +-this, "
+        "the rest stays in the residual"),
     ENUM("compression", "pull", pull, "dense", pull_names,
          "parameter encoding on pull; delta: workers hold a lagging copy, which in sync mode "
          "is the final model"),
@@ -165,7 +173,8 @@ static const struct key keys[] = {
     INT("compression", "density_warmup_epochs", density_warmup_epochs, "0", 0, 1000,
         "topk: density falls geometrically from 25% to density over the first N epochs; 0: off"),
     OTHER("compression", "error_feedback", T_BOOL, error_feedback, "true",
-          "topk: keep what was not pushed as a residual"),
+          "topk, twobit, values other than fp32: keep what was not pushed (or what rounding took) "
+          "as a residual"),
     DBL("compression", "momentum_correction", momentum_correction, "0", 0, false, 1, true,
         "topk: DGC momentum correction with this momentum factor; 0: off"),
     DBL("compression", "clip_norm", clip_norm, "0", 0, false, 1e6, false,
@@ -1079,6 +1088,14 @@ const char *dcps_config_mode_name(int mode) { return name_of(mode_names, mode); 
 const char *dcps_config_optimizer_name(int kind) { return name_of(opt_names, kind); }
 const char *dcps_config_push_name(int push) { return name_of(push_names, push); }
 const char *dcps_config_pull_name(int pull) { return name_of(pull_names, pull); }
+const char *dcps_config_values_name(int values) { return name_of(values_names, values); }
+
+uint32_t dcps_config_values_dtype(const dcps_config_t *cfg)
+{
+    static const uint32_t dtype[] = {[DCPS_VALUES_FP32] = 1, [DCPS_VALUES_FP16] = 4,
+                                     [DCPS_VALUES_BF16] = 5, [DCPS_VALUES_INT8] = 6};
+    return cfg->values >= 0 && cfg->values <= DCPS_VALUES_INT8 ? dtype[cfg->values] : 1;
+}
 const char *dcps_config_delay_name(int delay) { return name_of(delay_names, delay); }
 
 int dcps_config_rule(const dcps_config_t *cfg)

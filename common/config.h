@@ -44,7 +44,8 @@ enum dcps_optimizer {
 };
 /* [optimizer] delay_compensation. */
 enum dcps_delay { DCPS_DELAY_NONE, DCPS_DELAY_CONSTANT, DCPS_DELAY_ADAPTIVE };
-enum dcps_push { DCPS_PUSH_DENSE, DCPS_PUSH_TOPK };
+enum dcps_push { DCPS_PUSH_DENSE, DCPS_PUSH_TOPK, DCPS_PUSH_TWOBIT };
+enum dcps_values { DCPS_VALUES_FP32, DCPS_VALUES_FP16, DCPS_VALUES_BF16, DCPS_VALUES_INT8 };
 enum dcps_pull { DCPS_PULL_DENSE, DCPS_PULL_DELTA };
 enum dcps_device { DCPS_DEVICE_AUTO, DCPS_DEVICE_CPU, DCPS_DEVICE_GPU };
 
@@ -100,6 +101,8 @@ typedef struct dcps_config {
     /* [compression] */
     int push; /* enum dcps_push */
     int pull; /* enum dcps_pull */
+    int values;       /* enum dcps_values: the wire format of pushed and pulled values */
+    double threshold; /* push = twobit: tau */
     double density;
     double pull_density; /* 0: density */
     int parts;           /* dense pushes and replies in parts per shard; 0: by size */
@@ -204,6 +207,10 @@ const char *dcps_config_mode_name(int mode);
 const char *dcps_config_optimizer_name(int kind);
 const char *dcps_config_push_name(int push);
 const char *dcps_config_pull_name(int pull);
+const char *dcps_config_values_name(int values);
+/* The FrameDesc dtype of [compression] values: 1 (float32), or a shorter
+ * format of proto/quant.h (4 float16, 5 bfloat16, 6 int8). */
+uint32_t dcps_config_values_dtype(const dcps_config_t *cfg);
 const char *dcps_config_delay_name(int delay);
 
 /* The update rule a shard applies: [optimizer] kind, with dcasgd read as sgd

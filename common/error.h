@@ -42,7 +42,8 @@ extern "C" {
     X(LIVE, -26, "rank already connected from elsewhere")                          \
     X(AUTH, -27, "refused by the peer's authentication (CURVE)")                   \
     X(SESSION, -28, "request outside the rank's session")                          \
-    X(FIELD, -29, "a header field contradicts the message or the shard")
+    X(FIELD, -29, "a header field contradicts the message or the shard")            \
+    X(ENCODING, -30, "value not allowed by the frame's encoding")
 
 enum {
 #define DCPS_ERR_ENUM(name, value, msg) DCPS_E_##name = (value),

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "dcps.pb-c.h"
+#include "proto/quant.h"
 
 static const char *const type_names[DCPS_MSG_TYPE_END] = {
     [DCPS_MSG_HELLO] = "HELLO",         [DCPS_MSG_WELCOME] = "WELCOME",
@@ -23,10 +24,6 @@ const char *dcps_msg_type_name(uint32_t type)
     return type > 0 && type < DCPS_MSG_TYPE_END ? type_names[type] : "unknown";
 }
 
-static size_t dtype_size(uint32_t dtype)
-{
-    return dtype == DCPS_DTYPE_F32 || dtype == DCPS_DTYPE_U32 ? 4 : dtype == DCPS_DTYPE_F64 ? 8 : 0;
-}
 
 int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
 {
@@ -84,7 +81,9 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         fd[i].kind = m->frame[i].kind;
         fd[i].dtype = m->frame[i].dtype;
         fd[i].count = m->frame[i].count;
-        fd[i].bytes = m->frame[i].count * dtype_size(m->frame[i].dtype);
+        fd[i].bytes = dcps_quant_bytes(m->frame[i].dtype, m->frame[i].count, m->block[i]);
+        fd[i].has_block = m->block[i] != 0;
+        fd[i].block = m->block[i];
         fdp[i] = &fd[i];
     }
     h.n_frames = (size_t)m->nframes;
@@ -101,6 +100,34 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
         rc = (code);                                                               \
         goto out;                                                                  \
     } while (0)
+
+/* Frame i's description against its payload (kind, dtype, block, length), then
+ * into out. */
+static int take_frame(const Dcps__FrameDesc *d, size_t i, const dcps_buf_t *frame, dcps_msg_t *out,
+                      char *why, size_t whylen)
+{
+    int rc = 0;
+    uint64_t sz = dcps_quant_bytes(d->dtype, d->count, d->block);
+    if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_KIND_LAST ||
+        dcps_quant_bytes(d->dtype, 1, 0) == 0)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind, d->dtype);
+    if (dcps_quant_is(d->dtype) && d->kind != DCPS_FRAME_DENSE && d->kind != DCPS_FRAME_VALUES)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: only DENSE and VALUES frames take the %s format", i,
+             dcps_quant_name(d->dtype));
+    if (d->block && dcps_quant_blocks(d->dtype, 1, 0) == 0)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: block %u on a frame of dtype %u, which has no "
+             "scales (only INT8 and TWOBIT have)", i, d->block, d->dtype);
+    if (sz > SIZE_MAX || d->bytes != sz || d->bytes != frame->len)
+        FAIL(DCPS_E_FRAMELEN, "frame %zu: header says %llu elements in %llu bytes, frame has %zu bytes",
+             i, (unsigned long long)d->count, (unsigned long long)d->bytes, frame->len);
+    out->frame[i].kind = d->kind;
+    out->frame[i].dtype = d->dtype;
+    out->frame[i].count = d->count;
+    out->block[i] = d->block;
+    out->payload[i] = *frame;
+out:
+    return rc;
+}
 
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen)
@@ -134,21 +161,9 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     if (h->n_frames != nframes || nframes > DCPS_MAX_FRAMES)
         FAIL(DCPS_E_FRAMECOUNT, "%s header describes %zu payload frames, message has %zu",
              dcps_msg_type_name(h->type), h->n_frames, nframes);
-    for (size_t i = 0; i < nframes; i++) {
-        const Dcps__FrameDesc *d = h->frames[i];
-        size_t sz = dtype_size(d->dtype);
-        if (d->kind < DCPS_FRAME_DENSE || d->kind > DCPS_FRAME_KIND_LAST || sz == 0)
-            FAIL(DCPS_E_FRAMELEN, "frame %zu has unknown kind %u or dtype %u", i, d->kind,
-                 d->dtype);
-        if (d->count > SIZE_MAX / sz || d->bytes != d->count * sz || d->bytes != frames[i].len)
-            FAIL(DCPS_E_FRAMELEN,
-                 "frame %zu: header says %llu elements in %llu bytes, frame has %zu bytes", i,
-                 (unsigned long long)d->count, (unsigned long long)d->bytes, frames[i].len);
-        out->frame[i].kind = d->kind;
-        out->frame[i].dtype = d->dtype;
-        out->frame[i].count = d->count;
-        out->payload[i] = frames[i];
-    }
+    for (size_t i = 0; i < nframes; i++)
+        if ((rc = take_frame(h->frames[i], i, &frames[i], out, why, whylen)) != 0)
+            goto out;
     out->nframes = (int)nframes;
     out->job_id = h->job_id;
     out->shard = h->shard;
@@ -254,11 +269,18 @@ static int dense(const dcps_msg_t *m, uint64_t count, const float **values, floa
     if (m->nframes != 1 || m->frame[0].kind != DCPS_FRAME_DENSE)
         FAIL(DCPS_E_FRAMECOUNT, "%s needs one DENSE frame, got %s", dcps_msg_type_name(m->type),
              frames_of(m, got, sizeof got));
-    if (m->frame[0].dtype != DCPS_DTYPE_F32)
+    if (m->frame[0].dtype != DCPS_DTYPE_F32 && !(m->decode_to && dcps_quant_is(m->frame[0].dtype)))
         FAIL(DCPS_E_FRAMELEN, "a dense frame must hold float32 values");
     if (m->frame[0].count != count)
         FAIL(DCPS_E_SIZE, "dense frame of %llu elements, the shard's range has %llu",
              (unsigned long long)m->frame[0].count, (unsigned long long)count);
+    if (m->frame[0].dtype != DCPS_DTYPE_F32) {
+        float *to = dst ? dst : m->decode_to;
+        if ((rc = dcps_quant_decode(m->frame[0].dtype, m->block[0], m->payload[0].data,
+                                    count, to, why, whylen)) == 0)
+            *values = to;
+        return rc;
+    }
     const float *v = m->payload[0].data;
     size_t bad = dst ? copy_first_nonfinite(dst, v, count) : check ? first_nonfinite(v, count) : count;
     if (bad < count)
@@ -290,7 +312,8 @@ int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint3
         m->frame[1].kind != DCPS_FRAME_VALUES)
         FAIL(DCPS_E_FRAMECOUNT, "a sparse %s needs an INDICES frame then a VALUES frame, got %s",
              dcps_msg_type_name(m->type), frames_of(m, got, sizeof got));
-    if (m->frame[0].dtype != DCPS_DTYPE_U32 || m->frame[1].dtype != DCPS_DTYPE_F32)
+    bool quant = m->decode_to && dcps_quant_is(m->frame[1].dtype);
+    if (m->frame[0].dtype != DCPS_DTYPE_U32 || (m->frame[1].dtype != DCPS_DTYPE_F32 && !quant))
         FAIL(DCPS_E_FRAMELEN, "sparse frames must be uint32 indices and float32 values");
     uint64_t n = m->frame[0].count;
     if (m->frame[1].count != n)
@@ -309,7 +332,13 @@ int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint3
             FAIL(DCPS_E_ORDER, "index %u at position %llu follows %u", ix[j],
                  (unsigned long long)j, ix[j - 1]);
     }
-    size_t bad = first_nonfinite(v, n);
+    if (quant) {
+        if ((rc = dcps_quant_decode(m->frame[1].dtype, m->block[1], m->payload[1].data,
+                                    (size_t)n, m->decode_to, why, whylen)) != 0)
+            goto out;
+        v = m->decode_to;
+    }
+    size_t bad = quant ? n : first_nonfinite(v, n);
     if (bad < n)
         FAIL(DCPS_E_NONFINITE, "value %g for index %u is not finite", (double)v[bad], ix[bad]);
     *idx = ix;

@@ -78,7 +78,7 @@ typedef struct {
 
 typedef struct {
     uint32_t kind;  /* enum dcps_frame_kind */
-    uint32_t dtype; /* enum dcps_dtype */
+    uint32_t dtype; /* enum dcps_dtype, or a shorter value format (proto/quant.h) */
     uint64_t count; /* elements */
 } dcps_frame_desc_t;
 
@@ -133,6 +133,14 @@ typedef struct {
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];
+    uint32_t block[DCPS_MAX_FRAMES]; /* FrameDesc.block of frame i: INT8, TWOBIT values per
+                                        scale; 0: one scale (proto/quant.h) */
+    /* Receiving side, set by the receiver after unpacking (unpack clears it):
+     * room for as many floats as a DENSE or VALUES frame may hold, into which
+     * dcps_codec_dense, _sparse and _push decode a frame in a shorter format
+     * (proto/quant.h). NULL: such a frame is refused FRAMELEN ("a dense frame
+     * must hold float32 values"), as INIT's always is. */
+    float *decode_to;
 } dcps_msg_t;
 
 /* The name of a message type ("PUSH"), or "unknown". */
@@ -156,8 +164,10 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap);
 int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames, size_t nframes,
                       uint64_t expect_job, dcps_msg_t *out, char *why, size_t whylen);
 
-/* A dense payload: exactly one DENSE float32 frame of `count` finite values.
- * Sets *values to the frame's data (borrowed). A wrong shape is FRAMECOUNT with
+/* A dense payload: exactly one DENSE float32 frame of `count` finite values
+ * (or, with m->decode_to, a shorter format decoded there with every check of
+ * dcps_quant_decode: then *values is m->decode_to). Sets *values to the
+ * frame's data (borrowed). A wrong shape is FRAMECOUNT with
  * a sentence saying what was received and what was expected. */
 int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, char *why,
                      size_t whylen);
@@ -169,7 +179,8 @@ int dcps_codec_dense(const dcps_msg_t *m, uint64_t count, const float **values, 
 int dcps_codec_dense_to(const dcps_msg_t *m, uint64_t count, float *dst, char *why,
                         size_t whylen);
 
-/* A sparse payload: INDICES (uint32) then VALUES (float32) with equal counts, at
+/* A sparse payload: INDICES (uint32) then VALUES (float32, or a shorter format
+ * decoded into m->decode_to as dcps_codec_dense does) with equal counts, at
  * most hi − lo entries, indices strictly ascending in [lo, hi), values finite.
  * Sets idx, values (borrowed) and k. */
 int dcps_codec_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, const uint32_t **idx,

@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "config.h"
 #include "kernels/gpu.h"
+#include "proto/quant.h"
 #include "worker/job.h"
 #include "worker/step.h"
 
@@ -725,6 +726,83 @@ static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(dcps_strerror((int)code));
 }
 
+
+/* A float32 buffer's values (n floats), or NULL with an exception set. */
+static int float_buffer(PyObject *obj, Py_buffer *v, const char *what)
+{
+    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    if (v->itemsize != 4 || !v->format || v->format[strlen(v->format) - 1] != 'f') {
+        PyBuffer_Release(v);
+        PyErr_Format(ArrayError, "%s must be a contiguous float32 array", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* quantize(values, dtype, block=0, tau=0) -> (encoded, decoded): values (float32)
+ * as a frame of that dtype (proto/quant.h) and the float32 values a receiver
+ * decodes from it, both bytes. For tests against a reference. */
+static PyObject *mod_quantize(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kws[] = {"values", "dtype", "block", "tau", NULL};
+    PyObject *obj;
+    unsigned int dtype, block = 0;
+    float tau = 0;
+    Py_buffer v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|If:quantize", kws, &obj, &dtype, &block, &tau))
+        return NULL;
+    if (!dcps_quant_is(dtype) || (dtype == DCPS_DTYPE_TWOBIT && !(tau > 0)))
+        return PyErr_Format(PyExc_ValueError, "quantize: dtype %u (4 to 7; twobit needs tau > 0)",
+                            dtype);
+    if (float_buffer(obj, &v, "quantize: values") != 0)
+        return NULL;
+    size_t n = (size_t)v.len / 4;
+    PyObject *enc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dcps_quant_bytes(dtype, n, block));
+    PyObject *dec = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(float)));
+    if (enc && dec)
+        dcps_quant_encode(dtype, block, tau, v.buf, n, PyBytes_AS_STRING(enc),
+                          (float *)PyBytes_AS_STRING(dec));
+    PyBuffer_Release(&v);
+    if (!enc || !dec) {
+        Py_XDECREF(enc);
+        Py_XDECREF(dec);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", enc, dec);
+}
+
+/* dequantize(data, dtype, count, block=0) -> bytes of count float32 values, or
+ * dcps.Error with the code and the sentence a shard would answer. */
+static PyObject *mod_dequantize(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kws[] = {"data", "dtype", "count", "block", NULL};
+    Py_buffer d;
+    unsigned int dtype, block = 0;
+    Py_ssize_t count;
+    char why[256];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*In|I:dequantize", kws, &d, &dtype, &count,
+                                     &block))
+        return NULL;
+    if (count < 0 || dcps_quant_bytes(dtype, (uint64_t)count, block) != (uint64_t)d.len) {
+        PyBuffer_Release(&d);
+        return PyErr_Format(PyExc_ValueError, "dequantize: %zd bytes are not %zd values of dtype %u",
+                            d.len, count, dtype);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(float));
+    int rc = out ? dcps_quant_decode(dtype, block, d.buf, (size_t)count,
+                                     (float *)PyBytes_AS_STRING(out), why, sizeof why)
+                 : 0;
+    PyBuffer_Release(&d);
+    if (rc != 0) {
+        Py_DECREF(out);
+        return raise_error(rc, why);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"share", mod_share, METH_VARARGS,
      "share(seed, epoch, rank, workers, order) -> k: rank's share of an epoch, as dcps-worker "
@@ -732,6 +810,13 @@ static PyMethodDef module_methods[] = {
     {"gpu_count", mod_gpu_count, METH_NOARGS,
      "gpu_count(): usable GPUs for device arrays (0 without CUDA, driver or device)."},
     {"strerror", mod_strerror, METH_O, "strerror(code): the sentence for a DCPS_E_ code."},
+    {"quantize", (PyCFunction)(void (*)(void))mod_quantize, METH_VARARGS | METH_KEYWORDS,
+     "quantize(values, dtype, block=0, tau=0) -> (encoded, decoded): float32 values as a frame "
+     "of a shorter dtype (4 fp16, 5 bf16, 6 int8, 7 twobit; docs/protocol.md, 17), and what a "
+     "receiver decodes, as bytes."},
+    {"dequantize", (PyCFunction)(void (*)(void))mod_dequantize, METH_VARARGS | METH_KEYWORDS,
+     "dequantize(data, dtype, count, block=0) -> bytes: count float32 values decoded from a "
+     "frame, checked as a shard checks it (dcps.Error otherwise)."},
     {NULL, NULL, 0, NULL},
 };
 

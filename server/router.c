@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/schedule.h"
 #include "proto/frame.h"
+#include "proto/quant.h"
 #include "server/bridge.h"
 #include "server/checkpoint.h"
 #include "server/loglimit.h"
@@ -109,6 +110,8 @@ struct dcps_router {
     uint64_t cut;
     double unsettled_logged;  /* when it last said why it does not resume yet */
     double restore_failed;    /* when its restore last failed */
+    float *decoded;           /* a push's shorter values, decoded (push_payload) */
+    size_t decoded_cap;
 };
 
 enum role { ALONE, LEADER, FOLLOWER };
@@ -247,12 +250,20 @@ static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, cons
     /* w's buffer itself, held until ZeroMQ has sent it (no update writes it
      * meanwhile); a mirror, a delta, or w when replies hold the reply buffers
      * already, copied. */
-    if (p.dense && q->parts > 1) {
+    if (p.dense && !p.encoded && q->parts > 1) { /* shorter values go whole */
         send_parts(r, to, rank, q, &reply, p.values, st.n);
         return;
     }
-    void *hold = p.dense ? dcps_shard_share(s, p.values) : NULL;
-    if (p.dense) {
+    void *hold = p.dense && !p.encoded ? dcps_shard_share(s, p.values) : NULL;
+    if (p.encoded) { /* [compression] values: the values as sent (copied) */
+        int f = p.dense ? 0 : 1;
+        reply.nframes = f + 1;
+        reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p.k};
+        reply.payload[0] = (dcps_buf_t){p.idx, p.k * sizeof *p.idx};
+        reply.frame[f] = (dcps_frame_desc_t){f ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, p.dtype, p.k};
+        reply.block[f] = p.block;
+        reply.payload[f] = (dcps_buf_t){p.encoded, p.bytes};
+    } else if (p.dense) {
         reply.nframes = 1;
         reply.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, st.n};
         reply.payload[0] = (dcps_buf_t){p.values, st.n * sizeof *p.values};
@@ -1139,8 +1150,31 @@ static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
     const dcps_range_t range = shard_now(r).range;
     const dcps_parts_t *latest = &r->parts[p->m->rank];
     p->q = dcps_part_of(p->m, range.lo, range.hi);
-    int rc = dcps_codec_push_unchecked(p->m, p->q.lo, p->q.hi, &p->idx, &p->v, &p->k, why, whylen);
-    p->unread = rc == 0 && p->idx == NULL;
+    const int f = p->m->nframes - 1;
+    int rc;
+    if (f >= 0 && dcps_quant_is(p->m->frame[f].dtype)) {
+        /* Shorter values ([compression] values, push = twobit), decoded with
+         * every check into the router's room for a range, made at the first. */
+        size_t n = (size_t)(range.hi - range.lo);
+        if (r->decoded_cap < n) {
+            float *d = realloc(r->decoded, n * sizeof *d);
+            if (!d) {
+                snprintf(why, whylen, "no room to decode %s values",
+                         dcps_quant_name(p->m->frame[f].dtype));
+                return DCPS_E_NOMEM;
+            }
+            r->decoded = d;
+            r->decoded_cap = n;
+        }
+        dcps_msg_t m = *p->m;
+        m.decode_to = r->decoded;
+        rc = dcps_codec_push(&m, p->q.lo, p->q.hi, &p->idx, &p->v, &p->k, why, whylen);
+        p->unread = false;
+    } else {
+        rc = dcps_codec_push_unchecked(p->m, p->q.lo, p->q.hi, &p->idx, &p->v, &p->k, why,
+                                       whylen);
+        p->unread = rc == 0 && p->idx == NULL;
+    }
     if (rc == 0)
         rc = p->verdict = dcps_parts_verdict(latest, &p->q, why, whylen);
     if (rc == DCPS_PART_NEW || rc == DCPS_PART_OTHER)
@@ -1741,6 +1775,7 @@ void dcps_router_destroy(dcps_router_t **rp)
     if (!r)
         return;
     dcps_rounds_free(&r->rounds);
+    free(r->decoded);
     free(r->follower);
     free(r->parts);
     free(r->passed);

@@ -10,6 +10,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/schedule.h"
+#include "proto/codec.h"
+#include "proto/quant.h"
 #include "server/groups.h"
 #include "server/optimizer.h"
 #include "server/snapshot.h"
@@ -57,7 +59,11 @@ struct dcps_shard {
     size_t k_pull;         /* entries of a delta: ⌈pull density · n⌉ */
     size_t k_max;          /* the most a pull may ask for (density warm-up: 25%) */
     uint32_t *delta_idx;   /* the last delta computed: up to k_max global indices, values */
-    float *delta_val;
+    float *delta_val;      /* (shorter values: as the worker decodes them) */
+    uint32_t dtype;        /* [compression] values (proto/quant.h) */
+    uint8_t *delta_q;      /* shorter values: the last delta's values as sent */
+    size_t delta_bytes;
+    uint8_t *reply_q;      /* shorter values, pull = dense: a reply of w as sent */
     size_t delta_k;
     int delta_of; /* the mirror it advanced (−1: none), from tag delta_from */
     uint64_t delta_from;
@@ -162,6 +168,7 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->generic = !fast_path(s, &s->kind);
     dcps_shard_set_lr(s, cfg->lr);
     s->delta_of = -1;
+    s->dtype = dcps_config_values_dtype(cfg);
     s->session = calloc((size_t)cfg->workers, sizeof *s->session);
     s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
     s->buffers = dcps_buffers_new(cfg->workers);
@@ -181,6 +188,9 @@ void dcps_shard_unsize(dcps_shard_t *s)
     dcps_topk_ws_destroy(&s->topk);
     free(s->delta_val);
     free(s->delta_idx);
+    free(s->delta_q);
+    free(s->reply_q);
+    s->delta_q = s->reply_q = NULL;
     free(s->tag);
     free(s->mem);
     dcps_snapshot_drop(&s->bufs); /* freed when no reply holds a buffer any more */
@@ -238,6 +248,9 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
     at += s->n * l.mirror;
     s->diff = l.diff ? at : NULL;
     s->delta = l.diff && s->n > 0;
+    if (s->dtype != DCPS_DTYPE_F32 && !s->delta &&
+        !(s->reply_q = malloc((size_t)dcps_quant_bytes(s->dtype, s->n, DCPS_QUANT_BLOCK))))
+        goto fail;
     if (s->delta) {
         double rho = dcps_config_pull_density(cfg);
         s->k_pull = dcps_config_entries(rho, s->n);
@@ -247,7 +260,10 @@ int dcps_shard_size(dcps_shard_t *s, const dcps_config_t *cfg, uint64_t n_params
         s->delta_idx = malloc(s->k_max * sizeof *s->delta_idx);
         s->delta_val = malloc(s->k_max * sizeof *s->delta_val);
         s->topk = dcps_topk_ws_new(s->n, &err);
-        if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk)
+        if (s->dtype != DCPS_DTYPE_F32)
+            s->delta_q = malloc((size_t)dcps_quant_bytes(s->dtype, s->k_max, DCPS_QUANT_BLOCK));
+        if (!s->tag || !s->delta_idx || !s->delta_val || !s->topk ||
+            (s->dtype != DCPS_DTYPE_F32 && !s->delta_q))
             goto fail;
     }
     return 0;
@@ -575,6 +591,21 @@ static float *mirror_of(const dcps_shard_t *s, int mi)
     return s->mirror ? s->mirror : s->bak + (size_t)mi * s->n;
 }
 
+/* The block of an INT8 frame of k values: one scale when that is all of them. */
+static uint32_t block_of(const dcps_shard_t *s, size_t k)
+{
+    return s->dtype == DCPS_DTYPE_I8 && k > DCPS_QUANT_BLOCK ? DCPS_QUANT_BLOCK : 0;
+}
+
+/* out (a delta's values, or w dense) as sent in the shorter format. */
+static void encoded(const dcps_shard_t *s, dcps_pull_t *out, const void *bytes, size_t len)
+{
+    out->encoded = bytes;
+    out->bytes = len;
+    out->dtype = s->dtype;
+    out->block = block_of(s, out->k);
+}
+
 /* Brings mirror mi from its tag to the current version by the top k of
  * w − mirror, kept as the last delta. Returns 0, or DCPS_E_NONFINITE when
  * w − mirror or the moved mirror would not be finite (the mirror is then
@@ -587,6 +618,13 @@ static int advance(dcps_shard_t *s, int mi, size_t k)
     int rc = dcps_topk_cpu(s->diff, s->n, k, s->delta_idx, s->delta_val, s->topk);
     if (rc != 0)
         return rc;
+    /* Shorter values: what is sent, and the mirror moves by what the worker
+     * decodes, so the rounding error stays in w − mirror for a later delta. */
+    if (s->dtype != DCPS_DTYPE_F32) {
+        uint32_t block = block_of(s, k);
+        dcps_quant_encode(s->dtype, block, 0, s->delta_val, k, s->delta_q, s->delta_val);
+        s->delta_bytes = (size_t)dcps_quant_bytes(s->dtype, k, block);
+    }
     /* The worker adds the same values with the same float addition. Both terms
      * are finite, but next to ±FLT_MAX their sum may round to Inf: such a delta
      * is not sent (the caller answers dense, and w is finite). */
@@ -627,8 +665,13 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
     s->behind[rank] = false;
     *out = (dcps_pull_t){.dense = true, .values = s->w, .k = s->n};
     if (!s->delta) {
-        if (s->bak)
-            memcpy(s->bak + (size_t)rank * s->n, s->w, s->n * sizeof *s->w);
+        float *bak = s->bak ? s->bak + (size_t)rank * s->n : NULL;
+        if (s->dtype != DCPS_DTYPE_F32 && !exact) { /* w_bak(rank): what the worker decodes */
+            dcps_quant_encode(s->dtype, block_of(s, s->n), 0, s->w, s->n, s->reply_q, bak);
+            encoded(s, out, s->reply_q, (size_t)dcps_quant_bytes(s->dtype, s->n, block_of(s, s->n)));
+        } else if (bak) {
+            memcpy(bak, s->w, s->n * sizeof *s->w);
+        }
         return;
     }
     int mi = s->mirror ? 0 : (int)rank;
@@ -649,8 +692,11 @@ void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, 
         out->values = mirror_of(s, mi);
     else if (holds && held == s->tag[mi])
         *out = (dcps_pull_t){.dense = false}; /* nothing changed since */
-    else if (holds && s->delta_of == mi && held == s->delta_from)
-        *out = (dcps_pull_t){false, s->delta_val, s->delta_idx, s->delta_k};
+    else if (holds && s->delta_of == mi && held == s->delta_from) {
+        *out = (dcps_pull_t){.values = s->delta_val, .idx = s->delta_idx, .k = s->delta_k};
+        if (s->dtype != DCPS_DTYPE_F32)
+            encoded(s, out, s->delta_q, s->delta_bytes);
+    }
     else
         out->values = mirror_of(s, mi);
     s->deltas += !out->dense;
@@ -1256,9 +1302,13 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->sync_sum = s->acc ? vec : 0;
     out->delta_pull = (s->diff ? vec : 0) + (s->mirror ? vec : 0) + tags * sizeof *s->tag +
                       s->k_max * (sizeof *s->delta_idx + sizeof *s->delta_val) +
-                      (s->delta ? s->n : 0); /* the selection's workspace, about n bytes */
+                      (s->delta ? s->n : 0) + /* the selection's workspace, about n bytes */
+                      (s->delta_q ? (size_t)dcps_quant_bytes(s->dtype, s->k_max, DCPS_QUANT_BLOCK)
+                                  : 0);
     out->update_buffer = s->spare ? vec : 0;
-    out->reply_buffers = s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0;
+    out->reply_buffers = (s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0) +
+                         (s->reply_q ? (size_t)dcps_quant_bytes(s->dtype, s->n, DCPS_QUANT_BLOCK)
+                                     : 0);
     out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
 }
 

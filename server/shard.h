@@ -275,9 +275,14 @@ void dcps_shard_note_staleness(dcps_shard_t *s, uint64_t based_on);
  * its next call. */
 typedef struct {
     bool dense;
-    const float *values; /* dense: n values; delta: k values */
+    const float *values; /* dense: n values; delta: k values (as the worker decodes them) */
     const uint32_t *idx; /* delta: k ascending global indices */
     size_t k;
+    /* [compression] values other than fp32: the values as sent, in that format
+     * (dtype, and INT8's block: proto/quant.h), `bytes` long; NULL for float32. */
+    const void *encoded;
+    size_t bytes;
+    uint32_t dtype, block;
 } dcps_pull_t;
 
 /* The reply to a pull from worker `rank`, which holds the parameters tagged
@@ -289,7 +294,12 @@ typedef struct {
  * worker's mirror becomes w); in sync mode the shared mirror every worker
  * computes on, first brought to this version as a delta pull would bring it
  * (w is the mirror plus what no delta has sent yet). The reply's version is
- * the shard's. */
+ * the shard's. With [compression] values other than fp32, a reply of w
+ * (pull = dense) and a delta carry their values in that format (out->encoded),
+ * and what the worker holds is what it decodes: w_bak(rank), or the mirror
+ * a delta moves, gains the decoded values, so that what rounding took is
+ * part of the next delta. A reply of a mirror, or an exact one, is float32:
+ * the mirror is what some worker holds already, bit for bit. */
 void dcps_shard_pull(dcps_shard_t *s, uint32_t rank, bool holds, uint64_t held, uint64_t want,
                      bool exact, dcps_pull_t *out);
 
@@ -414,11 +424,13 @@ typedef struct {
     size_t worker_backups;   /* w_bak(m) of every worker: P·n floats */
     size_t sync_sum;         /* sync mode's sum of the open round: n floats */
     size_t delta_pull;       /* w − mirror, sync's shared mirror, the tags, the last
-                                delta's pairs and the selection's workspace */
+                                delta's pairs (and its values as sent, with [compression]
+                                values) and the selection's workspace */
     size_t update_buffer;    /* where an update is computed and checked: n floats */
     size_t reply_buffers;    /* where w stays while pull replies send it and the next
                                 update is written beside it: n floats per
-                                DCPS_SHARD_REPLY_BUFFERS */
+                                DCPS_SHARD_REPLY_BUFFERS; with [compression] values
+                                and dense pulls, w as sent too */
     size_t sequence_numbers; /* every rank's session, last push and restore flag */
 } dcps_shard_memory_t;
 

@@ -4,6 +4,7 @@
  * as raw buffers), with the sentence naming what was wrong. Then the payload
  * checks of dense and sparse pushes, dcps_msg_reply and the type names. */
 #include "proto/codec.h"
+#include "proto/quant.h"
 
 #include <check.h>
 
@@ -753,10 +754,102 @@ START_TEST(unpack_rejects_unknown_frame_kind)
 }
 END_TEST
 
+
+/* --- shorter values (proto/quant.h) in DENSE and VALUES frames ------------------------ */
+
+START_TEST(quantized_frames_roundtrip_with_their_block)
+{
+    const float x[300] = {[0] = 1.0f, [299] = -3.0f};
+    uint8_t q[300 + 8];
+    float dec[300], got[300];
+    dcps_quant_encode(DCPS_DTYPE_I8, 256, 0, x, 300, q, dec);
+    dcps_msg_t m = msg1(DCPS_MSG_PUSH, DCPS_FRAME_DENSE, DCPS_DTYPE_I8, 300, q, sizeof q), out;
+    m.block[0] = 256;
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    ck_assert_uint_eq(out.block[0], 256);
+    ck_assert_uint_eq(out.frame[0].dtype, DCPS_DTYPE_I8);
+    const float *v;
+    /* Without room to decode into, a receiver takes float32 only (INIT's rule). */
+    ck_assert_int_eq(dcps_codec_dense(&out, 300, &v, why, sizeof why), DCPS_E_FRAMELEN);
+    ck_assert_why_has("float32");
+    out.decode_to = got;
+    ck_assert_int_eq(dcps_codec_dense(&out, 300, &v, why, sizeof why), 0);
+    ck_assert_ptr_eq(v, got);
+    ck_assert(memcmp(got, dec, sizeof dec) == 0);
+    /* dense_to decodes straight into the destination. */
+    float dst[300];
+    ck_assert_int_eq(dcps_codec_dense_to(&out, 300, dst, why, sizeof why), 0);
+    ck_assert(memcmp(dst, dec, sizeof dec) == 0);
+}
+END_TEST
+
+START_TEST(quantized_sparse_values_decode_after_the_index_checks)
+{
+    const uint32_t idx[3] = {5, 9, 12};
+    const float x[3] = {0.5f, -0.25f, 2.0f};
+    uint8_t q[6];
+    float dec[3], room[3];
+    dcps_quant_encode(DCPS_DTYPE_F16, 0, 0, x, 3, q, dec);
+    dcps_msg_t m = msg1(DCPS_MSG_PUSH, DCPS_FRAME_INDICES, DCPS_DTYPE_U32, 3, idx, sizeof idx), out;
+    m.nframes = 2;
+    m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F16, 3};
+    m.payload[1] = (dcps_buf_t){q, sizeof q};
+    ck_assert_int_eq(roundtrip(&m, JOB, &out), 0);
+    out.decode_to = room;
+    const uint32_t *ix;
+    const float *v;
+    size_t k;
+    ck_assert_int_eq(dcps_codec_push(&out, 0, 16, &ix, &v, &k, why, sizeof why), 0);
+    ck_assert_uint_eq(k, 3);
+    ck_assert(v == room && memcmp(room, dec, sizeof dec) == 0);
+    ck_assert_int_eq(dcps_codec_push(&out, 6, 16, &ix, &v, &k, why, sizeof why), DCPS_E_RANGE);
+    q[5] = 0x7c; /* the third value +Inf (0x7c00): NONFINITE, from the decoder */
+    q[4] = 0x00;
+    ck_assert_int_eq(dcps_codec_push(&out, 0, 16, &ix, &v, &k, why, sizeof why),
+                     DCPS_E_NONFINITE);
+    ck_assert_why_has("fp16 value inf (0x7c00) at offset 2");
+}
+END_TEST
+
+START_TEST(unpack_checks_quantized_frame_shapes)
+{
+    static const uint8_t b[64];
+    dcps_buf_t fr = {b, 0};
+    dcps_msg_t out;
+    /* An int8 frame of 10 values is 10 bytes of codes and 4 of its one scale. */
+    Dcps__FrameDesc fd = frame_desc(DCPS_FRAME_DENSE, DCPS_DTYPE_I8, 10, 10), *fdp = &fd;
+    Dcps__Header h = base_header(&fdp, 1);
+    fr.len = 10;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), DCPS_E_FRAMELEN);
+    ck_assert_why_has("10 elements in 10 bytes");
+    fd.bytes = fr.len = 14;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), 0);
+    fd.has_block = 1; /* blocks of 4: 3 scales */
+    fd.block = 4;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), DCPS_E_FRAMELEN);
+    fd.bytes = fr.len = 22;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), 0);
+    ck_assert_uint_eq(out.block[0], 4);
+    /* A block on a format without scales, and a short format on INDICES. */
+    fd = frame_desc(DCPS_FRAME_DENSE, DCPS_DTYPE_F16, 4, 8);
+    fd.has_block = 1;
+    fd.block = 2;
+    fr.len = 8;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), DCPS_E_FRAMELEN);
+    ck_assert_why_has("no scales");
+    fd = frame_desc(DCPS_FRAME_INDICES, DCPS_DTYPE_BF16, 4, 8);
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), DCPS_E_FRAMELEN);
+    ck_assert_why_has("only DENSE and VALUES frames take the bf16 format");
+    fd = frame_desc(DCPS_FRAME_DENSE, DCPS_DTYPE_TWOBIT, 9, 7); /* 3 bytes of codes + tau */
+    fr.len = 7;
+    ck_assert_int_eq(unpack_raw(craft(&h), &fr, 1, &out), 0);
+}
+END_TEST
+
 START_TEST(unpack_rejects_unknown_dtype)
 {
     static const float v[2] = {1, 2};
-    static const uint32_t dtypes[] = {0, 4, 1000};
+    static const uint32_t dtypes[] = {0, 8, 1000};
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         Dcps__FrameDesc fd = frame_desc(DCPS_FRAME_DENSE, dtypes[i], 2, 8), *fdp = &fd;
         Dcps__Header h = base_header(&fdp, 1);
@@ -1709,6 +1802,9 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, reply_copies_identity_and_clears_the_rest);
     tcase_add_test(tc, type_names_for_every_type);
     tcase_add_test(tc, type_name_of_unknown_types_is_unknown);
+    tcase_add_test(tc, quantized_frames_roundtrip_with_their_block);
+    tcase_add_test(tc, quantized_sparse_values_decode_after_the_index_checks);
+    tcase_add_test(tc, unpack_checks_quantized_frame_shapes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,6 +14,8 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/topk.h"
+#include "proto/codec.h"
+#include "proto/quant.h"
 #include "tests/check_run.h"
 
 static void *alloc(size_t bytes)
@@ -606,6 +608,83 @@ START_TEST(bad_arguments_are_refused)
 }
 END_TEST
 
+/* Shorter values: each step's values as the pusher encodes them (one shard,
+ * as dcps_client_push_as does) and what rounding took written into out->lost;
+ * after dcps_compress_keep each sent entry's residual is exactly its value
+ * minus its decoded value, and over the steps what was decoded plus the
+ * residual is the sum of every gradient (float rounding of the sums aside). */
+static const struct {
+    int push, values;
+} shorter[] = {
+    {DCPS_PUSH_TOPK, DCPS_VALUES_INT8}, {DCPS_PUSH_TOPK, DCPS_VALUES_FP16},
+    {DCPS_PUSH_DENSE, DCPS_VALUES_INT8}, {DCPS_PUSH_DENSE, DCPS_VALUES_BF16},
+    {DCPS_PUSH_TWOBIT, DCPS_VALUES_FP32},
+};
+
+START_TEST(shorter_values_keep_what_rounding_took)
+{
+    enum { N = 3001, STEPS = 30 };
+    dcps_config_t cfg = config(shorter[_i].push, 0.02, true, 0);
+    cfg.values = shorter[_i].values;
+    cfg.threshold = 0.05;
+    cfg.correction_every = 7; /* twobit: every 7th step in the values format */
+    dcps_compress_t *c = new_compress(&cfg, N);
+    float *g = calloc(N, sizeof *g), *dec = calloc(N, sizeof *dec), *before = calloc(N, sizeof *before);
+    double *sum_g = calloc(N, sizeof *sum_g), *sum_dec = calloc(N, sizeof *sum_dec);
+    uint8_t *wire = malloc(4 * N + 64);
+    ck_assert(g && dec && before && sum_g && sum_dec && wire);
+    dcps_rng_t rng;
+    dcps_rng_seed(&rng, 30);
+    for (long step = 1; step <= STEPS; step++) {
+        for (size_t i = 0; i < N; i++) {
+            g[i] = (float)((dcps_rng_uniform(&rng) - 0.5) * ldexp(1.0, (int)(i % 9) - 6));
+            sum_g[i] += g[i];
+        }
+        dcps_encoded_t e;
+        ck_assert_int_eq(dcps_compress_encode(c, g, step, 1, &e), 0);
+        bool twobit_step = cfg.push == DCPS_PUSH_TWOBIT && step % 7 != 0;
+        ck_assert_uint_eq(e.dtype, twobit_step ? DCPS_DTYPE_TWOBIT : dcps_config_values_dtype(&cfg));
+        ck_assert_ptr_nonnull(e.lost);
+        memcpy(before, e.values, e.k * sizeof *before);
+        uint32_t block = e.dtype == DCPS_DTYPE_I8 && e.k > DCPS_QUANT_BLOCK ? DCPS_QUANT_BLOCK : 0;
+        dcps_quant_encode(e.dtype, block, e.tau, before, e.k, wire, dec);
+        for (size_t j = 0; j < e.k; j++)
+            e.lost[j] = before[j] - dec[j];
+        dcps_compress_keep(c, &e);
+        const float *r = dcps_compress_residual(c);
+        for (size_t j = 0; j < e.k; j++) {
+            size_t i = e.idx ? e.idx[j] : j;
+            float want = before[j] - dec[j];
+            ck_assert_msg(memcmp(&r[i], &want, sizeof want) == 0,
+                          "step %ld entry %zu: residual %a, value - decoded %a", step, i,
+                          (double)r[i], (double)want);
+            sum_dec[i] += dec[j];
+            if (twobit_step)
+                ck_assert(dec[j] == 0 || fabsf(dec[j]) == (float)cfg.threshold);
+        }
+    }
+    const float *r = dcps_compress_residual(c);
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(fabs(sum_dec[i] + r[i] - sum_g[i]) <= 1e-5 * (1 + fabs(sum_g[i])),
+                      "entry %zu: sent %g + residual %g, gradients %g", i, sum_dec[i],
+                      (double)r[i], sum_g[i]);
+    /* Without error feedback nothing is kept: no lost values to fill. */
+    dcps_compress_destroy(&c);
+    cfg.error_feedback = false;
+    c = new_compress(&cfg, N);
+    dcps_encoded_t e;
+    ck_assert_int_eq(dcps_compress_encode(c, g, 1, 1, &e), 0);
+    ck_assert_ptr_null(e.lost);
+    dcps_compress_destroy(&c);
+    free(g);
+    free(dec);
+    free(before);
+    free(sum_g);
+    free(sum_dec);
+    free(wire);
+}
+END_TEST
+
 static Suite *compress_suite(void)
 {
     Suite *s = suite_create("compress");
@@ -622,9 +701,12 @@ static Suite *compress_suite(void)
     tcase_add_test(tc, nan_or_inf_is_refused_not_sent);
     tcase_add_test(tc, finite_sum_that_overflows_is_refused_on_a_dense_step);
     tcase_add_test(tc, bad_arguments_are_refused);
+    tcase_add_loop_test(tc, shorter_values_keep_what_rounding_took, 0,
+                        (int)(sizeof shorter / sizeof shorter[0]));
     suite_add_tcase(s, tc);
     return s;
 }
+
 
 int main(void)
 {

@@ -65,6 +65,7 @@ START_TEST(wire_values_are_pinned)
     ck_assert_int_eq(DCPS_E_AUTH, -27);
     ck_assert_int_eq(DCPS_E_SESSION, -28);
     ck_assert_int_eq(DCPS_E_FIELD, -29);
+    ck_assert_int_eq(DCPS_E_ENCODING, -30);
 }
 END_TEST
 
@@ -105,7 +106,7 @@ END_TEST
 
 START_TEST(unknown_values_give_unknown_error)
 {
-    static const int unknown[] = {-30, 30, -100, 100, -1000000, 1000000, -2147483647, 2147483647};
+    static const int unknown[] = {-31, 31, -100, 100, -1000000, 1000000, -2147483647, 2147483647};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         ck_assert_str_eq(dcps_strerror(unknown[i]), "unknown error");
         ck_assert_str_eq(dcps_errname(unknown[i]), "UNKNOWN");

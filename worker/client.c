@@ -53,6 +53,7 @@
 #include "common/shardmap.h"
 #include "kernels/topk.h"
 #include "proto/frame.h"
+#include "proto/quant.h"
 
 typedef struct {
     void *sock;
@@ -101,6 +102,12 @@ struct dcps_client {
     uint32_t *group_ranges; /* n_ranges (end, group) pairs */
     double *group_opts;     /* n_groups (lr_factor, weight_decay) pairs */
     size_t n_ranges, n_groups;
+    /* Values in a shorter format (proto/quant.h), allocated at first use: a
+     * push's encoded frames (qcap bytes), and a reply's decoded values (the
+     * largest shard range). */
+    uint8_t *qbuf;
+    size_t qcap;
+    float *qdec;
     /* [security] curve: the keys every socket gets; wiped on close. */
     uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
@@ -384,7 +391,7 @@ static void account(dcps_client_t *c, int s, uint32_t type, uint64_t n, const dc
     uint64_t dense = n;
     if (m && m->nframes > 0 && (type == DCPS_MSG_PUSH || type == DCPS_MSG_PULL_REPLY)) {
         for (int i = 0; i < m->nframes; i++)
-            dense -= m->frame[i].count * 4; /* both dtypes are 4 bytes */
+            dense -= m->payload[i].len;
         dense += (m->has & DCPS_HAS_PART ? m->part_hi - m->part_lo
                                          : c->conn[s].range.hi - c->conn[s].range.lo) *
                  sizeof(float);
@@ -519,6 +526,31 @@ static bool part_acked(slot_t *sl, const dcps_msg_t *m, bool ack)
     return sl->acked != (sl->parts >= 64 ? ~0ull : (1ull << sl->parts) - 1);
 }
 
+/* A PULL_REPLY whose values are in a shorter format (the shard's [compression]
+ * values) is decoded into qdec: allocated at the first one, for the largest
+ * range. */
+static int reply_room(dcps_client_t *c, dcps_msg_t *m, char *why, size_t whylen)
+{
+    uint32_t dtype = 0;
+    for (int i = 0; i < m->nframes; i++)
+        if (dcps_quant_is(m->frame[i].dtype))
+            dtype = m->frame[i].dtype;
+    if (!dtype)
+        return 0;
+    if (!c->qdec) {
+        uint64_t most = 0;
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            if (c->conn[s].range.hi - c->conn[s].range.lo > most)
+                most = c->conn[s].range.hi - c->conn[s].range.lo;
+        if (!(c->qdec = malloc((size_t)(most ? most : 1) * sizeof *c->qdec))) {
+            snprintf(why, whylen, "out of memory for its %s values", dcps_quant_name(dtype));
+            return DCPS_E_NOMEM;
+        }
+    }
+    m->decode_to = c->qdec;
+    return 0;
+}
+
 /* Receives what shard s sent; returns 1 if it answered the slot. */
 static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *arg)
 {
@@ -533,6 +565,8 @@ static int take_reply(dcps_client_t *c, int s, slot_t *sl, reply_fn fn, void *ar
         bytes += zmq_msg_size(&f.part[i]);
     c->stats.bytes_received += bytes;
     int rc = dcps_frames_decode(&f, 0, c->cfg.job_id, &m, why, sizeof why);
+    if (rc == 0 && m.type == DCPS_MSG_PULL_REPLY)
+        rc = reply_room(c, &m, why, sizeof why);
     if (rc != 0) {
         sl->rc = fail(c, rc, "shard %d (%s) sent a bad reply: %s", s, c->cfg.shards[s], why);
     } else if (sl->rejoin == 1 && m.seq == sl->hello.seq) {
@@ -1043,6 +1077,8 @@ void dcps_client_close(dcps_client_t **cp)
     explicit_bzero(c->secret_key, sizeof c->secret_key);
     free(c->group_ranges);
     free(c->group_opts);
+    free(c->qbuf);
+    free(c->qdec);
     free(c);
     *cp = NULL;
 }
@@ -1210,18 +1246,6 @@ static uint32_t parts_of(const dcps_client_t *c, int s)
     return p < 1 ? 1 : (uint32_t)p;
 }
 
-int dcps_client_push_dense(dcps_client_t *c, const float *grad)
-{
-    slot_t slots[DCPS_MAX_SHARDS];
-    slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
-    for (int s = 0; s < c->cfg.n_shards; s++) {
-        const dcps_range_t *r = &c->conn[s].range;
-        set_dense(&slots[s].req, grad + r->lo, r->hi - r->lo);
-        slots[s].parts = parts_of(c, s);
-    }
-    return push(c, slots);
-}
-
 /* The first position in idx[0..k) whose index is >= x. */
 static size_t lower_bound(const uint32_t *idx, size_t k, uint64_t x)
 {
@@ -1236,21 +1260,81 @@ static size_t lower_bound(const uint32_t *idx, size_t k, uint64_t x)
     return lo;
 }
 
-int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k)
+/* Makes room for `bytes` of encoded frames in qbuf (kept between pushes). */
+static int reserve(dcps_client_t *c, size_t bytes)
+{
+    if (bytes <= c->qcap)
+        return 0;
+    uint8_t *p = realloc(c->qbuf, bytes);
+    if (!p)
+        return fail(c, DCPS_E_NOMEM, "out of memory for %zu bytes of encoded values", bytes);
+    c->qbuf = p;
+    c->qcap = bytes;
+    return 0;
+}
+
+int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k,
+                        uint32_t dtype, float tau, float *lost)
 {
     slot_t slots[DCPS_MAX_SHARDS];
+    size_t at[DCPS_MAX_SHARDS + 1] = {0}, bytes = 0;
+    uint32_t block = dtype == DCPS_DTYPE_I8 ? DCPS_QUANT_BLOCK : 0;
+    if (dtype != DCPS_DTYPE_F32 && !dcps_quant_is(dtype))
+        return fail(c, DCPS_E_INVAL, "no value format %u", dtype);
+    if (dtype == DCPS_DTYPE_TWOBIT && !(tau > 0 && isfinite(tau)))
+        return fail(c, DCPS_E_INVAL, "twobit needs a threshold above 0, not %g", (double)tau);
     slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
     for (int s = 0; s < c->cfg.n_shards; s++) {
         const dcps_range_t *r = &c->conn[s].range;
-        size_t a = lower_bound(idx, k, r->lo), b = lower_bound(idx, k, r->hi);
+        size_t a = idx ? lower_bound(idx, k, r->lo) : r->lo;
+        size_t b = idx ? lower_bound(idx, k, r->hi) : r->hi;
         dcps_msg_t *m = &slots[s].req;
-        m->nframes = 2;
-        m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, b - a};
-        m->frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, b - a};
-        m->payload[0] = (dcps_buf_t){idx + a, (b - a) * sizeof *idx};
-        m->payload[1] = (dcps_buf_t){val + a, (b - a) * sizeof *val};
+        int f = idx ? 1 : 0;
+        if (idx) {
+            m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, b - a};
+            m->payload[0] = (dcps_buf_t){idx + a, (b - a) * sizeof *idx};
+        }
+        m->nframes = f + 1;
+        m->frame[f] = (dcps_frame_desc_t){idx ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, dtype, b - a};
+        m->block[f] = b - a > block ? block : 0;
+        m->payload[f] = (dcps_buf_t){val + a, (b - a) * sizeof *val};
+        if (!idx && dtype == DCPS_DTYPE_F32) /* shorter values go whole */
+            slots[s].parts = parts_of(c, s);
+        at[s] = a;
+        bytes += dtype == DCPS_DTYPE_F32 ? 0 : (size_t)dcps_quant_bytes(dtype, b - a, m->block[f]);
+    }
+    if (dtype != DCPS_DTYPE_F32) {
+        int rc = reserve(c, bytes);
+        if (rc != 0)
+            return rc;
+        uint8_t *q = c->qbuf;
+        for (int s = 0; s < c->cfg.n_shards; s++) {
+            dcps_msg_t *m = &slots[s].req;
+            int f = m->nframes - 1;
+            size_t count = (size_t)m->frame[f].count;
+            size_t len = (size_t)dcps_quant_bytes(dtype, count, m->block[f]);
+            float *dec = lost ? lost + at[s] : NULL;
+            dcps_quant_encode(dtype, m->block[f], tau, m->payload[f].data, count, q, dec);
+            for (size_t j = 0; dec && j < count; j++)
+                dec[j] = val[at[s] + j] - dec[j];
+            m->payload[f] = (dcps_buf_t){q, len};
+            q += len;
+        }
+    } else if (lost) {
+        memset(lost, 0, k * sizeof *lost);
     }
     return push(c, slots);
+}
+
+int dcps_client_push_dense(dcps_client_t *c, const float *grad)
+{
+    return dcps_client_push_as(c, NULL, grad, (size_t)c->cfg.n_params,
+                               dcps_config_values_dtype(&c->cfg), 0, NULL);
+}
+
+int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k)
+{
+    return dcps_client_push_as(c, idx, val, k, dcps_config_values_dtype(&c->cfg), 0, NULL);
 }
 
 static int host_dense(void *arg, uint64_t lo, const float *v, size_t n);
@@ -1402,7 +1486,8 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
                 dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
-        k->asked_parts = parts_of(c, s);
+        /* replies in a shorter format ([compression] values) come whole */
+        k->asked_parts = dcps_config_values_dtype(&c->cfg) == DCPS_DTYPE_F32 ? parts_of(c, s) : 1;
         k->reply_next = 0;
         if (k->asked_parts > 1) {
             slots[s].req.has |= DCPS_HAS_PART;

@@ -21,12 +21,19 @@
 #include "common/error.h"
 #include "kernels/residual.h"
 #include "kernels/topk.h"
+#include "proto/codec.h"
+#include "proto/quant.h"
 
 struct dcps_compress {
     size_t n;
     size_t max_k;   /* the largest k of any epoch: that of epoch 1 */
     bool topk;      /* push = topk */
-    bool ef;        /* a top-k push with error feedback: r is in use */
+    bool twobit;    /* push = twobit */
+    bool ef;        /* a top-k, two-bit or shorter-valued push with error feedback: r is
+                       in use */
+    uint32_t dtype; /* [compression] values as a FrameDesc dtype */
+    float tau;      /* twobit: [compression] threshold */
+    float *lost;    /* max_k: what rounding took from a sparse push's values */
     float mu;       /* momentum correction factor; 0: off */
     double density; /* the target density */
     int warmup_epochs;
@@ -43,7 +50,8 @@ struct dcps_compress {
 static bool valid(const dcps_config_t *cfg, size_t n)
 {
     bool topk = cfg->push == DCPS_PUSH_TOPK;
-    return n > 0 && (!topk || n <= DCPS_TOPK_MAX_N) && cfg->density > 0 && cfg->density <= 1 &&
+    return n > 0 && (!topk || n <= DCPS_TOPK_MAX_N) &&
+           (cfg->push != DCPS_PUSH_TWOBIT || cfg->threshold > 0) && cfg->density > 0 && cfg->density <= 1 &&
            cfg->density_warmup_epochs >= 0 && cfg->momentum_correction >= 0 &&
            cfg->momentum_correction < 1 && cfg->clip_norm >= 0 && cfg->warmup_steps >= 0 &&
            cfg->correction_every >= 0 && (cfg->momentum_correction == 0 || cfg->error_feedback);
@@ -65,7 +73,10 @@ dcps_compress_t *dcps_compress_new(const dcps_config_t *cfg, size_t n, int *err)
         goto fail;
     c->n = n;
     c->topk = cfg->push == DCPS_PUSH_TOPK;
-    c->ef = c->topk && cfg->error_feedback;
+    c->twobit = cfg->push == DCPS_PUSH_TWOBIT;
+    c->dtype = dcps_config_values_dtype(cfg);
+    c->tau = (float)cfg->threshold;
+    c->ef = (c->topk || c->twobit || c->dtype != DCPS_DTYPE_F32) && cfg->error_feedback;
     c->mu = c->topk ? (float)cfg->momentum_correction : 0.0f;
     c->density = cfg->density;
     c->warmup_epochs = cfg->density_warmup_epochs;
@@ -74,7 +85,8 @@ dcps_compress_t *dcps_compress_new(const dcps_config_t *cfg, size_t n, int *err)
     c->correction_every = cfg->correction_every;
     c->max_k = c->topk ? k_at(c, 1) : 0;
 
-    size_t floats = n * (1 + (size_t)c->ef + (c->mu > 0)) + 2 * c->max_k;
+    bool lost = c->topk && c->ef && c->dtype != DCPS_DTYPE_F32;
+    size_t floats = n * (1 + (size_t)c->ef + (c->mu > 0)) + (2 + lost) * c->max_k;
     float *p = c->block = calloc(floats, sizeof(float));
     if (!p)
         goto fail_block;
@@ -91,6 +103,7 @@ dcps_compress_t *dcps_compress_new(const dcps_config_t *cfg, size_t n, int *err)
     if (c->topk) {
         c->val = p;
         c->idx = (uint32_t *)(p + c->max_k); /* uint32_t and float: 4 bytes, 4-aligned */
+        c->lost = lost ? p + 2 * c->max_k : NULL;
         if (!(c->ws = dcps_topk_ws_new(n, &rc)))
             goto fail_ws;
     }
@@ -193,7 +206,11 @@ static int encode_dense(dcps_compress_t *c, float *g, dcps_encoded_t *out)
         if (c->u)
             memset(c->u, 0, c->n * sizeof *c->u);
     }
-    *out = (dcps_encoded_t){.dense = true, .values = send, .k = c->n, .density = 1};
+    *out = (dcps_encoded_t){.dense = true, .values = send, .k = c->n, .density = 1,
+                            .dtype = c->dtype};
+    /* r is all zero now: the push writes what rounding takes straight into it */
+    if (c->ef && (c->dtype != DCPS_DTYPE_F32 || c->twobit))
+        out->lost = c->r;
     return 0;
 }
 
@@ -209,8 +226,16 @@ static int encode_topk(dcps_compress_t *c, const float *g, size_t k, dcps_encode
     if (c->u)
         for (size_t j = 0; j < k; j++)
             c->u[c->idx[j]] = 0.0f;
-    *out = (dcps_encoded_t){.values = c->val, .idx = c->idx, .k = k};
+    *out = (dcps_encoded_t){.values = c->val, .idx = c->idx, .k = k, .dtype = c->dtype,
+                            .lost = c->lost};
     return 0;
+}
+
+void dcps_compress_keep(dcps_compress_t *c, const dcps_encoded_t *e)
+{
+    if (e->lost && e->idx)
+        for (size_t j = 0; j < e->k; j++)
+            c->r[e->idx[j]] += e->lost[j];
 }
 
 int dcps_compress_encode(dcps_compress_t *c, float *g, long step, int epoch, dcps_encoded_t *out)
@@ -221,8 +246,15 @@ int dcps_compress_encode(dcps_compress_t *c, float *g, long step, int epoch, dcp
         return DCPS_E_NONFINITE;
     bool dense = !c->topk || step <= c->warmup_steps ||
                  (c->correction_every > 0 && step % c->correction_every == 0);
-    if (dense)
-        return encode_dense(c, g, out);
+    if (dense) {
+        int rc = encode_dense(c, g, out);
+        if (rc == 0 && c->twobit && step > c->warmup_steps &&
+            !(c->correction_every > 0 && step % c->correction_every == 0)) {
+            out->dtype = DCPS_DTYPE_TWOBIT;
+            out->tau = c->tau;
+        }
+        return rc;
+    }
     size_t k = k_at(c, epoch);
     assert(k <= c->max_k);
     int rc = encode_topk(c, g, k, out);

@@ -31,6 +31,13 @@ typedef struct {
     const uint32_t *idx; /* sparse: k ascending global indices; NULL when dense */
     size_t k;            /* sparse: entries; dense: n */
     double density;      /* the density this step used (1 when dense) */
+    uint32_t dtype;      /* the values' wire format (FrameDesc.dtype: 1 float32, or a
+                            shorter one of proto/quant.h): [compression] values, or
+                            TWOBIT for a push = twobit step that is not dense */
+    float tau;           /* TWOBIT: [compression] threshold */
+    float *lost;         /* k floats the pusher fills with what rounding took from each
+                            value (dcps_client_push_as), then dcps_compress_keep; NULL
+                            when nothing is kept (float32, or no error feedback) */
 } dcps_encoded_t;
 
 /* A compressor for gradients of n floats, configured by cfg's [compression] keys
@@ -58,7 +65,12 @@ void dcps_compress_destroy(dcps_compress_t **c);
  *      and both r and u are cleared where an entry is sent (momentum factor
  *      masking).
  * A dense step sends everything, so it leaves r and u at zero. With push = dense
- * nothing is ever held back: out->values is g itself.
+ * and float32 values nothing is ever held back: out->values is g itself.
+ *   5. Values in a shorter format ([compression] values, push = twobit), with
+ *      error feedback: what rounding takes from each sent value goes back into
+ *      r after the push (out->lost, dcps_compress_keep), so nothing is lost
+ *      over time. push = twobit sends every entry of r + g as +tau, -tau or 0
+ *      (|x| >= tau), steps that are dense by 2. in the values format.
  *
  * Returns 0; DCPS_E_INVAL (step or epoch below 1; nothing changed); or
  * DCPS_E_NONFINITE when g, or the sum it would be sent from, holds NaN or Inf.
@@ -66,6 +78,11 @@ void dcps_compress_destroy(dcps_compress_t **c);
  * non-finite sum may stay in the residual or the velocity, so that every later
  * call fails too: a diverged worker stops rather than pushing garbage. */
 int dcps_compress_encode(dcps_compress_t *c, float *g, long step, int epoch, dcps_encoded_t *out);
+
+/* After a push of *e that wrote what rounding took into e->lost: the residual
+ * keeps it (r_i += lost_j at each sent entry; a dense step's lost is r
+ * itself). Nothing to do when e->lost is NULL. */
+void dcps_compress_keep(dcps_compress_t *c, const dcps_encoded_t *e);
 
 /* The density of a top-k step in epoch (from 1; below 1 counts as 1): with E =
  * density_warmup_epochs > 0 and epoch e <= E, 0.25^(1 - (e-1)/E) * density^((e-1)/E),

@@ -111,7 +111,10 @@ int dcps_client_set_groups(dcps_client_t *c, const uint32_t *ranges, size_t n_ra
 int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
 
 /* Pushes a dense gradient of n values for the current step and moves the clock
- * on. `grad` is borrowed (sent zero-copy) until the call returns. In sync mode
+ * on. With [compression] values other than fp32 the values travel in that
+ * format (docs/protocol.md, 17) and the shards apply them as decoded; what the
+ * rounding takes is lost here (the step, worker/step.h, keeps it in its
+ * residual). `grad` is borrowed (sent zero-copy) until the call returns. In sync mode
  * a shard whose round for this step has closed without it (this worker was
  * declared dead meanwhile) drops it and moves the clock to its open round.
  * Each shard's range goes in [compression] parts parts (0: by the range's
@@ -121,7 +124,8 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms);
 int dcps_client_push_dense(dcps_client_t *c, const float *grad);
 
 /* Pushes k entries: global indices strictly ascending, below n, and their
- * values. Every shard receives a push, possibly empty. */
+ * values (in the job's [compression] values, as above). Every shard receives a
+ * push, possibly empty. */
 int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k);
 
 /* Pulls the parameters for the current step into params (n values), waiting
@@ -130,7 +134,9 @@ int dcps_client_push_sparse(dcps_client_t *c, const uint32_t *idx, const float *
  * filled, unchanged since: a shard then sends only the largest changes of its
  * mirror of that copy (docs/algorithms.md), which are added in place, and its range
  * dense whenever the versions disagree (the first pull, a lost reply, a
- * restarted worker). The copy is then the shard's mirror, not exactly w. */
+ * restarted worker). The copy is then the shard's mirror, not exactly w. With
+ * [compression] values other than fp32 the shards send a dense w and the
+ * deltas in that format, and params holds what they decode to. */
 int dcps_client_pull(dcps_client_t *c, float *params);
 
 /* A pull's destination other than a host array (device memory, say): each

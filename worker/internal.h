@@ -11,6 +11,7 @@
 #define DCPS_WORKER_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/config.h"
 #include "worker/dcps.h"
@@ -31,6 +32,18 @@
  * (more than 2^30 parameters, or too few for the shards: 64 per shard). */
 dcps_client_t *dcps_client_new(const dcps_config_t *cfg, int rank, int *err, char *errbuf,
                                size_t errlen);
+
+/* Pushes k values for the current step in value format dtype (FrameDesc.dtype:
+ * 1 float32, or a shorter one of proto/quant.h; TWOBIT with tau > 0): dense
+ * when idx is NULL (k is then n), else at the k global indices idx, strictly
+ * ascending. Each shard's message is encoded on its own (an INT8 frame has
+ * its scales, per DCPS_QUANT_BLOCK values, from its first value). When lost
+ * is not NULL it receives, for every value, val[j] minus the value the
+ * shards decode: what rounding took, for the caller's error feedback (all 0
+ * in float32). dcps_client_push_dense and _sparse are this with the job's
+ * [compression] values and no lost. */
+int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k,
+                        uint32_t dtype, float tau, float *lost);
 
 /* dcps_step_open from a loaded job; cfg is copied. */
 dcps_step_t *dcps_step_new(const dcps_config_t *cfg, int rank, size_t n, int *err, char *errbuf,

@@ -66,7 +66,7 @@ int dcps_job_summary(const dcps_step_t *s, const dcps_job_result_t *r, char *buf
         "final: rank=%d test_acc=%.4f test_loss=%.4f train_loss=%.4f steps=%" PRIu64
         " epochs=%d elapsed_s=%.2f samples_per_s=%.0f bytes_pushed=%" PRIu64
         " bytes_pulled=%" PRIu64 " bytes_per_step=%.0f traffic_ratio=%.5f mode=%s optimizer=%s "
-        "compression=%s pull=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
+        "compression=%s pull=%s values=%s density=%g pipeline=%s staleness_mean=%.3f staleness_max=%" PRIu64
         " dropped=%" PRIu64 " retries=%" PRIu64 " device=%s workers=%d compute_ms=%d",
         in.rank, r->test_acc, r->test_loss, r->train_loss, st.clock, r->epochs, elapsed,
         elapsed > 0 ? (double)r->samples / elapsed : 0.0, st.bytes_pushed, st.bytes_pulled,
@@ -74,7 +74,7 @@ int dcps_job_summary(const dcps_step_t *s, const dcps_job_result_t *r, char *buf
         dense ? (double)(st.bytes_pushed + st.bytes_pulled) / (double)dense : 1.0,
         dcps_config_mode_name(cfg->mode), dcps_config_optimizer_name(cfg->opt_kind),
         dcps_config_push_name(cfg->push), dcps_config_pull_name(cfg->pull),
-        cfg->push == DCPS_PUSH_DENSE ? 1.0 : cfg->density, cfg->pipeline ? "true" : "false",
+        dcps_config_values_name(cfg->values), cfg->push == DCPS_PUSH_TOPK ? cfg->density : 1.0, cfg->pipeline ? "true" : "false",
         st.staleness_count ? (double)st.staleness_sum / (double)st.staleness_count : 0.0,
         st.staleness_max, st.dropped, st.retries, r->device ? r->device : "cpu", cfg->workers,
         r->compute_ms);

@@ -71,11 +71,24 @@ static int fail(dcps_step_t *s, int code, const char *what)
     return code;
 }
 
+/* Pushes e in its value format; what rounding took goes back into the residual. */
 static int push_encoded(dcps_step_t *s, const dcps_encoded_t *e)
 {
-    int rc = e->dense ? dcps_client_push_dense(s->client, e->values)
-                      : dcps_client_push_sparse(s->client, e->idx, e->values, e->k);
-    return rc == 0 ? 0 : fail(s, rc, "push");
+    int rc = dcps_client_push_as(s->client, e->dense ? NULL : e->idx, e->values, e->k, e->dtype,
+                                 e->tau, e->lost);
+    if (rc != 0)
+        return fail(s, rc, "push");
+    if (!e->lost)
+        return 0;
+    if (!s->gpu) {
+        dcps_compress_keep(s->comp, e);
+        return 0;
+    }
+    if ((rc = dcps_step_gpu_keep(s->gpu, e)) != 0)
+        return dcps_say(s->err, sizeof s->err, rc,
+                        "push: keeping what rounding took in the device residual: %s",
+                        dcps_strerror(rc));
+    return 0;
 }
 
 static int pull(dcps_step_t *s, float *into, bool exact, const char *what)

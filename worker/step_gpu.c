@@ -20,10 +20,15 @@
 #include "kernels/gpu.h"
 #include "kernels/residual.h"
 #include "kernels/topk.h"
+#include "proto/codec.h"
+#include "proto/quant.h"
 
 struct dcps_step_gpu {
     size_t n;
-    bool topk, ef; /* as in compress.c: error feedback only for a top-k push */
+    bool topk, ef; /* as in compress.c: a residual for top-k, two-bit or shorter values */
+    bool twobit;
+    uint32_t dtype; /* [compression] values */
+    float tau;
     double density;
     int warmup_epochs;
     long warmup_steps, correction_every;
@@ -35,6 +40,7 @@ struct dcps_step_gpu {
     float *h_dense;  /* pinned, n */
     uint32_t *h_idx; /* pinned, cap each */
     float *h_val;
+    float *h_lost;   /* pinned, n: what rounding took (shorter values, error feedback) */
     size_t cap;
     /* a pull in progress */
     float *d_params;
@@ -70,7 +76,10 @@ dcps_step_gpu_t *dcps_step_gpu_new(const dcps_config_t *cfg, size_t n, void *str
         goto fail;
     g->n = n;
     g->topk = cfg->push == DCPS_PUSH_TOPK;
-    g->ef = g->topk && cfg->error_feedback;
+    g->twobit = cfg->push == DCPS_PUSH_TWOBIT;
+    g->dtype = dcps_config_values_dtype(cfg);
+    g->tau = (float)cfg->threshold;
+    g->ef = (g->topk || g->twobit || g->dtype != DCPS_DTYPE_F32) && cfg->error_feedback;
     g->density = cfg->density;
     g->warmup_epochs = cfg->density_warmup_epochs;
     g->warmup_steps = cfg->warmup_steps;
@@ -107,7 +116,9 @@ dcps_step_gpu_t *dcps_step_gpu_new(const dcps_config_t *cfg, size_t n, void *str
     what = "pinned staging";
     if ((rc = dcps_gpu_host_alloc((void **)&g->h_dense, n * sizeof(float))) != 0 ||
         (rc = dcps_gpu_host_alloc((void **)&g->h_idx, g->cap * sizeof(uint32_t))) != 0 ||
-        (rc = dcps_gpu_host_alloc((void **)&g->h_val, g->cap * sizeof(float))) != 0)
+        (rc = dcps_gpu_host_alloc((void **)&g->h_val, g->cap * sizeof(float))) != 0 ||
+        (g->ef && (g->twobit || g->dtype != DCPS_DTYPE_F32) &&
+         (rc = dcps_gpu_host_alloc((void **)&g->h_lost, n * sizeof(float))) != 0))
         goto fail;
     what = "zeroing the residual";
     if (g->ef && ((rc = dcps_gpu_memset(g->d_r, 0, n * sizeof(float), stream)) != 0 ||
@@ -130,6 +141,7 @@ void dcps_step_gpu_destroy(dcps_step_gpu_t **gp)
         return;
     if (g->uploaded) /* staging may not be freed under a queued copy */
         dcps_gpu_event_sync(g->uploaded);
+    dcps_gpu_host_free(g->h_lost);
     dcps_gpu_host_free(g->h_val);
     dcps_gpu_host_free(g->h_idx);
     dcps_gpu_host_free(g->h_dense);
@@ -167,7 +179,8 @@ static int encode_dense(dcps_step_gpu_t *g, const float *d_g, dcps_encoded_t *ou
         return DCPS_E_NONFINITE; /* r keeps the sum, as on the host */
     if (g->ef && (rc = dcps_gpu_memset(g->d_r, 0, g->n * sizeof(float), g->stream)) != 0)
         return rc;
-    *out = (dcps_encoded_t){.dense = true, .values = g->h_dense, .k = g->n, .density = 1};
+    *out = (dcps_encoded_t){.dense = true, .values = g->h_dense, .k = g->n, .density = 1,
+                            .dtype = g->dtype, .lost = g->h_lost};
     return 0;
 }
 
@@ -185,8 +198,21 @@ static int encode_topk(dcps_step_gpu_t *g, const float *d_g, size_t k, dcps_enco
         return rc;
     if (!dcps_compress_finite(g->h_val, k)) /* the selection refuses them; checked here too */
         return DCPS_E_NONFINITE;
-    *out = (dcps_encoded_t){.values = g->h_val, .idx = g->h_idx, .k = k};
+    *out = (dcps_encoded_t){.values = g->h_val, .idx = g->h_idx, .k = k, .dtype = g->dtype,
+                            .lost = g->h_lost};
     return 0;
+}
+
+int dcps_step_gpu_keep(dcps_step_gpu_t *g, const dcps_encoded_t *e)
+{
+    int rc;
+    if (!e->lost)
+        return 0;
+    if (e->dense) /* r is zero since the encode: it becomes what rounding took */
+        rc = dcps_gpu_to_device(g->d_r, e->lost, g->n * sizeof(float), g->stream);
+    else if ((rc = dcps_gpu_to_device(g->d_val, e->lost, e->k * sizeof(float), g->stream)) == 0)
+        rc = dcps_scatter_add_gpu(g->d_r, g->d_idx, g->d_val, e->k, 1.0f, g->stream);
+    return rc == 0 ? dcps_gpu_event_record(g->uploaded, g->stream) : rc;
 }
 
 int dcps_step_gpu_encode(dcps_step_gpu_t *g, const float *d_g, long step, int epoch,
@@ -201,8 +227,15 @@ int dcps_step_gpu_encode(dcps_step_gpu_t *g, const float *d_g, long step, int ep
         return rc;
     bool dense = !g->topk || step <= g->warmup_steps ||
                  (g->correction_every > 0 && step % g->correction_every == 0);
-    if (dense)
-        return encode_dense(g, d_g, out);
+    if (dense) {
+        rc = encode_dense(g, d_g, out);
+        if (rc == 0 && g->twobit && step > g->warmup_steps &&
+            !(g->correction_every > 0 && step % g->correction_every == 0)) {
+            out->dtype = DCPS_DTYPE_TWOBIT; /* as compress.c */
+            out->tau = g->tau;
+        }
+        return rc;
+    }
     size_t k = k_at(g, epoch);
     if ((rc = encode_topk(g, d_g, k, out)) == 0)
         out->density = dcps_config_density_at(g->density, g->warmup_epochs, epoch);

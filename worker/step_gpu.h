@@ -7,12 +7,15 @@
  * of worker/compress.h, for the options it supports) and the sink that lands a
  * pull in device parameters (dcps.h, dcps_pull_sink_t). It owns, all allocated
  * by dcps_step_gpu_new on the current device:
- *   on the device  the residual, n floats (a top-k push with error feedback
- *                  only), and a k-sized pair of arrays (indices, values) that
+ *   on the device  the residual, n floats (error feedback with a top-k or
+ *                  two-bit push, or shorter values), and a k-sized pair of arrays (indices, values) that
  *                  the selection writes and a delta pull scatters from;
  *   pinned host    n floats (a dense push, rank 0's initial parameters, a
  *                  pull's dense ranges) and the same k-sized pair (the
- *                  selection's output, a pull's deltas).
+ *                  selection's output, a pull's deltas); with shorter values
+ *                  and error feedback n more (what rounding took, which the
+ *                  residual keeps: the values are encoded on the host, from
+ *                  what the selection downloaded, as the host path does).
  * k is the larger of a top-k push's k in the first epoch (the density
  * schedule's largest) and the deltas the shards may send one pull in that
  * epoch; a pull that brings more is scattered in several rounds.
@@ -57,6 +60,12 @@ int dcps_step_gpu_set_stream(dcps_step_gpu_t *g, void *stream);
  * nothing is sent), DCPS_E_CUDA. */
 int dcps_step_gpu_encode(dcps_step_gpu_t *g, const float *d_g, long step, int epoch,
                          dcps_encoded_t *out);
+
+/* After the push of *e (from dcps_step_gpu_encode) wrote what rounding took
+ * into e->lost (pinned): queues its upload into the device residual (a dense
+ * step's r becomes it, a top-k step's adds it at the selected entries). The
+ * next encode waits for it. Nothing when e->lost is NULL. */
+int dcps_step_gpu_keep(dcps_step_gpu_t *g, const dcps_encoded_t *e);
 
 /* Copies the device array d_x (n floats) to the pinned buffer and sets *host
  * to it (valid until the next call); returns when the copy is done. */

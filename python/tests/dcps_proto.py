@@ -17,6 +17,9 @@ The pieces, in the order of the spec:
   and ``recv`` are the raw halves, for messages a correct client would not send.
 - ``Worker``: a rank on every shard of a job (section 12): HELLO, INIT, PULL (dense
   or delta, section 10), PUSH dense or sparse, BARRIER, DONE, BYE.
+- ``encode`` and ``decode``: the shorter value formats of section 18 (float16,
+  bfloat16, int8 with a scale per block, twobit), in numpy: the reference the
+  suite holds the C codec to, bit for bit (test_values.py).
 
 Arrays are numpy arrays: float32 and uint32, little-endian on the wire (section 2).
 """
@@ -86,6 +89,96 @@ def new_session():
     return secrets.randbits(64) or 1
 
 
+# --- section 18: shorter values ------------------------------------------------------------
+
+FORMATS = {"fp16": 4, "bf16": 5, "int8": 6, "twobit": 7}  # FrameDesc.dtype
+BF16_MAX = np.array([0x7f7f0000], "<u4").view("<f4")[0]  # the largest finite bfloat16
+
+
+def frame_bytes(dtype, count, block=0):
+    """Section 17: a frame's length for `count` values: 4 per float32 or uint32
+    value, 8 per float64, 2 per float16 or bfloat16; int8 and twobit: a float32
+    scale per block of `block` values (0: one for the frame; none when count is
+    0), then 1 byte per code (int8) or 1 per 4 codes (twobit)."""
+    if dtype in (1, 2, 3):
+        return count * (8 if dtype == 3 else 4)
+    if dtype in (4, 5):
+        return 2 * count
+    blocks = 0 if count == 0 else 1 if block == 0 else -(-count // block)
+    return 4 * blocks + (count if dtype == 6 else -(-count // 4))
+
+
+def _blocks(x, block):
+    per = block or max(len(x), 1)
+    return [x[a:a + per] for a in range(0, len(x), per)]
+
+
+def encode(values, fmt, block=0, tau=0.0):
+    """Section 17: float32 values in format fmt ("fp16", "bf16", "int8",
+    "twobit"); returns (bytes, decoded float32 values)."""
+    x = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+    if fmt == "fp16":  # clamp to the largest finite, then numpy's round to nearest even
+        h = np.clip(x, -65504, 65504).astype("<f2")
+        return h.tobytes(), h.astype("<f4")
+    if fmt == "bf16":  # the top 16 bits, rounded to nearest even (torch's conversion)
+        u = np.clip(x, -BF16_MAX, BF16_MAX).view("<u4").astype(np.uint64)
+        h = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype("<u2")
+        return h.tobytes(), (h.astype("<u4") << 16).view("<f4")
+    scales, codes, dec = [], [], []
+    for b in _blocks(x, block):
+        if fmt == "int8":  # scale = max|x| / 127 in float32; codes rint(x / scale), clamped
+            s = np.float32(np.max(np.abs(b))) / np.float32(127)
+            with np.errstate(over="ignore"):
+                if not np.isfinite(np.float32(127) * s):  # one step down: 127 s finite
+                    s = np.nextafter(s, np.float32(0))
+            q = np.clip(np.rint(b / s), -127, 127) if s > 0 else np.zeros(len(b), "<f4")
+            codes.append(q.astype("<i1"))
+            dec.append((codes[-1].astype("<f4") * s).astype("<f4"))
+        else:  # twobit: 1 (+tau) at x >= tau, 2 (-tau) at x <= -tau, else 0
+            s = np.float32(tau)
+            c = np.where(b >= s, 1, np.where(b <= -s, 2, 0)).astype(np.uint8)
+            codes.append(c)
+            dec.append(np.where(c == 1, s, np.where(c == 2, -s, np.float32(0))).astype("<f4"))
+        scales.append(s)
+    code = np.concatenate(codes) if codes else np.zeros(0, np.uint8)
+    if fmt == "twobit":  # four to a byte, from the low bits up
+        pad = np.zeros(-len(code) % 4, np.uint8)
+        c4 = np.concatenate([code, pad]).reshape(-1, 4).astype(np.uint8)
+        code = (c4[:, 0] | c4[:, 1] << 2 | c4[:, 2] << 4 | c4[:, 3] << 6).astype(np.uint8)
+    out = np.array(scales, "<f4").tobytes() + code.tobytes()
+    return out, (np.concatenate(dec) if dec else np.zeros(0, "<f4"))
+
+
+def decode(data, dtype, count, block=0):
+    """Section 17: the float32 values of a frame of `count` values in dtype (its
+    FrameDesc.dtype), without the checks a shard makes."""
+    if dtype == 1:
+        return np.frombuffer(data, "<f4").copy()
+    if dtype == 4:
+        return np.frombuffer(data, "<f2").astype("<f4")
+    if dtype == 5:
+        return (np.frombuffer(data, "<u2").astype("<u4") << 16).view("<f4")
+    blocks = 0 if count == 0 else 1 if block == 0 else -(-count // block)
+    per = block or max(count, 1)
+    s = np.repeat(np.frombuffer(data[:4 * blocks], "<f4"), per)[:count]
+    if dtype == 6:
+        return (np.frombuffer(data[4 * blocks:], "<i1").astype("<f4") * s).astype("<f4")
+    b = np.frombuffer(data[4 * blocks:], np.uint8)
+    c = np.stack([b & 3, b >> 2 & 3, b >> 4 & 3, b >> 6 & 3], axis=1).reshape(-1)[:count]
+    return np.where(c == 1, s, np.where(c == 2, -s, np.float32(0))).astype("<f4")
+
+
+def values_frame(kind, values, fmt, block=0, tau=0.0):
+    """A DENSE or VALUES frame in format fmt (section 18), as frame() makes
+    float32 ones."""
+    data, _ = encode(values, fmt, block, tau)
+    desc = dict(kind=kind, dtype=FORMATS[fmt], count=len(np.asarray(values).reshape(-1)),
+                bytes=len(data))
+    if block:
+        desc["block"] = block
+    return desc, data
+
+
 class Error(Exception):
     """An ERROR reply: code (an ErrorCode value), name ("SESSION"), text."""
 
@@ -111,10 +204,13 @@ class Reply:
         self.arrays = []
         if len(self.h.frames) != len(parts) - 1:
             raise ValueError(f"{len(self.h.frames)} frames described, {len(parts) - 1} sent")
+        self.raw = parts[1:]
         for d, p in zip(self.h.frames, parts[1:]):
-            size = 8 if d.dtype == pb.DTYPE_FLOAT64 else 4
-            if d.bytes != len(p) or d.bytes != size * d.count:
+            if d.bytes != len(p) or d.bytes != frame_bytes(d.dtype, d.count, d.block):
                 raise ValueError(f"frame of {len(p)} bytes described as {d.count} in {d.bytes}")
+            if d.dtype in (4, 5, 6, 7):  # section 18: shorter values, as float32
+                self.arrays.append(decode(p, d.dtype, d.count, d.block))
+                continue
             dt = {pb.DTYPE_FLOAT32: "<f4", pb.DTYPE_FLOAT64: "<f8"}.get(d.dtype, "<u4")
             self.arrays.append(np.frombuffer(p, dtype=dt))
 
@@ -271,9 +367,14 @@ class Conn:
     def init(self, w, **kw):
         return self.request(pb.INIT, dense(w), **kw)
 
-    def push(self, step, version, g=None, idx=None, values=None, **kw):
-        """PUSH of a dense gradient g, or of idx/values (sparse)."""
+    def push(self, step, version, g=None, idx=None, values=None, fmt=None, block=0, tau=0.0,
+             **kw):
+        """PUSH of a dense gradient g, or of idx/values (sparse); fmt: its values
+        in that shorter format (section 18)."""
         f = dense(g) if g is not None else sparse(idx, values)
+        if fmt is not None:
+            f[-1] = values_frame(pb.FRAME_DENSE if g is not None else pb.FRAME_VALUES,
+                                 g if g is not None else values, fmt, block, tau)
         return self.request(pb.PUSH, f, step=step, param_version=version, **kw)
 
     def push_parts(self, step, version, g, bounds, lo, order=None, seq=None, **kw):
@@ -408,18 +509,19 @@ class Worker:
             self.version[s] = r.h.param_version
         return self.held
 
-    def push(self, step, g=None, idx=None, values=None):
+    def push(self, step, g=None, idx=None, values=None, **fmt):
         """PUSH a dense gradient of the whole model (g), or global idx/values,
-        each shard its part; param_version is the version pulled. Returns the acks."""
+        each shard its part; param_version is the version pulled; fmt: Conn.push's
+        fmt, block and tau (section 18). Returns the acks."""
         acks = []
         for s, (c, (lo, hi)) in enumerate(zip(self.conns, self.ranges)):
             v = self.version[s] or 0
             if g is not None:
-                acks.append(c.push(step, v, g=g[lo:hi]))
+                acks.append(c.push(step, v, g=g[lo:hi], **fmt))
             else:
                 idx = np.asarray(idx, dtype=np.uint32)
                 m = (idx >= lo) & (idx < hi)
-                acks.append(c.push(step, v, idx=idx[m], values=np.asarray(values)[m]))
+                acks.append(c.push(step, v, idx=idx[m], values=np.asarray(values)[m], **fmt))
         return acks
 
     def each(self, name, *args, **kw):

@@ -62,6 +62,7 @@ SENTENCE = {
     "AUTH": "refused by the peer's authentication (CURVE)",
     "SESSION": "request outside the rank's session",
     "FIELD": "a header field contradicts the message or the shard",
+    "ENCODING": "value not allowed by the frame's encoding",
 }
 
 
@@ -749,8 +750,8 @@ class Errors(Case):
         data = ones.tobytes()
         self.refused(c, "FRAMELEN", "frame 0 has unknown kind 9 or dtype 1", pb.PUSH,
                      described(9, 1, 512, 2048, data), step=0)
-        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 4", pb.PUSH,
-                     described(1, 4, 512, 2048, data), step=0)
+        self.refused(c, "FRAMELEN", "frame 0 has unknown kind 1 or dtype 8", pb.PUSH,
+                     described(1, 8, 512, 2048, data), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2047 bytes, frame "
                      "has 2047 bytes", pb.PUSH, described(1, 1, 512, 2047, data[:2047]), step=0)
         self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 2048 bytes, frame "
@@ -1497,6 +1498,137 @@ class SpecGaps(Case):
                                      f"{pb.MsgType.Name(type_)} with {field}")
                     checked += 1
         self.assertGreater(checked, 50)
+
+# --- section 18 ----------------------------------------------------------------------------
+
+
+class Values(Case):
+    """Shorter values: a shard decodes pushes as numpy does (P.encode, P.decode,
+    written from section 18), answers pulls in the job's format with the bytes
+    numpy makes, moves a worker's copy by what it decodes, and refuses what no
+    encoder makes with the codes of section 18, serving on."""
+
+    def rank0(self, seed, **compression):
+        """A job with these [compression] keys, and rank 0 that initialised it
+        with random w0 and pulled: (rank 0, w0, the generator)."""
+        self.start(compression=compression)
+        r = rng(seed)
+        w0 = gradient(r, N, 3.0)
+        wk = self.worker(0)
+        wk.hello()
+        wk.init(w0)
+        wk.pull(0)
+        return wk, w0, r
+
+    def test_pushes_in_every_format_are_applied_as_numpy_decodes_them(self):
+        wk, w0, r = self.rank0(17, values="int8")
+        expect = w0.copy()
+        pushes = [dict(fmt="fp16"), dict(fmt="bf16"), dict(fmt="int8", block=256),
+                  dict(fmt="int8"), dict(fmt="twobit", tau=0.05), dict(fmt="int8", block=7)]
+        for step, fmt in enumerate(pushes):
+            g = gradient(r, N)
+            acks = wk.push(step, g=g, **fmt)
+            self.assertEqual([a.type for a in acks], [pb.PUSH_ACK] * 2, fmt)
+            for lo, hi in wk.ranges:  # each shard's part is a frame of its own
+                data, dec = P.encode(g[lo:hi], fmt["fmt"], fmt.get("block", 0),
+                                     fmt.get("tau", 0))
+                expect[lo:hi] = expect[lo:hi] - F32(LR) * dec
+            got = np.concatenate([self.params(c, step + 1)[0] for c in wk.conns])
+            self.assertEqual(got.tobytes(), expect.tobytes(), fmt)
+        idx = np.array([3, 9, 700], np.uint32)
+        val = gradient(r, 3, 10.0)
+        wk.push(len(pushes), idx=idx, values=val, fmt="int8")
+        for s, (lo, hi) in enumerate(wk.ranges):
+            m = (idx >= lo) & (idx < hi)
+            expect[idx[m]] -= F32(LR) * P.encode(val[m], "int8")[1]
+        got = np.concatenate([self.params(c, 0)[0] for c in wk.conns])
+        self.assertEqual(got.tobytes(), expect.tobytes())
+        # A plain pull of a job with values = int8 is w in int8, blocks of 256 from
+        # each range's start: the bytes numpy makes; an EXACT one is float32.
+        held = wk.pull(0)
+        for s, (lo, hi) in enumerate(wk.ranges):
+            d = wk.replies[s].h.frames[0]
+            self.assertEqual((d.kind, d.dtype, d.count, d.block), (1, 6, hi - lo, 256))
+            data, dec = P.encode(expect[lo:hi], "int8", 256)
+            self.assertEqual(wk.replies[s].raw[0], data)
+            self.assertEqual(held[lo:hi].tobytes(), dec.tobytes())
+
+    def test_delta_pulls_move_the_copy_by_what_was_decoded(self):
+        # Every entry in every delta (pull_density 1), in fp16: what a delta's
+        # rounding took stays in w - mirror and goes out with the next one.
+        wk, w0, r = self.rank0(18, values="fp16", pull="delta", pull_density=1)
+        self.assertEqual(wk.replies[0].h.frames[0].dtype, pb.DTYPE_FLOAT32)  # a first pull
+        other = self.worker(1)  # w itself, by another rank (an EXACT pull resets the mirror)
+        other.hello()
+        mirror = w0.copy()
+        for step in range(5):
+            wk.push(step, g=gradient(r, N, 1e-2))
+            exact = other.pull(step + 1, exact=True).copy()
+            held = wk.pull(step + 1, delta=True).copy()
+            self.assertEqual([k for k in wk.kinds], [[pb.FRAME_INDICES, pb.FRAME_VALUES]] * 2)
+            self.assertEqual([x.h.frames[1].dtype for x in wk.replies], [4, 4])
+            # The shard's mirror moves by fp16(w - mirror), numpy's rounding: what
+            # the last delta's rounding took is in w - mirror, sent with the next.
+            mirror = mirror + P.encode(exact - mirror, "fp16")[1]
+            self.assertEqual(held.tobytes(), mirror.tobytes(), f"step {step}")
+            self.assertLessEqual(float(np.max(np.abs(held - exact))),
+                                 2.0 ** -11 * float(np.max(np.abs(exact - w0))) + 1e-7)
+        # The shard's mirror is the worker's copy, bit for bit: a pull without
+        # DELTA at the same version gets the mirror itself, in float32.
+        for s, (c, (lo, hi)) in enumerate(zip(wk.conns, wk.ranges)):
+            rep = c.pull(1)
+            self.assertEqual(rep.h.frames[0].dtype, pb.DTYPE_FLOAT32)
+            self.assertEqual(rep.arrays[0].tobytes(), held[lo:hi].tobytes())
+
+    def test_malformed_short_values_are_refused_and_the_shard_serves_on(self):
+        self.start()
+        w0 = np.full(N, 0.5, F32)
+        wk = self.worker(0)
+        wk.hello()
+        wk.init(w0)
+        c = wk.conns[0]
+        good = P.values_frame(pb.FRAME_DENSE, np.ones(512, F32), "int8")
+        scale = np.array([0.25], "<f4").tobytes()
+
+        def frame(dtype, data, count=512, block=None, kind=pb.FRAME_DENSE):
+            d = dict(kind=kind, dtype=dtype, count=count, bytes=len(data))
+            if block is not None:
+                d["block"] = block
+            return [(d, data)]
+        codes = bytearray(512)
+        codes[5] = 0x80
+        self.refused(c, "ENCODING", "int8 code -128 at offset 5: codes are -127 to 127", pb.PUSH,
+                     frame(6, scale + bytes(codes)), step=0)
+        neg = np.array([-0.25], "<f4").tobytes()
+        self.refused(c, "ENCODING", "int8 scale -0.25 of block 0 (values 0 on) is negative",
+                     pb.PUSH, frame(6, neg + bytes(512)), step=0)
+        two = scale + np.array([np.nan], "<f4").tobytes()
+        self.refused(c, "NONFINITE", "int8 scale of block 1 (values 256 on) is not finite",
+                     pb.PUSH, frame(6, two + bytes(512), block=256), step=0)
+        bits = bytearray(128)
+        bits[2] = 3 << 4  # the code of value 10
+        self.refused(c, "ENCODING", "twobit code 3 at offset 10: codes are 0, 1 (+tau) and 2 "
+                     "(-tau)", pb.PUSH, frame(7, scale + bytes(bits)), step=0)
+        half = bytearray(1024)
+        half[2 * 7 + 1] = 0x7c  # +Inf at offset 7
+        self.refused(c, "NONFINITE", "fp16 value inf (0x7c00) at offset 7 is not finite",
+                     pb.PUSH, frame(4, bytes(half)), step=0)
+        self.refused(c, "FRAMELEN", "frame 0: header says 512 elements in 515 bytes, frame has "
+                     "515 bytes", pb.PUSH, frame(6, scale[:3] + bytes(512)), step=0)
+        self.refused(c, "FRAMELEN", "frame 0: block 64 on a frame of dtype 4, which has no "
+                     "scales (only INT8 and TWOBIT have)", pb.PUSH,
+                     frame(4, bytes(1024), block=64), step=0)
+        self.refused(c, "FRAMELEN", "frame 0: only DENSE and VALUES frames take the fp16 "
+                     "format", pb.PUSH, frame(4, bytes(4), count=2, kind=pb.FRAME_INDICES)
+                     + [P.frame(pb.FRAME_VALUES, np.ones(2, F32))], step=0)
+        self.refused(c, "FRAMELEN", "a dense frame must hold float32 values", pb.INIT, [good])
+        # Nothing of them was applied, and the shard takes the next good push.
+        self.assertEqual(self.params(c)[0].tobytes(), w0[:512].tobytes())
+        ack = c.request(pb.PUSH, [good], step=0, param_version=0)
+        self.assertEqual((ack.type, ack.h.param_version), (pb.PUSH_ACK, 1))
+        self.assertTrue(np.array_equal(self.params(c)[0], w0[:512] - F32(LR) * F32(1)))
+
+
 
 class Transport(Case):
     def test_a_part_above_8n_plus_64k_bytes_is_dropped_by_zeromq(self):

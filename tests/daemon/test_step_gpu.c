@@ -4,7 +4,8 @@
  * same bytes and hold bit-identical parameters after every step and after the
  * final pull, with Top-k + error feedback + delta pulls, the density schedule,
  * warm-up and periodic dense steps, and also with dense pushes and pulls, the
- * caller changing streams halfway; a non-finite device gradient (top-k or
+ * caller changing streams halfway, and in shorter value formats (int8 Top-k,
+ * twobit, bf16 dense); a non-finite device gradient (top-k or
  * dense step) is refused naming the entry, before anything is sent; an option
  * the device path does not do is refused naming the key. Without a GPU the
  * program exits 77 (SKIP); python/tests/test_extension.py checks the refusals
@@ -199,6 +200,21 @@ START_TEST(dense_push_and_pull_match_the_host_path)
 END_TEST
 
 /* _i 0: a NaN on a top-k step; 1: an Inf on a dense step (warm-up). */
+/* Shorter values (docs/algorithms.md, fewer bits per value): encoded on the host
+ * after the device selects or downloads, and what rounding took goes back into
+ * the device residual, so the two paths keep the same residual bit for bit. */
+START_TEST(shorter_values_match_the_host_path_bit_for_bit)
+{
+    static const char *const cases[] = {
+        "push = topk\ndensity = 0.01\npull = delta\nvalues = int8\nwarmup_steps = 2\n"
+        "correction_every = 6\n",
+        "push = twobit\nthreshold = 0.5\npull = dense\nvalues = fp16\ncorrection_every = 5\n",
+        "push = dense\npull = dense\nvalues = bf16\n",
+    };
+    compare_paths(cases[_i]);
+}
+END_TEST
+
 START_TEST(a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sending)
 {
     char sh[600];
@@ -265,6 +281,7 @@ static Suite *suite(void)
     tcase_add_test(tc, topk_error_feedback_and_delta_pulls_match_the_host_path_bit_for_bit);
     tcase_add_test(tc, topk_without_error_feedback_matches_the_host_path);
     tcase_add_test(tc, dense_push_and_pull_match_the_host_path);
+    tcase_add_loop_test(tc, shorter_values_match_the_host_path_bit_for_bit, 0, 3);
     tcase_add_loop_test(tc, a_nonfinite_device_gradient_is_refused_naming_the_entry_before_sending,
                         0, 2);
     tcase_add_test(tc, options_the_device_path_lacks_are_refused_naming_the_key);

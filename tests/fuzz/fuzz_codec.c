@@ -20,6 +20,9 @@
  *     dcps_codec_dense_to (the client's copy that checks as it copies) gives
  *     dcps_codec_dense's code and sentence, and copies the frame's bytes exactly
  *     when the frame's shape was right, nothing otherwise;
+ *   - a frame of shorter values (proto/quant.h) decodes through the codec as
+ *     dcps_quant_decode decodes it, to finite values its scales allow, and a
+ *     float16 or bfloat16 one encodes back to its own bytes;
  *   - through ZeroMQ, the routing id comes first, every part's data is 8-byte
  *     aligned, the decoding gives the same code and fields with the same
  *     payload bytes, and the message sent back decodes to the same again.
@@ -29,6 +32,7 @@
 #include <zmq.h>
 
 #include "proto/frame.h"
+#include "proto/quant.h"
 #include "tests/fuzz/fuzz.h"
 
 static const size_t whylens[4] = {DCPS_ERROR_TEXT_MAX, 40, 2, 1};
@@ -73,6 +77,7 @@ static void same_fields(const dcps_msg_t *a, const dcps_msg_t *b)
         FUZZ_ASSERT(a->frame[i].kind == b->frame[i].kind);
         FUZZ_ASSERT(a->frame[i].dtype == b->frame[i].dtype);
         FUZZ_ASSERT(a->frame[i].count == b->frame[i].count);
+        FUZZ_ASSERT(a->block[i] == b->block[i]);
         FUZZ_ASSERT(a->payload[i].data == b->payload[i].data);
         FUZZ_ASSERT(a->payload[i].len == b->payload[i].len);
     }
@@ -155,6 +160,53 @@ static void check_sparse(const dcps_msg_t *m, uint64_t lo, uint64_t hi, size_t w
     }
 }
 
+/* A frame of shorter values (proto/quant.h), decoded as a shard does: the same
+ * code as dcps_quant_decode; on success every value finite, of its block's
+ * scale (INT8: |v| <= 127 s; TWOBIT: 0 or ±tau), and FLOAT16 and BFLOAT16
+ * encode back to the same bytes (every finite code is exact in float32). */
+static void check_quant(const dcps_msg_t *m, size_t whylen)
+{
+    enum { ROOM = 1024 };
+    static float room[ROOM], direct[ROOM];
+    static uint8_t again[2 * ROOM];
+    char why[DCPS_ERROR_TEXT_MAX];
+    int f = m->nframes - 1;
+    if (f < 0 || !dcps_quant_is(m->frame[f].dtype) || m->frame[f].count > ROOM)
+        return;
+    const uint32_t dtype = m->frame[f].dtype, block = m->block[f];
+    const size_t n = (size_t)m->frame[f].count;
+    dcps_msg_t q = *m;
+    q.decode_to = room;
+    const float *v;
+    const uint32_t *idx;
+    size_t k;
+    int rc = m->frame[f].kind == DCPS_FRAME_DENSE
+                 ? dcps_codec_dense(&q, n, &v, why, whylen)
+                 : dcps_codec_sparse(&q, 0, (uint64_t)UINT32_MAX + 1, &idx, &v, &k, why, whylen);
+    if (rc != 0) {
+        fuzz_check_failure(rc, why, whylen);
+        return;
+    }
+    FUZZ_ASSERT(dcps_quant_decode(dtype, block, m->payload[f].data, n, direct, why, whylen) == 0);
+    FUZZ_ASSERT(v == room);
+    FUZZ_ASSERT(memcmp(room, direct, n * sizeof *room) == 0);
+    const uint8_t *p = m->payload[f].data;
+    size_t per = block ? block : n;
+    for (size_t i = 0; i < n; i++) {
+        float s;
+        FUZZ_ASSERT(isfinite(room[i]));
+        if (dtype == DCPS_DTYPE_I8 || dtype == DCPS_DTYPE_TWOBIT) {
+            memcpy(&s, p + 4 * (i / per), sizeof s);
+            FUZZ_ASSERT(dtype == DCPS_DTYPE_I8 ? fabsf(room[i]) <= 127.0f * s * 1.000001f
+                                               : room[i] == 0 || fabsf(room[i]) == s);
+        }
+    }
+    if (dtype == DCPS_DTYPE_F16 || dtype == DCPS_DTYPE_BF16) {
+        dcps_quant_encode(dtype, 0, 0, room, n, again, NULL);
+        FUZZ_ASSERT(memcmp(again, p, 2 * n) == 0);
+    }
+}
+
 /* What an accepted message says about its frames. */
 static void check_decoded(const dcps_msg_t *m, const fuzz_parts_t *in, size_t nframes,
                           uint64_t expect)
@@ -167,11 +219,13 @@ static void check_decoded(const dcps_msg_t *m, const fuzz_parts_t *in, size_t nf
     for (int i = 0; i < m->nframes; i++) {
         const dcps_frame_desc_t *d = &m->frame[i];
         FUZZ_ASSERT(d->kind >= DCPS_FRAME_DENSE && d->kind <= DCPS_FRAME_KIND_LAST);
-        FUZZ_ASSERT(d->dtype == DCPS_DTYPE_F32 || d->dtype == DCPS_DTYPE_U32 ||
-                    d->dtype == DCPS_DTYPE_F64);
+        FUZZ_ASSERT(d->dtype >= DCPS_DTYPE_F32 && d->dtype <= DCPS_DTYPE_LAST);
+        FUZZ_ASSERT(!dcps_quant_is(d->dtype) || d->kind == DCPS_FRAME_DENSE ||
+                    d->kind == DCPS_FRAME_VALUES);
+        FUZZ_ASSERT(m->block[i] == 0 || dcps_quant_blocks(d->dtype, 1, 0) == 1);
         FUZZ_ASSERT(m->payload[i].data == in->part[i + 1].data);
         FUZZ_ASSERT(m->payload[i].len == in->part[i + 1].len &&
-                    d->count * (d->dtype == DCPS_DTYPE_F64 ? 8 : 4) == m->payload[i].len);
+                    dcps_quant_bytes(d->dtype, d->count, m->block[i]) == m->payload[i].len);
     }
     dcps_msg_t reply;
     dcps_msg_reply(&reply, m, DCPS_MSG_ERROR);
@@ -277,6 +331,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_dense(&m, 0, whylen);
     check_dense(&m, m.n_params, whylen);
     check_sparse(&m, 0, (uint64_t)UINT32_MAX + 1, whylen);
+    check_quant(&m, whylen);
     check_sparse(&m, 0, 0, whylen);
     if (m.range_lo <= m.range_hi)
         check_sparse(&m, m.range_lo, m.range_hi, whylen);

@@ -9,7 +9,7 @@
  *
  * Input: three bytes that choose the job (mode, update rule, pull, workers 1-3,
  * model size and shard, restored from a checkpoint or not, learning rate,
- * staleness, timeouts: see job()), then messages separated by FUZZ_MSG_SEP. A
+ * staleness, timeouts, [compression] values: see job()), then messages separated by FUZZ_MSG_SEP. A
  * message is one control byte (which of four routing ids, or one from the input;
  * how far the clock moves first; whether a tick follows), then its parts
  * separated by FUZZ_PART_SEP: [routing id,] header, payload frames
@@ -20,7 +20,8 @@
  *     shard sends, an ERROR carries a known code and a sentence, a PULL_REPLY
  *     carries the shard's version and a payload that passes the push checks
  *     (dense: the range's size, or in parts each part's of the split of
- *     docs/protocol.md section 17; delta: indices ascending in the range);
+ *     docs/protocol.md section 17; delta: indices ascending in the range), its
+ *     values in the job's format or float32, decoded as a worker decodes them;
  *   - the version never decreases and moves by at most one; it counts the
  *     applied pushes (async, ssp) or rounds (sync); every accepted push is
  *     counted once in pushes, staleness and apply times;
@@ -119,6 +120,7 @@ static bool job(const uint8_t c[3], dcps_config_t *cfg, int *index)
     cfg->dc_lambda = (c[2] / 8) % 2 ? 2 : 0.04;
     cfg->dead_after_ms = (c[2] / 16) % 2 ? 300 : 1000;
     cfg->heartbeat_ms = (c[2] / 32) % 2 ? 250 : 100;
+    cfg->values = (c[2] / 64) % 4; /* fp32, fp16, bf16, int8: the pull replies' format */
     return restored;
 }
 
@@ -196,9 +198,14 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
         cap.errors++;
         break;
     case DCPS_MSG_PULL_REPLY: {
+        static float room[256]; /* the largest range of job()'s sizes */
         const float *v;
         const uint32_t *idx;
         size_t k;
+        d.decode_to = room; /* values in the job's format (section 18), as a worker takes them */
+        FUZZ_ASSERT(job_cfg->values != DCPS_VALUES_FP32 ||
+                    d.frame[d.nframes > 0 ? d.nframes - 1 : 0].dtype == DCPS_DTYPE_F32 ||
+                    d.nframes == 0);
         FUZZ_ASSERT(s.initialized && d.rank < (uint32_t)job_cfg->workers);
         FUZZ_ASSERT(d.param_version == s.version);
         FUZZ_ASSERT(d.range_lo == s.range.lo && d.range_hi == s.range.hi);
@@ -211,6 +218,8 @@ static int capture(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *rep
             rc = dcps_codec_dense(&d, s.n, &v, why, sizeof why);
         else
             rc = dcps_codec_sparse(&d, s.range.lo, s.range.hi, &idx, &v, &k, why, sizeof why);
+        if (rc != 0 && trace)
+            fprintf(stderr, "  the reply does not decode: %s\n", why);
         FUZZ_ASSERT(rc == 0);
         break;
     }

@@ -3,11 +3,13 @@
  *   tests/fuzz/seeds DIR
  *
  * Writes DIR/codec/ (one valid message each: every type a worker or a shard
- * sends, dense and sparse payloads, PULL with and without DELTA and EXACT) and
+ * sends, dense and sparse payloads, PULL with and without DELTA and EXACT, pushes
+ * and replies in each shorter value format) and
  * DIR/router/ (whole conversations of a 1- or 2-worker job in each mode: HELLO,
  * INIT, PULL, dense and sparse PUSH, delta pulls, HEARTBEAT, BARRIER, DONE, BYE,
- * a worker that falls silent and comes back, and dense pushes and replies in
- * parts with a part out of order and one retried), in the input formats of
+ * a worker that falls silent and comes back, dense pushes and replies in
+ * parts with a part out of order and one retried, and jobs with [compression]
+ * values whose workers push in the shorter formats), in the input formats of
  * tests/fuzz/fuzz_codec.c and tests/fuzz/fuzz_router.c. `make fuzz-seeds` writes
  * them into the source tree's tests/fuzz/corpus/, where they are kept. */
 #include <errno.h>
@@ -18,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "common/shardmap.h"
+#include "proto/quant.h"
 #include "tests/fuzz/fuzz.h"
 
 /* An input being built. */
@@ -170,6 +173,30 @@ static void codec_seeds(const char *dir)
     m.has = DCPS_HAS_PART, m.part = 0, m.parts = 2, m.part_lo = 0, m.part_hi = 32;
     dense(&m, 32);
     codec_seed(dir, "pull_reply_part", 1, &m);
+    /* Shorter values (docs/protocol.md, 17): a push and a reply in each format. */
+    static const char *const qname[] = {"fp16", "bf16", "int8", "twobit"};
+    static uint8_t qbuf[4][4 * 4 + 256 * 2];
+    for (uint32_t t = DCPS_DTYPE_F16; t <= DCPS_DTYPE_LAST; t++) {
+        uint8_t *b = qbuf[t - DCPS_DTYPE_F16];
+        uint32_t block = t == DCPS_DTYPE_I8 ? 64 : 0;
+        char name[64];
+        m = msg(DCPS_MSG_PUSH, 1, 9);
+        m.step = 1;
+        dense(&m, 256);
+        dcps_quant_encode(t, block, 0.25f, values, 256, b, NULL);
+        m.frame[0].dtype = t;
+        m.block[0] = block;
+        m.payload[0] = (dcps_buf_t){b, (size_t)dcps_quant_bytes(t, 256, block)};
+        snprintf(name, sizeof name, "push_dense_%s", qname[t - DCPS_DTYPE_F16]);
+        codec_seed(dir, name, 1, &m);
+        m = msg(DCPS_MSG_PULL_REPLY, 0, 9);
+        sparse(&m, 0, 64);
+        m.frame[1].dtype = t;
+        m.payload[1] = (dcps_buf_t){b, (size_t)dcps_quant_bytes(t, 4, 0)};
+        dcps_quant_encode(t, 0, 0.25f, sparse_val, 4, b, NULL);
+        snprintf(name, sizeof name, "pull_reply_delta_%s", qname[t - DCPS_DTYPE_F16]);
+        codec_seed(dir, name, 1, &m);
+    }
     m = msg(DCPS_MSG_BARRIER, 0, 5);
     m.step = 3;
     codec_seed(dir, "barrier", 1, &m);
@@ -196,6 +223,8 @@ typedef struct {
     int workers, size; /* size: the row of job()'s table */
     bool fast;         /* heartbeat 250, dead after 300 ms */
     bool parts;        /* dense pushes in 3 parts (2, 0, 0 again, 1), replies asked in 2 */
+    int values;        /* [compression] values: 0 fp32, 1 fp16, 2 bf16, 3 int8; the
+                          pushes then alternate the shorter formats too */
 } job_t;
 
 static const struct {
@@ -239,6 +268,21 @@ static void push_parts(conv_t *c, uint32_t rank, const dcps_msg_t *m, dcps_range
     }
 }
 
+/* m's values (its last frame, float32) in the shorter format dtype, into a
+ * buffer of its own per format (a conversation's pushes are written at once). */
+static void shorter(dcps_msg_t *m, uint32_t dtype)
+{
+    static uint8_t buf[4][4 * 4 + 256 * 2];
+    uint8_t *b = buf[dtype - DCPS_DTYPE_F16];
+    int f = m->nframes - 1;
+    size_t n = (size_t)m->frame[f].count;
+    uint32_t block = dtype == DCPS_DTYPE_I8 && n > 64 ? 64 : 0;
+    dcps_quant_encode(dtype, block, 0.25f, m->payload[f].data, n, b, NULL);
+    m->frame[f].dtype = dtype;
+    m->block[f] = block;
+    m->payload[f] = (dcps_buf_t){b, (size_t)dcps_quant_bytes(dtype, n, block)};
+}
+
 static void conversation(const char *dir, const char *name, const job_t *j, int steps, bool silent)
 {
     conv_t c = {.o = {.len = 0}, .first = true};
@@ -251,7 +295,7 @@ static void conversation(const char *dir, const char *name, const job_t *j, int 
 
     put_byte(&c.o, (uint8_t)(j->mode + 3 * j->opt + 12 * j->delta + 24 * j->restored));
     put_byte(&c.o, (uint8_t)(j->workers - 1 + 3 * j->size));
-    put_byte(&c.o, (uint8_t)(j->fast ? 16 + 32 : 0));
+    put_byte(&c.o, (uint8_t)((j->fast ? 16 + 32 : 0) + 64 * j->values));
 
     for (uint32_t r = 0; r < (uint32_t)j->workers; r++) {
         m = msg(DCPS_MSG_HELLO, r, 0);
@@ -286,6 +330,8 @@ static void conversation(const char *dir, const char *name, const job_t *j, int 
                 sparse(&m, range.lo, range.hi);
             else
                 dense(&m, n);
+            if (j->values) /* each push in another shorter format */
+                shorter(&m, DCPS_DTYPE_F16 + (uint32_t)(step + (int)r) % 4);
             /* A worker that falls silent for longer than dead_after_ms
              * in the middle, and comes back. */
             say(&c, r, silent && step == 1 && r == 0 ? 7 : 1, &m);
@@ -349,6 +395,14 @@ static void router_seeds(const char *dir)
         dir, "parts_silent_sync_2w",
         &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true, .parts = true}, 3,
         true);
+    conversation(dir, "values_fp16_async_2w_delta",
+                 &(job_t){.mode = 0, .opt = 0, .delta = true, .workers = 2, .size = 2, .values = 1},
+                 4, false);
+    conversation(dir, "values_int8_sync_2w",
+                 &(job_t){.mode = 1, .opt = 2, .workers = 2, .size = 2, .values = 3}, 4, false);
+    conversation(dir, "values_bf16_ssp_1w_delta",
+                 &(job_t){.mode = 2, .opt = 1, .delta = true, .workers = 1, .size = 1, .values = 2},
+                 4, false);
     conversation(dir, "silent_sync_2w",
                  &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true}, 3, true);
     conversation(
