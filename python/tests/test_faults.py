@@ -13,6 +13,8 @@ reached both shards exactly once, and a rank that ends on another model than
 the others (it was declared dead as they passed the final barrier) is told so.
 Also: every process killed at once and started again (sync), and the two
 shards reloading a new lr at different moments (sync: one round for both).
+Async and ssp jobs push and pull in 4 parts, so a fault can land between the
+parts of one push.
 
 make check runs SEEDS seeds of each fault in each mode (short jobs);
 bench/faults.sh runs many more through run_fault() and records them.
@@ -60,7 +62,12 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints."""
     rng = random.Random(seed)
-    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit, compression={"pull": pull},
+    # Async and ssp pushes and replies go in 4 parts (docs/protocol.md section 17), so
+    # that a fault can land between the parts of a push; sync jobs with checkpoints
+    # send whole.
+    parts = 1 if mode == "sync" else 4
+    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
+                                compression={"pull": pull, "parts": parts},
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
     try:
         procs = [job.spawn_c_worker(r) for r in range(3)]
