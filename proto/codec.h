@@ -102,6 +102,7 @@ enum dcps_field {
     DCPS_HAS_SESSION = 1u << 12,
     DCPS_HAS_LR = 1u << 13,
     DCPS_HAS_PART = 1u << 14, /* any of part, parts, part_lo, part_hi */
+    DCPS_HAS_CHECKPOINT = 1u << 15,
 };
 
 /* A message with its header fields decoded. On the receiving side payload[]
@@ -130,6 +131,7 @@ typedef struct {
      * a PULL's `parts` asks for its reply in parts. All four are sent together. */
     uint32_t part, parts;
     uint64_t part_lo, part_hi;
+    uint64_t checkpoint; /* ROUND: a follower's newest checkpoint; from shard 0, the common one */
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];

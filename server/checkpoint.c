@@ -410,18 +410,28 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-/* Removes all but the newest `keep` of the n checkpoints in e (newest first). */
-static void prune(const char *dir, const entry_t *e, size_t n, size_t keep)
+/* Removes all but the newest `keep` of the n checkpoints in e (newest first),
+ * and those of version `hold` (0: none), and drops the removed ones from e.
+ * Returns how many e lists then. */
+static size_t prune(const char *dir, entry_t *e, size_t n, size_t keep, uint64_t hold)
 {
-    for (size_t i = keep; i < n; i++) {
+    size_t kept = keep < n ? keep : n;
+    for (size_t i = kept; i < n; i++) {
         char path[DCPS_PATH_MAX + 256];
-        if (join(path, sizeof path, dir, e[i].name, "") != 0)
+        if (hold && e[i].version == hold) {
+            e[kept++] = e[i];
             continue;
-        if (unlink(path) != 0)
+        }
+        if (join(path, sizeof path, dir, e[i].name, "") != 0)
+            DCPS_WARN("cannot remove old checkpoint %s in %s: the path is too long", e[i].name,
+                      dir);
+        else if (unlink(path) != 0)
             DCPS_WARN("cannot remove old checkpoint %s: %s", path, strerror(errno));
         else
             DCPS_DEBUG("removed old checkpoint %s", path);
+        free(e[i].name);
     }
+    return kept;
 }
 
 uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
@@ -483,8 +493,8 @@ static int publish(const char *dir, const char *tmp, const char *final, char *pa
 }
 
 int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
-                         const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
-                         char *err, size_t errlen)
+                         const dcps_consistency_t *cons, int keep, uint64_t hold, char *path,
+                         size_t pathlen, char *err, size_t errlen)
 {
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     const size_t tsize = tail_size(st.workers, DCPS_CHECKPOINT_FORMAT);
@@ -506,13 +516,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
      * the oldest go before it is written, not after (a full disk would
      * otherwise never get them back). With keep = 1 the only one stays until
      * the new one is in place: a crash or a full disk must not leave none. */
-    size_t room = keep > 1 ? (size_t)keep - 1 : 1;
-    if (n > room) {
-        prune(dir, e, n, room);
-        for (size_t i = room; i < n; i++) /* their entries go with them */
-            free(e[i].name);
-        n = room;
-    }
+    n = prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 1, hold);
     header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
     h.payload_len += gbytes + bbytes;
     h.seq = n ? e[0].seq + 1 : 1;
@@ -539,7 +543,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         (rc = publish(dir, tmp, final, path, pathlen, err, errlen)) != 0)
         goto out;
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
-    prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 0);
+    n = prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 0, hold);
 out:
     free(tail);
     free_entries(e, n);

@@ -74,14 +74,16 @@ uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s);
  * dir fsync'd. It first removes temporary files a crash left and, with keep ≥ 2,
  * all but the newest keep − 1 checkpoints of this shard, so that the directory
  * never needs room for more than `keep` files; with keep = 1 the old one is
- * removed only once the new one is in place (room for 2). The new file's path goes to
+ * removed only once the new one is in place (room for 2). A checkpoint of
+ * version `hold` (nonzero: the newest one every shard of a sync job holds,
+ * server/rounds.h) is never removed: room for one more. The new file's path goes to
  * path (if not NULL). Returns 0; DCPS_E_IO if the checkpoint could not be
  * written (nothing of it stays in dir, unless only the directory's fsync
  * failed), DCPS_E_NOMEM, or DCPS_E_INVAL if a path is too long. Pruning
  * failures are logged, not returned. s and cons are not changed. */
 int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_shard_t *s,
-                         const dcps_consistency_t *cons, int keep, char *path, size_t pathlen,
-                         char *err, size_t errlen);
+                         const dcps_consistency_t *cons, int keep, uint64_t hold, char *path,
+                         size_t pathlen, char *err, size_t errlen);
 
 /* Restores the newest usable checkpoint of shard s->index in dir into s, as
  * dcps_shard_new left it (never initialised), and into cons (initialised for

@@ -63,6 +63,12 @@ struct dcps_daemon {
     int final_rc;            /* of the checkpoint written on SIGTERM */
 };
 
+/* Whether this shard agrees its sync rounds with others (server/rounds.h). */
+static bool agrees_rounds(const dcps_config_t *cfg)
+{
+    return cfg->mode == DCPS_MODE_SYNC && cfg->n_shards > 1;
+}
+
 static void schedule_checkpoints(dcps_daemon_t *d);
 static void log_checkpoint_room(const dcps_daemon_t *d);
 
@@ -240,12 +246,13 @@ static void log_checkpoint_room(const dcps_daemon_t *d)
     char a[32], b[32], c[32];
     if (!*cfg->checkpoint_dir || !dcps_shard_stats(d->shard).n_params)
         return;
-    int files = cfg->checkpoint_keep > 1 ? cfg->checkpoint_keep : 2;
+    /* keep, and in a sync job of several shards the one every shard holds */
+    int files = (cfg->checkpoint_keep > 1 ? cfg->checkpoint_keep : 2) + agrees_rounds(cfg);
     double one = (double)dcps_checkpoint_bytes(d->shard), need = one * files;
     double have = free_bytes(cfg->checkpoint_dir);
     dcps_log(have >= 0 && have < need ? DCPS_LOG_WARNING : DCPS_LOG_INFO,
-             "checkpoints: %s each; keep = %d needs %s in %s, which has %s free", megabytes(one, a, sizeof a),
-             cfg->checkpoint_keep, megabytes(need, b, sizeof b), cfg->checkpoint_dir,
+             "checkpoints: %s each; %d of them (keep = %d) need %s in %s, which has %s free",
+             megabytes(one, a, sizeof a), files, cfg->checkpoint_keep, megabytes(need, b, sizeof b), cfg->checkpoint_dir,
              have >= 0 ? megabytes(have, c, sizeof c) : "an unknown amount");
 }
 
@@ -515,12 +522,6 @@ static int curve_server(void *sock, const uint8_t *secret)
         zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, DCPS_ZAP_DOMAIN, strlen(DCPS_ZAP_DOMAIN)) != 0)
         return -1;
     return 0;
-}
-
-/* Whether this shard agrees its sync rounds with others (server/rounds.h). */
-static bool agrees_rounds(const dcps_config_t *cfg)
-{
-    return cfg->mode == DCPS_MODE_SYNC && cfg->n_shards > 1;
 }
 
 /* Sync mode with several shards: shard 0 admits the shards' own key (theirs

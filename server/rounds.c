@@ -40,8 +40,9 @@ void dcps_rounds_free(dcps_rounds_t *t)
 }
 
 void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool *held,
-                        double now)
+                        uint64_t newest, double now)
 {
+    t->offer_newest[shard] = newest;
     memcpy(&t->held[(size_t)shard * (size_t)t->workers], held, (size_t)t->workers * sizeof *held);
     t->round[shard] = round;
     t->reported[shard] = true;
@@ -56,6 +57,18 @@ void dcps_rounds_offer(dcps_rounds_t *t, int shard, size_t count, uint64_t newes
     t->reported[shard] = true;
     t->running[shard] = false;
     t->heard[shard] = now;
+}
+
+uint64_t dcps_rounds_common(const dcps_rounds_t *t, uint64_t own)
+{
+    uint64_t common = own;
+    for (int s = 1; s < t->shards; s++) {
+        if (!t->reported[s])
+            return 0;
+        if (t->offer_newest[s] < common)
+            common = t->offer_newest[s];
+    }
+    return common;
 }
 
 enum dcps_cut dcps_rounds_cut(const dcps_rounds_t *t, size_t count, uint64_t newest,

@@ -45,7 +45,8 @@ typedef struct {
     double *heard;    /* per shard: when it last reported (ms) */
     bool *running;    /* per shard: its last report was of a running shard, not an offer */
     size_t *offer_count;   /* per shard: its checkpoints, while it waits to restore */
-    uint64_t *offer_newest; /* and the newest one's version */
+    uint64_t *offer_newest; /* per shard: its newest checkpoint's version (offers and
+                               reports; 0: none) */
     /* The last round the leader closed, for followers that have not applied it. */
     bool closed_any;
     uint64_t closed;  /* its number */
@@ -58,10 +59,18 @@ typedef struct {
 int dcps_rounds_init(dcps_rounds_t *t, int shards, int workers);
 void dcps_rounds_free(dcps_rounds_t *t);
 
-/* Follower `shard` reports at now that its open round is `round` and that it
- * holds the pushes of the ranks set in held (workers entries) for it. */
+/* Follower `shard` reports at now that its open round is `round`, that it
+ * holds the pushes of the ranks set in held (workers entries) for it, and that
+ * its newest checkpoint is of version `newest` (0: none). */
 void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool *held,
-                        double now);
+                        uint64_t newest, double now);
+
+/* The newest checkpoint version every shard holds, as far as the leader knows:
+ * the oldest of the shards' newest (the leader's own is `own`), since every
+ * shard checkpoints after the same rounds and none removes its checkpoint of
+ * this version (docs/algorithms.md, "Restarts"). 0 while a follower has not
+ * reported or a shard holds none. */
+uint64_t dcps_rounds_common(const dcps_rounds_t *t, uint64_t own);
 
 /* Follower `shard` has not restored yet (it started with [server] checkpoint_dir)
  * and offers its checkpoints: count of them, the newest one's version. */

@@ -103,7 +103,8 @@ struct dcps_router {
     /* A restart of a sync job's shards resumes at a round all of them hold. */
     bool settled;             /* restored (or fresh), serving workers */
     size_t ckpt_count;        /* until then: its checkpoints */
-    uint64_t ckpt_newest;     /* and the newest one's version */
+    uint64_t ckpt_newest;     /* the newest one's version (then: the newest it wrote) */
+    uint64_t ckpt_common;     /* the newest version every shard holds: never pruned */
     dcps_router_restore_fn *restore_fn; /* restores one (dcps_router_defer_restore) */
     void *restore_data;
     bool cut_valid;           /* leader: it restored at cut, and has closed no round since */
@@ -459,6 +460,8 @@ static void report(dcps_router_t *r)
         m.flags = DCPS_FLAG_RESTORE;
         m.step = r->ckpt_count;
         m.param_version = r->ckpt_newest;
+    } else {
+        m.checkpoint = r->ckpt_newest;
     }
     if (dcps_frames_send(r->peer, NULL, &m, NULL, NULL, ZMQ_DONTWAIT) < 0)
         DCPS_DEBUG("ROUND to shard 0 not sent: %s", zmq_strerror(errno));
@@ -480,6 +483,7 @@ static void send_close(dcps_router_t *r, int s)
     round_msg(r, &m, t->closed, t->members);
     m.lr = t->lr;
     m.flags = t->checkpoint ? DCPS_FLAG_CHECKPOINT : 0;
+    m.checkpoint = r->ckpt_common = dcps_rounds_common(t, r->ckpt_newest);
     to_follower(r, s, &m);
 }
 
@@ -621,7 +625,7 @@ static int on_round(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
                          r->cut_valid && r->cut < m->param_version ? r->cut : m->param_version);
         return 0;
     }
-    dcps_rounds_report(&r->rounds, (int)m->shard, m->step, r->members, now_ms(r));
+    dcps_rounds_report(&r->rounds, (int)m->shard, m->step, r->members, m->checkpoint, now_ms(r));
     if (!r->settled)
         lead_restore(r);
     snprintf(who, sizeof who, "shard %u", m->shard);
@@ -654,6 +658,7 @@ static int follow(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whyle
             report(r);
         return 0;
     }
+    r->ckpt_common = m->checkpoint;
     if (!r->settled || m->step < r->cons.round || !shard_now(r).initialized)
         return 0; /* applied already */
     if (m->step > r->cons.round)
@@ -1816,11 +1821,13 @@ int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, si
     const dcps_config_t *cfg = r->cfg;
     dcps_shard_settle(r->shard); /* the parts of a push that came so far, into w */
     int rc = dcps_checkpoint_save(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
-                                  cfg->checkpoint_keep, path, pathlen, err, errlen);
-    if (rc != 0)
+                                  cfg->checkpoint_keep, r->ckpt_common, path, pathlen, err, errlen);
+    if (rc != 0) {
         r->checkpoint_failures++;
-    else
+    } else {
         r->checkpoint_time = (int64_t)time(NULL);
+        r->ckpt_newest = shard_now(r).version;
+    }
     return rc;
 }
 

@@ -180,11 +180,17 @@ static void assert_same(const box_t *a, const box_t *b)
     assert_same_but(a, b, true);
 }
 
+/* Saves b, never removing a checkpoint of version hold (0: none). */
+static void save_holding(const box_t *b, int keep, uint64_t hold, char *path)
+{
+    int rc = dcps_checkpoint_save(ckdir(), &b->cfg, b->s, &b->cons, keep, hold, path, 1024, err,
+                                  sizeof err);
+    ck_assert_msg(rc == 0, "save: %s", err);
+}
+
 static void save(const box_t *b, int keep, char *path)
 {
-    int rc =
-        dcps_checkpoint_save(ckdir(), &b->cfg, b->s, &b->cons, keep, path, 1024, err, sizeof err);
-    ck_assert_msg(rc == 0, "save: %s", err);
+    save_holding(b, keep, 0, path);
 }
 
 /* Restores into a fresh box (same job and overrides); returns the code. */
@@ -755,6 +761,45 @@ START_TEST(pruning_keeps_exactly_keep_checkpoints)
 }
 END_TEST
 
+START_TEST(the_checkpoint_every_shard_holds_is_never_pruned)
+{
+    /* A sync job's shards keep the newest version all of them hold (here the
+     * second one written, as if another shard's newest were that) beyond keep,
+     * until a newer common one exists. */
+    box_t a;
+    char p[5][1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    uint64_t common = 0, newest = 0;
+    for (int i = 0; i < 5; i++) {
+        train(&a, i, 1);
+        save_holding(&a, 2, common, p[i]);
+        newest = dcps_shard_stats(a.s).version;
+        if (i == 1)
+            common = newest;
+    }
+    ck_assert_int_eq(count(".ckpt"), 3); /* keep = 2, and the common one */
+    ck_assert_int_eq(access(p[1], F_OK), 0);
+    ck_assert_int_eq(access(p[0], F_OK) != 0 && access(p[2], F_OK) != 0, 1);
+    ck_assert_int_eq(access(p[3], F_OK) == 0 && access(p[4], F_OK) == 0, 1);
+    /* Restoring that version finds it. */
+    box_t b;
+    box_new(&b, NULL, 0);
+    char got[1024];
+    ck_assert_int_eq(dcps_checkpoint_restore_version(ckdir(), &b.cfg, b.s, &b.cons, common, got,
+                                                     sizeof got, err, sizeof err),
+                     1);
+    ck_assert_str_eq(got, p[1]);
+    /* Once a newer one is common, the old one goes at the next save. */
+    train(&a, 5, 1);
+    save_holding(&a, 2, newest, NULL);
+    ck_assert_int_ne(access(p[1], F_OK), 0);
+    ck_assert_int_eq(count(".ckpt"), 2);
+    box_free(&b);
+    box_free(&a);
+}
+END_TEST
+
 START_TEST(no_temporary_file_is_left_behind)
 {
     box_t a;
@@ -870,6 +915,7 @@ int main(void)
     tcase_add_test(tc, empty_directory_means_starting_fresh);
     tcase_add_test(tc, restore_into_a_shard_that_has_parameters_is_refused);
     tcase_add_test(tc, pruning_keeps_exactly_keep_checkpoints);
+    tcase_add_test(tc, the_checkpoint_every_shard_holds_is_never_pruned);
     tcase_add_test(tc, no_temporary_file_is_left_behind);
     tcase_add_test(tc, after_a_restore_every_worker_is_answered_dense_once);
     tcase_add_test(tc, prepare_creates_checks_and_refuses_the_directory);

@@ -33,7 +33,7 @@ static void teardown(void)
 static void follower_holds(uint64_t round, bool r0, bool r1, bool r2)
 {
     const bool held[3] = {r0, r1, r2};
-    dcps_rounds_report(&t, 1, round, held, 0);
+    dcps_rounds_report(&t, 1, round, held, 0, 0);
 }
 
 START_TEST(a_round_closes_only_with_pushes_every_shard_holds)
@@ -129,6 +129,25 @@ static dcps_shard_t *sync_shard(void)
     return s;
 }
 
+START_TEST(the_common_checkpoint_is_the_oldest_newest_once_every_shard_said)
+{
+    /* Not known until the follower has reported: the leader's own newest
+     * alone would let the follower remove a checkpoint only it lacks. */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 60), 0);
+    const bool none[3] = {false, false, false};
+    dcps_rounds_report(&t, 1, 61, none, 40, 0);
+    ck_assert_uint_eq(dcps_rounds_common(&t, 60), 40); /* the follower is behind */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 30), 30); /* the leader is */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 0), 0);   /* the leader holds none */
+    dcps_rounds_report(&t, 1, 62, none, 60, 0);        /* it wrote one since */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 60), 60);
+    dcps_rounds_report(&t, 1, 63, none, 0, 0); /* restarted with none: nothing in common */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 60), 0);
+    dcps_rounds_offer(&t, 1, 2, 50, 0); /* an offer counts as its report */
+    ck_assert_uint_eq(dcps_rounds_common(&t, 60), 50);
+}
+END_TEST
+
 START_TEST(a_push_left_out_is_taken_back_out_of_the_sum)
 {
     dcps_shard_t *s = sync_shard(), *ref = sync_shard();
@@ -171,6 +190,7 @@ int main(void)
     tcase_add_test(tc, a_rank_the_leader_does_not_count_never_holds_a_round_up);
     tcase_add_test(tc, a_dead_ranks_push_held_everywhere_is_a_member);
     tcase_add_test(tc, the_digest_tells_rounds_and_members_apart);
+    tcase_add_test(tc, the_common_checkpoint_is_the_oldest_newest_once_every_shard_said);
     suite_add_tcase(s, tc);
     tc = tcase_create("shard");
     tcase_add_test(tc, a_push_left_out_is_taken_back_out_of_the_sum);

@@ -907,6 +907,7 @@ class Fields(Case):
                 (pb.PULL, {"error_code": 10}, "PULL carries error_code, a field of ERROR only"),
                 (pb.PULL, {"error_text": "x"}, "PULL carries error_text, a field of ERROR only"),
                 (pb.PUSH, {"lr": 0.5}, "PUSH carries lr 0.5, a field of PULL_REPLY only"),
+                (pb.PULL, {"checkpoint": 12}, "PULL carries checkpoint 12, a field of ROUND only"),
                 (pb.BARRIER, {"flags": pb.FLAG_DELTA, "step": 1},
                  "BARRIER with flags 8: it has no flags"),
                 (pb.PULL, {"flags": pb.FLAG_DUPLICATE},
@@ -1478,7 +1479,7 @@ class SpecGaps(Case):
         for f in ("protocol", "type", "job_id", "rank", "seq", "shard", "param_version"):
             self.assertTrue(w.h.HasField(f), f)
         self.assertEqual((w.h.shard, w.h.param_version), (0, 0))
-        for f in ("initialized", "step", "flags", "want", "error_code", "lr"):
+        for f in ("initialized", "step", "flags", "want", "error_code", "lr", "checkpoint"):
             self.assertFalse(w.h.HasField(f), f)
         e = c.request(pb.PULL, check=False)  # NOTREADY
         self.assertTrue(e.h.HasField("param_version") and e.h.param_version == 0)
@@ -1488,7 +1489,8 @@ class SpecGaps(Case):
         self.start()
         c = self.joined(0, init=np.zeros(N, F32))
         values = {"initialized": True, "workers": 1, "error_code": 1, "error_text": "x",
-                  "lr": 0.5, "flags": 8, "want": 5, "step": 3, "param_version": 2}
+                  "lr": 0.5, "flags": 8, "want": 5, "step": 3, "param_version": 2,
+                  "checkpoint": 12}
         checked = 0
         for field, cells in table_of_section_6().items():
             for type_, cell in cells.items():

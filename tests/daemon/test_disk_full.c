@@ -9,7 +9,8 @@
  * counted in dcps_checkpoint_failures_total, and the shard goes on serving its
  * worker to the end. A restart restores the newest good one and says how old
  * it is. Where this process may not mount (no CAP_SYS_ADMIN, a container), the
- * test is skipped with status 77. */
+ * test is skipped with status 77. The second test gives a sync job of two
+ * shards a shard whose checkpoint_dir is that tmpfs, then makes it read-only. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -162,6 +163,128 @@ START_TEST(checkpoints_fit_in_keep_files_and_a_full_disk_is_counted_and_survived
 }
 END_TEST
 
+/* The newest checkpoint version in dir of shard `shard` (its file names:
+ * shard-<index>-<seq>-v<version>.ckpt), 0 if none. */
+static unsigned long long newest_in(const char *dir, int shard, int *files)
+{
+    char prefix[32];
+    unsigned long long best = 0;
+    snprintf(prefix, sizeof prefix, "shard-%d-", shard);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    *files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *v = strstr(e->d_name, "-v");
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !v || len < 5 ||
+            strcmp(e->d_name + len - 5, ".ckpt") != 0)
+            continue;
+        (*files)++;
+        unsigned long long version = strtoull(v + 2, NULL, 10);
+        if (version > best)
+            best = version;
+    }
+    closedir(d);
+    return best;
+}
+
+/* Whether dir holds shard `shard`'s checkpoint of version. */
+static bool holds(const char *dir, int shard, unsigned long long version)
+{
+    char name[64];
+    snprintf(name, sizeof name, "-v%012llu.ckpt", version);
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name), n = strlen(name);
+        found |= strncmp(e->d_name, "shard-", 6) == 0 && atoi(e->d_name + 6) == shard &&
+                 len > n && strcmp(e->d_name + len - n, name) == 0;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A sync job of two shards whose shard 1 cannot write checkpoints any more (its
+ * checkpoint_dir is the tmpfs, made read-only): shard 0 keeps writing its own, with
+ * checkpoint_keep = 1, but never removes its checkpoint of shard 1's newest
+ * version, the newest both hold; so after everything is killed and started
+ * again, both shards resume there, instead of waiting for a version shard 0
+ * pruned. */
+START_TEST(a_sync_job_keeps_the_checkpoint_every_shard_holds_when_one_cannot_write)
+{
+    char text[1024], dir0[512], ep[2][256], shards[600];
+    static char job0[512], job1[512];
+    snprintf(dir0, sizeof dir0, "%s/ckpt0", h_dir());
+    DIR *d = opendir(ckpt); /* what the test before left on the tmpfs */
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", ckpt, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    for (int s = 0; s < 2; s++) {
+        snprintf(text, sizeof text,
+                 "[job]\nname = common\nworkers = 1\nmode = sync\n"
+                 "[servers]\nshards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n"
+                 "[model]\nparams = 50000\n"
+                 "[data]\nbatch_size = 32\nepochs = 400\ntrain_limit = 6400\n"
+                 "[worker]\ncompute_ms = 5\nlog_every = 50\n"
+                 "[server]\ncheckpoint_dir = %s\ncheckpoint_every = 1\ncheckpoint_keep = 1\n",
+                 s ? ckpt : dir0);
+        snprintf(s ? job1 : job0, sizeof job0, "%s", h_write(s ? "common1.ini" : "common0.ini", text));
+    }
+    pid_t srv[2];
+    for (int s = 0; s < 2; s++) {
+        srv[s] = h_server(s ? job1 : job0, s, ep[s]);
+        ck_assert_int_gt(srv[s], 0);
+    }
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep[0], ep[1]);
+    const char *argv[] = {"--config", job0, "--rank", "0", "--set", shards, NULL};
+    pid_t w = h_spawn("dcps-worker", "w0", argv);
+    const char *log0 = h_path("server0", "err"), *log1 = h_path("server1", "err");
+    ck_assert_msg(wait_count(log1, "periodic checkpoint", 2), "shard 1 said: %s", h_slurp(log1));
+
+    /* Shard 1's file system read-only: its writes fail from now on. */
+    ck_assert_int_eq(mount("none", ckpt, NULL, MS_REMOUNT | MS_RDONLY, "size=1100k"), 0);
+    ck_assert_msg(wait_count(log1, "failed", 1), "shard 1 said: %.300s", h_slurp(log1));
+    int files;
+    unsigned long long common = newest_in(ckpt, 1, &files);
+    ck_assert_uint_gt(common, 0);
+    /* Shard 0 goes on writing newer ones, and keeps that one too. */
+    int written = count_of(h_slurp(log0), "periodic checkpoint");
+    ck_assert_msg(wait_count(log0, "periodic checkpoint", written + 3), "shard 0 said: %s",
+                  h_slurp(log0));
+    ck_assert_uint_gt(newest_in(dir0, 0, &files), common);
+    ck_assert_msg(holds(dir0, 0, common), "shard 0 removed version %llu, the newest shard 1 holds",
+                  common);
+    ck_assert_int_eq(files, 2); /* keep = 1, and the common one */
+
+    /* A power cut, then everything again: both resume at that version. */
+    kill(w, SIGKILL);
+    for (int s = 0; s < 2; s++)
+        kill(srv[s], SIGKILL);
+    h_wait(w, 10000);
+    for (int s = 0; s < 2; s++)
+        h_wait(srv[s], 10000);
+    ck_assert_int_eq(mount("none", ckpt, NULL, MS_REMOUNT, "size=1100k"), 0);
+    for (int s = 0; s < 2; s++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "server%d", s);
+        unlink(h_path(tag, "err"));
+        srv[s] = h_server(s ? job1 : job0, s, ep[s]);
+        ck_assert_int_gt(srv[s], 0);
+    }
+    char want[96];
+    snprintf(want, sizeof want, "every shard resumes at version %llu", common);
+    ck_assert_msg(wait_count(log0, want, 1), "shard 0 said: %s", h_slurp(log0));
+    for (int s = 0; s < 2; s++)
+        h_stop(srv[s], 20000);
+}
+END_TEST
+
 /* A tmpfs of 1,100 KB at ckpt in a mount namespace of this process (and its
  * children) only. Returns false where mounting is not allowed. */
 static bool mount_small_fs(void)
@@ -187,6 +310,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, checkpoints_fit_in_keep_files_and_a_full_disk_is_counted_and_survived);
+    tcase_add_test(tc, a_sync_job_keeps_the_checkpoint_every_shard_holds_when_one_cannot_write);
     suite_add_tcase(s, tc);
     int status = dcps_test_run(s);
     /* h_dir() goes when this process exits with status 0, but not while the
