@@ -12,11 +12,13 @@ and undisturbed twins of each mode and pull (three of async and ssp, whose runs
 differ by the order pushes meet in: their mean).
 
 A run ends "apart" when its shards end at different versions (or, in sync, with
-different rounds' digests) after a fault that kills no shard, or after killing
+different rounds' digests) after a fault that kills no shard, after killing
 everything in sync (checkpoints at the same rounds: a consistent cut) or async
-and ssp (exactly once: every step of every rank applied once on each shard). A
-shard killed alone loses the updates since its checkpoint (it ends lower: counted
-as lost updates, not apart). Writes OUT/runs.csv (one
+and ssp (exactly once: every step of every rank applied once on each shard), or
+after killing one shard in sync (every shard goes back to the checkpoint all of
+them hold, and the workers with them). A shard killed alone in async or ssp
+loses the updates since its checkpoint (it ends lower: counted as lost updates,
+not apart). Writes OUT/runs.csv (one
 row a run), OUT/summary.txt (hangs, runs whose shards ended apart, runs more
 than 1 point of test accuracy off their twin) and prints the summary.
 
@@ -68,8 +70,12 @@ def main():
         accs = [float(a) for a in r["accuracy"] if a is not None]
         twin = twins[mode, pull]
         worst = max((abs(a - twin) for a in accs), default=float("nan"))
-        lost = abs((v0 or 0) - (v1 or 0)) if fault == "kill_shard" else 0
-        split = fault != "kill_shard" and (v0 != v1 or (mode == "sync" and d0 != d1))
+        # A shard killed alone in async or ssp loses the updates after its
+        # checkpoint (the other keeps its own); in sync every shard goes back to
+        # the checkpoint both hold, so they must end together (docs/algorithms.md).
+        alone = fault == "kill_shard" and mode != "sync"
+        lost = abs((v0 or 0) - (v1 or 0)) if alone else 0
+        split = not alone and (v0 != v1 or (mode == "sync" and d0 != d1))
         hangs += not r["finished"]
         apart += split
         off += not (worst <= 0.01)
@@ -89,11 +95,13 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lost = [row["lost_updates"] for row in rows if row["fault"] == "kill_shard"]
+    lost = [row["lost_updates"] for row in rows
+            if row["fault"] == "kill_shard" and row["mode"] != "sync"]
     summary = (f"{n} runs with a fault: {hangs} did not finish, {apart} ended with the shards "
                f"apart (versions, or sync rounds' digests), {off} more than 1 point of test "
-               f"accuracy off their undisturbed twin; {len(lost)} shards killed alone lost "
-               f"{sum(lost)} updates in all (at most {max(lost, default=0)} in one run)\n"
+               f"accuracy off their undisturbed twin; {len(lost)} shards killed alone in async "
+               f"or ssp lost {sum(lost)} updates in all (at most {max(lost, default=0)} in one "
+               f"run)\n"
                f"twins: " + ", ".join(f"{m} {p} {a}" for (m, p), a in twins.items()) + "\n")
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(summary)

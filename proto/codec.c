@@ -75,6 +75,8 @@ int dcps_codec_pack(const dcps_msg_t *m, uint8_t *buf, size_t cap)
     }
     if (SEND(checkpoint, DCPS_HAS_CHECKPOINT))
         SET(checkpoint, m->checkpoint);
+    if (SEND(generation, DCPS_HAS_GENERATION))
+        SET(generation, m->generation);
 #undef SEND
 #undef SET
     for (int i = 0; i < m->nframes; i++) {
@@ -186,6 +188,7 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
     out->part = h->part, out->parts = h->parts;
     out->part_lo = h->part_lo, out->part_hi = h->part_hi;
     out->checkpoint = h->checkpoint;
+    out->generation = h->generation;
 #define HAS(field, bit) (h->has_##field ? (bit) : 0u)
     out->has = HAS(shard, DCPS_HAS_SHARD) | HAS(param_version, DCPS_HAS_PARAM_VERSION) |
                HAS(n_params, DCPS_HAS_N_PARAMS) | HAS(range_lo, DCPS_HAS_RANGE_LO) |
@@ -195,7 +198,8 @@ int dcps_codec_unpack(const void *hdr, size_t hdr_len, const dcps_buf_t *frames,
                HAS(want, DCPS_HAS_WANT) | HAS(session, DCPS_HAS_SESSION) |
                HAS(lr, DCPS_HAS_LR) | HAS(part, DCPS_HAS_PART) | HAS(parts, DCPS_HAS_PART) |
                HAS(part_lo, DCPS_HAS_PART) | HAS(part_hi, DCPS_HAS_PART) |
-               HAS(checkpoint, DCPS_HAS_CHECKPOINT) | (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
+               HAS(checkpoint, DCPS_HAS_CHECKPOINT) | HAS(generation, DCPS_HAS_GENERATION) |
+               (h->error_text ? DCPS_HAS_ERROR_TEXT : 0u);
 #undef HAS
 out:
     dcps__header__free_unpacked(h, NULL);
@@ -458,7 +462,8 @@ int dcps_codec_push_unchecked(const dcps_msg_t *m, uint64_t lo, uint64_t hi,
  *   want           0      0      D      0       0         0     0      0
  *   BUFFERS: as DONE, but flags A|L (AVERAGE 32 or LOCAL 64, not both: FIELD) and
  *   frames buf (none, or BUFFER_FLOATS then BUFFER_INTS: dcps_codec_buffers).
- *   initialized, workers, error_code, error_text, lr, checkpoint: 0 in every request
+ *   initialized, workers, error_code, error_text, lr, checkpoint, generation: 0 in every
+ *   request
  *   frames         groups push   none   none    none      none  dense  none   FRAMECOUNT
  *
  *   =2, req, <P  required: the protocol version 2; present; a rank below the job's
@@ -568,9 +573,10 @@ int dcps_codec_check_fields(const dcps_msg_t *m, const dcps_field_ctx_t *ctx, ch
              m->error_code ? "error_code" : "error_text");
     if (m->lr != 0) /* NaN too */
         FAIL(DCPS_E_FIELD, "%s carries lr %g, a field of PULL_REPLY only", t, m->lr);
-    if (m->checkpoint)
-        FAIL(DCPS_E_FIELD, "%s carries checkpoint %llu, a field of ROUND only", t,
-             (unsigned long long)m->checkpoint);
+    if (m->checkpoint || m->generation)
+        FAIL(DCPS_E_FIELD, "%s carries %s %llu, a field of ROUND only", t,
+             m->checkpoint ? "checkpoint" : "generation",
+             (unsigned long long)(m->checkpoint ? m->checkpoint : m->generation));
     if (m->flags & ~flags)
         FAIL(DCPS_E_FIELD, "%s with flags %u: %s", t, m->flags,
              m->type == DCPS_MSG_PULL      ? "a PULL has only DELTA (8) and EXACT (16)"

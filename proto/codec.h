@@ -103,6 +103,7 @@ enum dcps_field {
     DCPS_HAS_LR = 1u << 13,
     DCPS_HAS_PART = 1u << 14, /* any of part, parts, part_lo, part_hi */
     DCPS_HAS_CHECKPOINT = 1u << 15,
+    DCPS_HAS_GENERATION = 1u << 16,
 };
 
 /* A message with its header fields decoded. On the receiving side payload[]
@@ -132,6 +133,7 @@ typedef struct {
     uint32_t part, parts;
     uint64_t part_lo, part_hi;
     uint64_t checkpoint; /* ROUND: a follower's newest checkpoint; from shard 0, the common one */
+    uint64_t generation; /* ROUND: shard 0's restore decision it follows */
     int nframes;
     dcps_frame_desc_t frame[DCPS_MAX_FRAMES];
     dcps_buf_t payload[DCPS_MAX_FRAMES];

@@ -699,6 +699,7 @@ static int restore_now(dcps_daemon_t *d, bool any, uint64_t version)
     char path[DCPS_PATH_MAX + 256], err[2 * DCPS_PATH_MAX + 512];
     uint64_t t0 = dcps_now_ns();
     int rc = dcps_router_restore(d->router, any, version, path, sizeof path, err, sizeof err);
+    d->shard = dcps_router_shard(d->router); /* a new one, if it restored into a serving one */
     if (rc == DCPS_E_DATA) {
         DCPS_ERR("%s; not starting: move them out of %s to start fresh", err, cfg->checkpoint_dir);
         return -1;

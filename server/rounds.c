@@ -16,10 +16,11 @@ int dcps_rounds_init(dcps_rounds_t *t, int shards, int workers)
     t->heard = calloc((size_t)shards, sizeof *t->heard);
     t->members = calloc((size_t)workers, sizeof *t->members);
     t->running = calloc((size_t)shards, sizeof *t->running);
+    t->generation = calloc((size_t)shards, sizeof *t->generation);
     t->offer_count = calloc((size_t)shards, sizeof *t->offer_count);
     t->offer_newest = calloc((size_t)shards, sizeof *t->offer_newest);
     if (!t->round || !t->reported || !t->held || !t->heard || !t->members || !t->running ||
-        !t->offer_count || !t->offer_newest) {
+        !t->offer_count || !t->offer_newest || !t->generation) {
         dcps_rounds_free(t);
         return DCPS_E_NOMEM;
     }
@@ -34,15 +35,18 @@ void dcps_rounds_free(dcps_rounds_t *t)
     free(t->heard);
     free(t->members);
     free(t->running);
+    free(t->generation);
     free(t->offer_count);
     free(t->offer_newest);
     memset(t, 0, sizeof *t);
 }
 
 void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool *held,
-                        uint64_t newest, double now)
+                        uint64_t newest, uint64_t generation, double now)
 {
+    t->offer_count[shard] = newest > 0;
     t->offer_newest[shard] = newest;
+    t->generation[shard] = generation;
     memcpy(&t->held[(size_t)shard * (size_t)t->workers], held, (size_t)t->workers * sizeof *held);
     t->round[shard] = round;
     t->reported[shard] = true;
@@ -50,13 +54,23 @@ void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool 
     t->heard[shard] = now;
 }
 
-void dcps_rounds_offer(dcps_rounds_t *t, int shard, size_t count, uint64_t newest, double now)
+void dcps_rounds_offer(dcps_rounds_t *t, int shard, size_t count, uint64_t newest,
+                       uint64_t generation, double now)
 {
+    t->generation[shard] = generation;
     t->offer_count[shard] = count;
     t->offer_newest[shard] = newest;
     t->reported[shard] = true;
     t->running[shard] = false;
     t->heard[shard] = now;
+}
+
+bool dcps_rounds_restored(const dcps_rounds_t *t, uint64_t generation)
+{
+    for (int s = 1; s < t->shards; s++)
+        if (!t->reported[s] || t->running[s] || t->generation[s] != generation)
+            return false;
+    return true;
 }
 
 uint64_t dcps_rounds_common(const dcps_rounds_t *t, uint64_t own)
@@ -75,21 +89,24 @@ enum dcps_cut dcps_rounds_cut(const dcps_rounds_t *t, size_t count, uint64_t new
                               uint64_t *cut, int *shard)
 {
     bool any = count > 0;
+    int running = 0;
     *cut = newest;
     *shard = 0; /* the first without a checkpoint, if any */
     for (int s = 1; s < t->shards; s++) {
         if (!t->reported[s])
             return DCPS_CUT_WAIT;
-        if (t->running[s])
-            return DCPS_CUT_RUNNING;
+        if (t->running[s] && !running)
+            running = s;
         any |= t->offer_count[s] > 0;
         if (t->offer_count[s] == 0 && count > 0 && *shard == 0)
             *shard = s;
         if (t->offer_newest[s] < *cut)
             *cut = t->offer_newest[s];
     }
-    if (!any)
-        return DCPS_CUT_FRESH;
+    if (!any) {
+        *shard = running;
+        return running ? DCPS_CUT_RUNNING : DCPS_CUT_FRESH;
+    }
     return count == 0 || *shard != 0 ? DCPS_CUT_NONE : DCPS_CUT_AT;
 }
 

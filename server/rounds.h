@@ -44,7 +44,8 @@ typedef struct {
     bool *held;       /* shards × workers: shard s holds rank i's push for round[s] */
     double *heard;    /* per shard: when it last reported (ms) */
     bool *running;    /* per shard: its last report was of a running shard, not an offer */
-    size_t *offer_count;   /* per shard: its checkpoints, while it waits to restore */
+    uint64_t *generation; /* per shard: the leader's restore decision it last carried out */
+    size_t *offer_count;   /* per shard: its checkpoints (running: 1 if it wrote one) */
     uint64_t *offer_newest; /* per shard: its newest checkpoint's version (offers and
                                reports; 0: none) */
     /* The last round the leader closed, for followers that have not applied it. */
@@ -60,10 +61,11 @@ int dcps_rounds_init(dcps_rounds_t *t, int shards, int workers);
 void dcps_rounds_free(dcps_rounds_t *t);
 
 /* Follower `shard` reports at now that its open round is `round`, that it
- * holds the pushes of the ranks set in held (workers entries) for it, and that
- * its newest checkpoint is of version `newest` (0: none). */
+ * holds the pushes of the ranks set in held (workers entries) for it, that
+ * its newest checkpoint is of version `newest` (0: none), and that it runs
+ * since the leader's restore decision `generation` (0: none). */
 void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool *held,
-                        uint64_t newest, double now);
+                        uint64_t newest, uint64_t generation, double now);
 
 /* The newest checkpoint version every shard holds, as far as the leader knows:
  * the oldest of the shards' newest (the leader's own is `own`), since every
@@ -72,18 +74,28 @@ void dcps_rounds_report(dcps_rounds_t *t, int shard, uint64_t round, const bool 
  * reported or a shard holds none. */
 uint64_t dcps_rounds_common(const dcps_rounds_t *t, uint64_t own);
 
-/* Follower `shard` has not restored yet (it started with [server] checkpoint_dir)
- * and offers its checkpoints: count of them, the newest one's version. */
-void dcps_rounds_offer(dcps_rounds_t *t, int shard, size_t count, uint64_t newest, double now);
+/* Follower `shard` does not serve workers: it offers its checkpoints (count
+ * of them, the newest one's version), having carried out the leader's restore
+ * decision `generation` last (0: none; the current one: it waits for the word
+ * to serve). */
+void dcps_rounds_offer(dcps_rounds_t *t, int shard, size_t count, uint64_t newest,
+                       uint64_t generation, double now);
 
-/* Where a sync job's shards resume (docs/algorithms.md): the leader, not yet
- * restored, holding count checkpoints whose newest is of version newest. */
+/* Whether every follower has carried out restore decision `generation` and
+ * waits for the word to serve. */
+bool dcps_rounds_restored(const dcps_rounds_t *t, uint64_t generation);
+
+/* Where a sync job's shards resume (docs/algorithms.md): the leader, holding
+ * count checkpoints whose newest is of version newest, at start or when a
+ * shard restarted alone; followers that run count with the newest checkpoint
+ * they wrote. */
 enum dcps_cut {
     DCPS_CUT_WAIT,    /* a follower has not reported yet */
-    DCPS_CUT_FRESH,   /* no shard holds a checkpoint: every shard starts fresh */
+    DCPS_CUT_FRESH,   /* no shard holds a checkpoint, none runs: every shard starts fresh */
     DCPS_CUT_AT,      /* every shard restores its checkpoint of version *cut, the
                          newest version all of them hold (the oldest newest) */
-    DCPS_CUT_RUNNING, /* a follower runs already: the leader restores its newest */
+    DCPS_CUT_RUNNING, /* no shard holds a checkpoint while follower *shard runs: the
+                         job cannot go back to a round every shard holds */
     DCPS_CUT_NONE,    /* shard *shard holds none while others do: no common round */
 };
 enum dcps_cut dcps_rounds_cut(const dcps_rounds_t *t, size_t count, uint64_t newest,

@@ -102,12 +102,16 @@ struct dcps_router {
     double waiting_logged;    /* leader: when it last said which shard a round waits for */
     /* A restart of a sync job's shards resumes at a round all of them hold. */
     bool settled;             /* restored (or fresh), serving workers */
+    bool loaded;              /* not serving: restored at generation, waiting for the word
+                                 to serve (a follower) or for every follower (the leader) */
+    uint64_t generation;      /* the leader's restore decision this shard carried out */
+    double unserved_since;    /* when it stopped serving workers */
     size_t ckpt_count;        /* until then: its checkpoints */
     uint64_t ckpt_newest;     /* the newest one's version (then: the newest it wrote) */
     uint64_t ckpt_common;     /* the newest version every shard holds: never pruned */
     dcps_router_restore_fn *restore_fn; /* restores one (dcps_router_defer_restore) */
     void *restore_data;
-    bool cut_valid;           /* leader: it restored at cut, and has closed no round since */
+    bool cut_fresh;           /* leader: its decision: start fresh, or restore version cut */
     uint64_t cut;
     double unsettled_logged;  /* when it last said why it does not resume yet */
     double restore_failed;    /* when its restore last failed */
@@ -233,13 +237,19 @@ static void send_parts(dcps_router_t *r, const route_t *to, uint32_t rank, const
 }
 
 /* Answers a pull from rank (see dcps_shard_pull): dense, or a delta to add to
- * what it holds. */
-static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q)
+ * what it holds; `back`: flagged STALE with the open round, where the rank
+ * goes back to (sent_back). */
+static void send_params(dcps_router_t *r, const route_t *to, uint32_t rank, const pull_req_t *q,
+                        bool back)
 {
     dcps_shard_t *s = r->shard;
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     dcps_pull_t p;
     dcps_msg_t reply = {0};
+    if (back) {
+        reply.flags = DCPS_FLAG_STALE;
+        reply.step = r->cons.round;
+    }
     dcps_shard_pull(s, rank, q->holds, q->held, q->want, q->exact, &p);
     reply.range_lo = st.range.lo;
     reply.range_hi = st.range.hi;
@@ -285,7 +295,7 @@ static void serve_pulls(dcps_router_t *r)
         wait_t *p = &r->waits[i];
         if (p->pulling && dcps_consistency_may_start(&r->cons, i, p->pull.step)) {
             p->pulling = false;
-            send_params(r, &p->to, i, &p->pull);
+            send_params(r, &p->to, i, &p->pull, false);
         }
     }
 }
@@ -411,7 +421,8 @@ static void heard(dcps_router_t *r, uint32_t rank)
 /* --- sync rounds that every shard agrees on (server/rounds.h) ----------------------- */
 
 /* A ROUND message of this shard for `round`: the ranks set in `set` as its
- * RANKS frame (in r->ranks), this shard's version and the lr base in force. */
+ * RANKS frame (in r->ranks), this shard's version, the lr base in force and the
+ * restore decision it carried out. */
 static void round_msg(dcps_router_t *r, dcps_msg_t *m, uint64_t round, const bool *set)
 {
     size_t k = 0;
@@ -420,7 +431,8 @@ static void round_msg(dcps_router_t *r, dcps_msg_t *m, uint64_t round, const boo
             r->ranks[k++] = i;
     *m = (dcps_msg_t){.type = DCPS_MSG_ROUND, .job_id = r->cfg->job_id,
                       .shard = (uint32_t)shard_now(r).index, .param_version = shard_now(r).version,
-                      .step = round, .lr = r->lr, .has = DCPS_HAS_STEP | DCPS_HAS_LR, .nframes = 1};
+                      .step = round, .lr = r->lr, .generation = r->generation,
+                      .has = DCPS_HAS_STEP | DCPS_HAS_LR, .nframes = 1};
     m->frame[0] = (dcps_frame_desc_t){DCPS_FRAME_RANKS, DCPS_DTYPE_U32, k};
     m->payload[0] = (dcps_buf_t){r->ranks, k * sizeof *r->ranks};
 }
@@ -460,6 +472,7 @@ static void report(dcps_router_t *r)
         m.flags = DCPS_FLAG_RESTORE;
         m.step = r->ckpt_count;
         m.param_version = r->ckpt_newest;
+        m.generation = r->loaded ? r->generation : 0; /* restored as told: waits to serve */
     } else {
         m.checkpoint = r->ckpt_newest;
     }
@@ -496,7 +509,6 @@ static void lead(dcps_router_t *r)
         return;
     bool checkpoint = r->checkpoint_due;
     close_round(r, r->members);
-    r->cut_valid = false;
     dcps_rounds_closed(&r->rounds, round, r->members, r->lr, checkpoint);
     for (int s = 1; s < r->rounds.shards; s++)
         if (r->rounds.reported[s])
@@ -520,16 +532,35 @@ static void skip_to(dcps_router_t *r, uint64_t round, const char *who)
     dcps_consistency_open_round(&r->cons, round);
 }
 
-/* Restores this shard's checkpoint of `version` (any: its newest) through the
- * daemon, or starts it fresh (fresh); says so and stays unsettled if it
- * cannot (and tries again 10 s later at the earliest). Returns whether it is
- * settled now. */
-static bool settle(dcps_router_t *r, bool fresh, bool any, uint64_t version)
+static void restarted(dcps_router_t *r);
+
+/* Forgets what every rank waits for and what the open round holds: the shard
+ * was restored (at start, or it goes back with the others to a checkpoint all
+ * of them hold), and its rounds count from there (the digest too, so that the
+ * shards' digests compare the rounds since). */
+static void reloaded(dcps_router_t *r)
+{
+    for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
+        drop_waits(r, i);
+        dcps_parts_reset(&r->parts[i]);
+    }
+    r->barrier_waiting = 0;
+    r->rounds.closed_any = false;
+    r->digest = 0;
+    r->rounds_applied = 0;
+    r->lost_logged = 0;
+}
+
+/* Restores this shard's checkpoint of `version` through the daemon (also into
+ * a shard that serves already: the daemon swaps in a new one), or starts it
+ * fresh (fresh); says so and stays unsettled if it cannot (and tries again 10
+ * s later at the earliest). Returns whether it restored. */
+static bool load(dcps_router_t *r, bool fresh, uint64_t version)
 {
     if (!fresh && now_ms(r) - r->restore_failed < 10000)
         return false; /* it failed less than 10 s ago: not again yet */
-    int rc = fresh ? 0 : r->restore_fn(r->restore_data, any, version);
-    if (rc < 0 || (rc == 0 && !fresh && !any)) {
+    int rc = fresh ? 0 : r->restore_fn(r->restore_data, false, version);
+    if (rc <= 0 && !fresh) {
         r->restore_failed = now_ms(r);
         if (rc == 0)
             DCPS_ERR("this shard holds no checkpoint of version %llu, the newest one every "
@@ -538,59 +569,126 @@ static bool settle(dcps_router_t *r, bool fresh, bool any, uint64_t version)
                      (unsigned long long)version);
         return false;
     }
-    r->settled = true;
+    reloaded(r);
     return true;
 }
 
-/* A ROUND with RESTORE from the leader to follower s: start fresh (step 0) or
- * restore version. */
-static void send_restore(dcps_router_t *r, int s, bool restore, uint64_t version)
+/* Stops serving workers (their requests wait unanswered until it serves again). */
+static void unserve(dcps_router_t *r)
+{
+    if (r->settled)
+        r->unserved_since = now_ms(r);
+    r->settled = r->loaded = false;
+}
+
+/* Serves workers again: the time it did not is nobody's silence. */
+static void serve(dcps_router_t *r)
+{
+    r->settled = true;
+    r->loaded = false;
+    restarted(r);
+    if (r->unserved_since > 0)
+        dcps_consistency_paused(&r->cons, now_ms(r) - r->unserved_since);
+    r->unserved_since = 0;
+}
+
+/* A ROUND with RESTORE from the leader to follower s: the decision in force
+ * (start fresh: step 0; restore version cut: step 1), or the word to serve
+ * (step 2), with its generation. */
+static void send_restore(dcps_router_t *r, int s, int step)
 {
     dcps_msg_t m;
     memset(r->members, 0, (size_t)r->cfg->workers * sizeof *r->members);
-    round_msg(r, &m, restore ? 1 : 0, r->members); /* no ranks */
+    round_msg(r, &m, (uint64_t)step, r->members); /* no ranks */
     m.flags = DCPS_FLAG_RESTORE;
-    m.param_version = version;
+    m.param_version = r->cut;
+    m.generation = r->generation;
     to_follower(r, s, &m);
 }
 
-/* The leader, not restored yet, decides where the job resumes once every
- * follower has reported (dcps_rounds_cut), restores itself there and tells
- * them; while it cannot, it says why every 10 s. */
+/* The leader's decision in force to follower s, or, once the leader serves and
+ * s has carried it out (it said so last), the word to serve. */
+static void send_decision(dcps_router_t *r, int s)
+{
+    bool done = r->rounds.generation[s] == r->generation;
+    send_restore(r, s, r->settled && done ? 2 : r->cut_fresh ? 0 : 1);
+}
+
+/* A restore decision's number: above every one made before, by this process
+ * or another (the followers say theirs). */
+static uint64_t new_generation(const dcps_router_t *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t g = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    if (g <= r->generation)
+        g = r->generation + 1;
+    for (int s = 1; s < r->rounds.shards; s++)
+        if (g <= r->rounds.generation[s])
+            g = r->rounds.generation[s] + 1;
+    return g;
+}
+
+/* The leader, not serving, decides where the shards resume once every
+ * follower has reported (dcps_rounds_cut): at start, and when a shard
+ * restarted alone while the others ran, every shard goes to its checkpoint of
+ * the newest version all of them hold. It restores itself there, tells the
+ * followers, and serves once every follower says it has restored too (then
+ * tells them to serve): no worker meets shards of two decisions. While it
+ * cannot decide, it says why every 10 s. */
 static void lead_restore(dcps_router_t *r)
 {
     uint64_t cut;
     int shard;
+    if (r->loaded) {
+        if (!dcps_rounds_restored(&r->rounds, r->generation))
+            return;
+        serve(r);
+        for (int s = 1; s < r->rounds.shards; s++)
+            send_decision(r, s);
+        return;
+    }
     enum dcps_cut c = dcps_rounds_cut(&r->rounds, r->ckpt_count, r->ckpt_newest, &cut, &shard);
     bool now = now_ms(r) - r->unsettled_logged >= 10000;
-    switch (c) {
-    case DCPS_CUT_WAIT:
-        return;
-    case DCPS_CUT_RUNNING:
-        settle(r, r->ckpt_count == 0, true, 0);
-        return;
-    case DCPS_CUT_NONE:
-        if (now) {
-            r->unsettled_logged = now_ms(r);
+    if ((c == DCPS_CUT_NONE || c == DCPS_CUT_RUNNING) && now) {
+        r->unsettled_logged = now_ms(r);
+        if (c == DCPS_CUT_NONE)
             DCPS_ERR("shard %d holds no checkpoint while other shards of this sync job do: "
                      "the job cannot resume at a round every shard holds, and waits (move the "
                      "checkpoints out of every shard's checkpoint_dir to start it fresh)",
                      shard);
-        }
-        return;
-    case DCPS_CUT_FRESH:
-    case DCPS_CUT_AT:
-        if (!settle(r, c == DCPS_CUT_FRESH, false, cut))
-            return;
-        if (c == DCPS_CUT_AT) {
-            DCPS_NOTICE("every shard resumes at version %llu, the newest checkpoint all of "
-                        "them hold", (unsigned long long)cut);
-            r->cut_valid = true;
-            r->cut = cut;
-        }
-        for (int s = 1; s < r->rounds.shards; s++)
-            send_restore(r, s, c == DCPS_CUT_AT, cut);
+        else
+            DCPS_ERR("no shard of this sync job holds a checkpoint while shard %d runs: the "
+                     "job cannot go back to a round every shard holds, and waits (restart "
+                     "every shard to start it fresh)",
+                     shard);
     }
+    if (c != DCPS_CUT_FRESH && c != DCPS_CUT_AT)
+        return;
+    if (!load(r, c == DCPS_CUT_FRESH, cut))
+        return;
+    r->loaded = true;
+    r->generation = new_generation(r);
+    r->cut_fresh = c == DCPS_CUT_FRESH;
+    r->cut = c == DCPS_CUT_AT ? cut : 0;
+    if (c == DCPS_CUT_AT)
+        DCPS_NOTICE("every shard resumes at version %llu, the newest checkpoint all of them "
+                    "hold", (unsigned long long)cut);
+    for (int s = 1; s < r->rounds.shards; s++)
+        send_decision(r, s);
+}
+
+/* The leader, serving, hears that follower s restarted (an offer of no
+ * decision it made): every shard goes back to the newest checkpoint all of
+ * them hold, so that no part of the model is at another round than the
+ * others (docs/algorithms.md, "Restarts"). */
+static void go_back(dcps_router_t *r, int s)
+{
+    DCPS_NOTICE("shard %d restarted while the job ran (at round %llu): every shard goes back "
+                "to the newest checkpoint all of them hold",
+                s, (unsigned long long)r->cons.round);
+    unserve(r);
+    lead_restore(r);
 }
 
 /* The leader hears from follower m->shard: its open round and what it holds. */
@@ -616,23 +714,40 @@ static int on_round(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m,
         rc = route_set(&r->follower[m->shard], id, why, whylen);
     if (rc != 0)
         return rc;
-    if (m->flags & DCPS_FLAG_RESTORE) { /* it has not restored yet */
-        dcps_rounds_offer(&r->rounds, (int)m->shard, m->step, m->param_version, now_ms(r));
-        if (!r->settled)
+    const int s = (int)m->shard;
+    if (m->flags & DCPS_FLAG_RESTORE) { /* it does not serve: an offer */
+        dcps_rounds_offer(&r->rounds, s, m->step, m->param_version, m->generation, now_ms(r));
+        if (r->generation && m->generation == r->generation) { /* restored as told */
+            if (r->settled)
+                send_decision(r, s); /* the word to serve, again */
+            else
+                lead_restore(r);
+        } else if (r->settled) {
+            go_back(r, s); /* it restarted alone */
+        } else if (r->loaded) {
+            send_decision(r, s); /* it missed the decision, or restarted since */
+        } else {
             lead_restore(r);
-        else /* it restarted alone, or missed the leader's word */
-            send_restore(r, (int)m->shard, m->step > 0,
-                         r->cut_valid && r->cut < m->param_version ? r->cut : m->param_version);
+        }
         return 0;
     }
-    dcps_rounds_report(&r->rounds, (int)m->shard, m->step, r->members, m->checkpoint, now_ms(r));
-    if (!r->settled)
-        lead_restore(r);
+    dcps_rounds_report(&r->rounds, s, m->step, r->members, m->checkpoint, m->generation,
+                       now_ms(r));
+    if (!r->settled) {
+        if (r->loaded) /* it runs on an older decision: it missed this one */
+            send_decision(r, s);
+        else
+            lead_restore(r);
+        return 0;
+    }
+    if (m->generation != r->generation)
+        return 0; /* sent before it carried out the decision in force (it has: see
+                     lead_restore), on its way meanwhile */
     snprintf(who, sizeof who, "shard %u", m->shard);
     if (m->step > r->cons.round)
         skip_to(r, m->step, who);
     else if (m->step < r->cons.round && r->rounds.closed_any && m->step == r->rounds.closed)
-        send_close(r, (int)m->shard);
+        send_close(r, s);
     progress(r);
     return 0;
 }
@@ -654,13 +769,23 @@ static int follow(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t whyle
     if (rc != 0)
         return rc;
     if (m->flags & DCPS_FLAG_RESTORE) {
-        if (!r->settled && settle(r, m->step == 0, false, m->param_version))
-            report(r);
+        if (m->step == 2) { /* the word to serve: every shard restored */
+            if (r->loaded && m->generation == r->generation)
+                serve(r);
+        } else if (m->generation != r->generation || !(r->loaded || r->settled)) {
+            unserve(r); /* a new decision: restore (again, if it serves) */
+            if (load(r, m->step == 0, m->param_version)) {
+                r->loaded = true;
+                r->generation = m->generation;
+            }
+        }
+        report(r);
         return 0;
     }
     r->ckpt_common = m->checkpoint;
-    if (!r->settled || m->step < r->cons.round || !shard_now(r).initialized)
-        return 0; /* applied already */
+    if (!r->settled || m->generation != r->generation || m->step < r->cons.round ||
+        !shard_now(r).initialized)
+        return 0; /* not serving, of another decision, or applied already */
     if (m->step > r->cons.round)
         skip_to(r, m->step, "shard 0");
     if (m->lr != r->lr) {
@@ -798,7 +923,9 @@ void dcps_router_tick(dcps_router_t *r)
     }
     if (r->sock)
         dcps_bridge_drain(&r->bridge);
-    while ((rank = dcps_consistency_reap(&r->cons, now_ms(r))) >= 0) {
+    /* A shard that does not serve (it waits to restore) hears nobody: their
+     * silence is not theirs (serve excuses it). */
+    while (r->settled && (rank = dcps_consistency_reap(&r->cons, now_ms(r))) >= 0) {
         if (r->cons.m[rank].joined)
             DCPS_NOTICE("worker %d declared dead: silent for more than %d ms; not waiting for it",
                         rank, r->cfg->dead_after_ms);
@@ -1061,12 +1188,25 @@ static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
               (unsigned long long)r->restored_version);
 }
 
+/* Whether a request of rank for a step goes back to the open round: in a sync
+ * job of several shards, every shard restored the checkpoint all of them
+ * hold (docs/algorithms.md, "Restarts"), and rank, which has not pulled since,
+ * pushes a round at or after the open one (what it pushed before the restore
+ * is gone on every shard) or pulls after it. Its push is dropped STALE and
+ * its pull answered at once, flagged STALE, both with the open round: the
+ * worker goes on from there. `after`: the push's step + 1, the pull's step. */
+static bool sent_back(const dcps_router_t *r, uint32_t rank, uint64_t after)
+{
+    return r->role != ALONE && dcps_shard_behind(r->shard, rank) && after > r->cons.round;
+}
+
 /* A shard restored from a checkpoint learns from a rank's requests, until that
  * rank has pulled from it, where the job went on without it (sync: the round;
- * ssp: the clock). Returns whether waiting pulls may go on now. */
+ * ssp: the clock); not in a sync job of several shards, whose shards send the
+ * rank back instead (sent_back). Returns whether waiting pulls may go on now. */
 static bool catch_up(dcps_router_t *r, uint32_t rank, uint64_t step, bool pull)
 {
-    if (!dcps_shard_behind(r->shard, rank))
+    if (!dcps_shard_behind(r->shard, rank) || r->role != ALONE)
         return false;
     uint64_t round = r->cons.round;
     int pushes = r->cons.contributions;
@@ -1266,6 +1406,8 @@ static int push_retry_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
 static int push_round(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
     const dcps_msg_t *m = p->m;
+    if (sent_back(r, m->rank, m->step + 1))
+        return ACT;
     catch_up(r, m->rank, m->step, false);
     switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
     case DCPS_PUSH_ACCEPT:
@@ -1392,10 +1534,15 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     p->pull = (pull_req_t){m->seq,           m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
                            m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0,
                            m->parts};
+    if (sent_back(r, m->rank, m->step)) {
+        p->pulling = false;
+        send_params(r, &p->to, m->rank, &p->pull, true);
+        return 0;
+    }
     bool moved = catch_up(r, m->rank, m->step, true);
     if (dcps_consistency_may_start(&r->cons, m->rank, m->step)) {
         p->pulling = false;
-        send_params(r, &p->to, m->rank, &p->pull);
+        send_params(r, &p->to, m->rank, &p->pull, false);
     } else {
         /* Answered when the step may start; a retry (same seq) replaces this entry. */
         p->pulling = true;
@@ -1827,6 +1974,8 @@ int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, si
     } else {
         r->checkpoint_time = (int64_t)time(NULL);
         r->ckpt_newest = shard_now(r).version;
+        if (r->ckpt_count == 0) /* it holds one now (dcps_rounds_cut asks whether) */
+            r->ckpt_count = 1;
     }
     return rc;
 }
@@ -1846,10 +1995,27 @@ int dcps_router_restore(dcps_router_t *r, bool any, uint64_t version, char *path
 {
     struct stat st;
     const dcps_config_t *cfg = r->cfg;
-    int rc = any ? dcps_checkpoint_restore(cfg->checkpoint_dir, cfg, r->shard, &r->cons, path,
-                                           pathlen, err, errlen)
-                 : dcps_checkpoint_restore_version(cfg->checkpoint_dir, cfg, r->shard, &r->cons,
-                                                   version, path, pathlen, err, errlen);
+    dcps_shard_t *into = r->shard;
+    int rc;
+    if (shard_now(r).initialized) { /* it served: into a new shard, swapped in once restored */
+        if (!(into = dcps_shard_new(cfg, shard_now(r).index, &rc)))
+            return dcps_say(err, errlen, rc, "out of memory for a second copy of the shard to "
+                                             "restore into");
+        if (r->role != ALONE && (rc = dcps_shard_keep_pushes(into)) != 0) {
+            dcps_shard_destroy(&into);
+            return dcps_say(err, errlen, rc, "out of memory for the pushes of a round");
+        }
+    }
+    rc = any ? dcps_checkpoint_restore(cfg->checkpoint_dir, cfg, into, &r->cons, path, pathlen,
+                                       err, errlen)
+             : dcps_checkpoint_restore_version(cfg->checkpoint_dir, cfg, into, &r->cons, version,
+                                               path, pathlen, err, errlen);
+    if (into != r->shard) {
+        dcps_shard_t *old = rc == 1 ? r->shard : into;
+        if (rc == 1)
+            r->shard = into;
+        dcps_shard_destroy(&old); /* a reply that holds its buffer keeps that alive */
+    }
     if (rc != 1)
         return rc;
     /* How old it is says how much the job may have lost: every update applied
@@ -1864,6 +2030,11 @@ void dcps_router_load(dcps_router_t *r, const uint64_t *words)
 {
     dcps_consistency_load(&r->cons, words);
     restarted(r);
+}
+
+dcps_shard_t *dcps_router_shard(const dcps_router_t *r)
+{
+    return r->shard;
 }
 
 const dcps_consistency_t *dcps_router_consistency(const dcps_router_t *r)

@@ -162,14 +162,21 @@ int dcps_router_save(dcps_router_t *r, char *path, size_t pathlen, char *err, si
 
 /* Restores the newest usable checkpoint of [server] checkpoint_dir (any), or
  * the newest of `version` (dcps_checkpoint_restore_version), into the shard
- * and the consistency model, before the shard served a worker (at start, or
- * when the shards agreed where to resume: dcps_router_defer_restore). With one restored (returns 1, its path in path) the router
+ * and the consistency model: at start, or when the shards agreed where to
+ * resume (dcps_router_defer_restore), also after the shard served (a sync
+ * job's shards going back to the checkpoint all of them hold): then into a new
+ * shard, which replaces the router's (dcps_router_shard) only once restored;
+ * the old one is destroyed. With one restored (returns 1, its path in path) the router
  * records its version (updates a worker shows beyond it are lost) and its
  * file's time as the newest good checkpoint's, and a job that had started
  * starts again as at INIT: workers not heard yet are expected from now.
  * Returns what dcps_checkpoint_restore returns, with err. */
 int dcps_router_restore(dcps_router_t *r, bool any, uint64_t version, char *path, size_t pathlen,
                         char *err, size_t errlen);
+
+/* The shard the router serves (another after a restore into a shard that had
+ * served: dcps_router_restore). */
+dcps_shard_t *dcps_router_shard(const dcps_router_t *r);
 
 /* What the router counts and knows of the job, for /metrics, the daemon's log
  * and tests: a copy, taken on the loop thread. */

@@ -33,7 +33,7 @@ static void teardown(void)
 static void follower_holds(uint64_t round, bool r0, bool r1, bool r2)
 {
     const bool held[3] = {r0, r1, r2};
-    dcps_rounds_report(&t, 1, round, held, 0, 0);
+    dcps_rounds_report(&t, 1, round, held, 0, 0, 0);
 }
 
 START_TEST(a_round_closes_only_with_pushes_every_shard_holds)
@@ -135,16 +135,45 @@ START_TEST(the_common_checkpoint_is_the_oldest_newest_once_every_shard_said)
      * alone would let the follower remove a checkpoint only it lacks. */
     ck_assert_uint_eq(dcps_rounds_common(&t, 60), 0);
     const bool none[3] = {false, false, false};
-    dcps_rounds_report(&t, 1, 61, none, 40, 0);
+    dcps_rounds_report(&t, 1, 61, none, 40, 0, 0);
     ck_assert_uint_eq(dcps_rounds_common(&t, 60), 40); /* the follower is behind */
     ck_assert_uint_eq(dcps_rounds_common(&t, 30), 30); /* the leader is */
     ck_assert_uint_eq(dcps_rounds_common(&t, 0), 0);   /* the leader holds none */
-    dcps_rounds_report(&t, 1, 62, none, 60, 0);        /* it wrote one since */
+    dcps_rounds_report(&t, 1, 62, none, 60, 0, 0);     /* it wrote one since */
     ck_assert_uint_eq(dcps_rounds_common(&t, 60), 60);
-    dcps_rounds_report(&t, 1, 63, none, 0, 0); /* restarted with none: nothing in common */
+    dcps_rounds_report(&t, 1, 63, none, 0, 0, 0); /* restarted with none: nothing in common */
     ck_assert_uint_eq(dcps_rounds_common(&t, 60), 0);
-    dcps_rounds_offer(&t, 1, 2, 50, 0); /* an offer counts as its report */
+    dcps_rounds_offer(&t, 1, 2, 50, 0, 0); /* an offer counts as its report */
     ck_assert_uint_eq(dcps_rounds_common(&t, 60), 50);
+}
+END_TEST
+
+START_TEST(a_running_follower_counts_with_its_newest_checkpoint_in_the_cut)
+{
+    /* The leader restarted alone, or a follower did: the others run, and the
+     * job goes back to the newest version every shard holds. */
+    const bool none[3] = {false, false, false};
+    uint64_t cut;
+    int shard;
+    ck_assert_int_eq(dcps_rounds_cut(&t, 2, 60, &cut, &shard), DCPS_CUT_WAIT);
+    dcps_rounds_report(&t, 1, 70, none, 40, 3, 0);
+    ck_assert_int_eq(dcps_rounds_cut(&t, 2, 60, &cut, &shard), DCPS_CUT_AT);
+    ck_assert_uint_eq(cut, 40);
+    ck_assert_int_eq(dcps_rounds_cut(&t, 1, 20, &cut, &shard), DCPS_CUT_AT);
+    ck_assert_uint_eq(cut, 20);
+    /* The leader holds none while the follower wrote one: no common round. */
+    ck_assert_int_eq(dcps_rounds_cut(&t, 0, 0, &cut, &shard), DCPS_CUT_NONE);
+    /* Nobody holds one and the follower runs: nothing to go back to together. */
+    dcps_rounds_report(&t, 1, 70, none, 0, 3, 0);
+    ck_assert_int_eq(dcps_rounds_cut(&t, 0, 0, &cut, &shard), DCPS_CUT_RUNNING);
+    ck_assert_int_eq(shard, 1);
+    /* Restored at decision 4 and waiting for the word to serve: only an offer
+     * that says so counts. */
+    ck_assert(!dcps_rounds_restored(&t, 4));
+    dcps_rounds_offer(&t, 1, 1, 40, 3, 0);
+    ck_assert(!dcps_rounds_restored(&t, 4));
+    dcps_rounds_offer(&t, 1, 1, 40, 4, 0);
+    ck_assert(dcps_rounds_restored(&t, 4));
 }
 END_TEST
 
@@ -191,6 +220,7 @@ int main(void)
     tcase_add_test(tc, a_dead_ranks_push_held_everywhere_is_a_member);
     tcase_add_test(tc, the_digest_tells_rounds_and_members_apart);
     tcase_add_test(tc, the_common_checkpoint_is_the_oldest_newest_once_every_shard_said);
+    tcase_add_test(tc, a_running_follower_counts_with_its_newest_checkpoint_in_the_cut);
     suite_add_tcase(s, tc);
     tc = tcase_create("shard");
     tcase_add_test(tc, a_push_left_out_is_taken_back_out_of_the_sum);

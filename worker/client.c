@@ -87,6 +87,7 @@ struct dcps_client {
     uint64_t session;    /* random, nonzero: named in every request */
     uint64_t seq;        /* of the last request sent; the first is 1 */
     uint64_t clock;      /* the step computed next */
+    uint64_t back;       /* a pull's replies flagged STALE: the round to go back to */
     double pull_density; /* of a delta, asked for; 0: the job's */
     double lr;           /* dcps_client_lr: the shards' at the last pull; NaN before */
     atomic_int inflight; /* zero-copy payload frames ZeroMQ has not released */
@@ -1164,6 +1165,7 @@ int dcps_client_wait_ready(dcps_client_t *c, int timeout_ms)
 typedef struct {
     uint64_t next;      /* the clock after it: the open round, when that is later */
     uint64_t stale;     /* bit s: shard s dropped it (sync: its round had closed) */
+    uint64_t back;      /* sync: the round the shards went back to (UINT64_MAX: none) */
 } push_acks_t;
 
 static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
@@ -1176,7 +1178,9 @@ static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
     if (m->flags & DCPS_FLAG_STALE) {
         c->stats.dropped++;
         acks->stale |= 1ull << s;
-        if (m->step > acks->next)
+        if (m->step <= c->clock && m->step < acks->back)
+            acks->back = m->step; /* the shards went back: see push */
+        else if (m->step > acks->next)
             acks->next = m->step;
         return 0;
     }
@@ -1193,10 +1197,21 @@ static int on_push_ack(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg)
     return 0;
 }
 
+/* The shards of a sync job went back to round `round`, at or before this
+ * worker's clock (docs/algorithms.md, "Restarts"): it goes on from there. */
+static void went_back(dcps_client_t *c, uint64_t round)
+{
+    DCPS_WARN("rank %d: the shards went back to round %" PRIu64 " (a shard restarted, and every "
+              "shard restored the newest checkpoint all of them hold): it goes on from there, "
+              "at round %" PRIu64 " before",
+              c->rank, round, c->clock);
+    c->clock = round;
+}
+
 /* Sends the prepared pushes for the current step and moves the clock on. */
 static int push(dcps_client_t *c, slot_t *slots)
 {
-    push_acks_t acks = {c->clock + 1, 0};
+    push_acks_t acks = {c->clock + 1, 0, UINT64_MAX};
     for (int s = 0; s < c->cfg.n_shards; s++) {
         slots[s].req.param_version = c->conn[s].pulled_version;
         slots[s].req.step = c->clock;
@@ -1205,6 +1220,13 @@ static int push(dcps_client_t *c, slot_t *slots)
     if (rc != 0)
         return rc;
     c->stats.pushes++;
+    if (acks.back != UINT64_MAX) {
+        /* Sync, several shards: a shard restarted, and every shard went back to
+         * the newest checkpoint all of them hold, whose open round is not
+         * after this one; what this worker pushed since is gone everywhere. */
+        went_back(c, acks.back);
+        return 0;
+    }
     if (acks.stale) {
         /* Sync: the job went on without this worker (it was declared dead, or
          * stopped): the rounds it missed are gone for it. */
@@ -1410,6 +1432,8 @@ static int on_pull_reply(dcps_client_t *c, int s, const dcps_msg_t *m, void *arg
     int rc;
     bool held = k->holds;
     k->holds = false; /* until this reply is known good */
+    if ((m->flags & DCPS_FLAG_STALE) && m->step < c->back)
+        c->back = m->step; /* the shards went back (pull): still the parameters */
     if (m->has & DCPS_HAS_PART) {
         if ((rc = reply_part(c, s, m, sink, why, sizeof why)) != 0)
             return fail(c, rc, "shard %d (%s) sent a bad PULL_REPLY part: %s", s,
@@ -1494,8 +1518,15 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
             slots[s].req.parts = k->asked_parts;
         }
     }
+    c->back = UINT64_MAX;
     int rc = exchange(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
                       c->cfg.retries + 1);
+    if (rc == 0 && c->back <= c->clock) {
+        /* Sync, several shards: they went back to a checkpoint all of them
+         * hold; a shard that answered before it did is asked again. */
+        went_back(c, c->back);
+        return pull(c, sink, exact);
+    }
     if (rc == 0) {
         c->stats.pulls++;
         c->stats.version = 0;

@@ -663,23 +663,31 @@ static void count_step(trainer_t *t, progress_t *p, int epoch, int b, float loss
     p->t_win = tn;
 }
 
+/* What catch_up says besides 0 (go on) and an error. */
+enum { SKIP_EPOCH = 1, WENT_BACK = 2 };
+
 /* Sync: a worker the job went on without (declared dead, stopped, cut off) is
  * moved to the open round; the batches of the rounds it missed are skipped,
  * so it ends with the job's last round. Moves *at, the position in this
  * epoch's share of mine, past them (staging the batch there on the GPU path).
- * Returns 1 when the rest of the epoch is skipped, 0 to go on, or an error. */
+ * Returns SKIP_EPOCH when the rest of the epoch is skipped, 0 to go on,
+ * WENT_BACK when the shards went back to an earlier round (a shard restarted:
+ * docs/algorithms.md, "Restarts"), whose batches this worker trains again, or
+ * an error. */
 static int catch_up(trainer_t *t, progress_t *p, uint32_t mine, uint32_t *at)
 {
     const uint32_t bs = (uint32_t)t->cfg->batch_size;
     long clock = (long)dcps_step_clock(t->step);
     int rc;
-    if (clock <= p->step)
+    if (clock < p->step)
+        return WENT_BACK;
+    if (clock == p->step)
         return 0;
     long left = (long)((mine - *at + bs - 1) / bs);
     p->resume = clock;
     if (p->step + left <= p->resume) {
         p->step += left;
-        return 1;
+        return SKIP_EPOCH;
     }
     *at += (uint32_t)(p->resume - p->step) * bs;
     p->step = p->resume;
@@ -718,9 +726,9 @@ static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
                               batch_len(mine, first, cfg->batch_size))) != 0)
         return rc;
     for (uint32_t at = first; at < mine; at += bs) {
-        if ((rc = catch_up(t, p, mine, &at)) < 0)
+        if ((rc = catch_up(t, p, mine, &at)) < 0 || rc == WENT_BACK)
             return rc;
-        if (rc == 1)
+        if (rc == SKIP_EPOCH)
             break;
         int b = batch_len(mine, at, cfg->batch_size);
         uint32_t next = at + bs;
@@ -739,6 +747,8 @@ static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
     }
     if ((rc = dcps_step_wait(t->step)) != 0)
         return step_fail(t, rc);
+    if ((long)dcps_step_clock(t->step) < p->step)
+        return WENT_BACK;
     if ((rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
         return rc;
     fprintf(out, "rank=%d epoch=%d done: steps=%ld test_loss=%.4f test_acc=%.4f\n", t->rank,
@@ -790,9 +800,16 @@ static int train(trainer_t *t, FILE *out)
         return rc;
 
     t->t0 = dcps_now_s();
-    for (int epoch = 1; epoch <= t->cfg->epochs; epoch++)
-        if ((rc = train_epoch(t, &p, epoch, out)) != 0)
+    for (int epoch = 1; epoch <= t->cfg->epochs; epoch++) {
+        rc = train_epoch(t, &p, epoch, out);
+        if (rc == WENT_BACK) { /* from the shards' round on, as a restarted worker */
+            p.resume = (long)dcps_step_clock(t->step);
+            p.step = 0;
+            epoch = 0;
+        } else if (rc != 0) {
             return rc;
+        }
+    }
     return finish(t, &p, out);
 }
 

@@ -668,7 +668,10 @@ def shard(data, worker=None, epochs=None, batch_size=None, drop_last=None):
     samples. A restarted worker skips the batches whose steps the shards
     already hold for its rank (``worker.resumed``, counted from epoch 1), and
     in sync mode a worker the job went on without (declared dead, then back)
-    skips the batches of the rounds it missed, so it ends with the job.
+    skips the batches of the rounds it missed, so it ends with the job; when
+    the shards went back to an earlier round (a shard restarted: every shard
+    restored the checkpoint all of them hold), the batches since that round are
+    served again, as far back as this call's first epoch.
     """
     w = worker or _current
     if w is None:
@@ -732,10 +735,21 @@ def shard(data, worker=None, epochs=None, batch_size=None, drop_last=None):
 
 
 def _serve(data, w, first, last, batch_size, drop_last, skip):
-    """shard's batches of epochs first to last, the first skip of them left out."""
+    """shard's batches of epochs first to last, the first skip of them left out.
+    Sync: when the shards went back to an earlier round (a shard restarted,
+    docs/algorithms.md "Restarts"), the batches of the rounds since are served
+    again, as far back as this call's first epoch."""
+    while skip is not None:
+        skip = yield from _serve_from(data, w, first, last, batch_size, drop_last, skip)
+
+
+def _serve_from(data, w, first, last, batch_size, drop_last, skip):
+    """_serve's batches from position skip (batches from epoch first's start);
+    returns None at the end, or the position to serve again from."""
     n = len(data.dataset if isinstance(data, torch.utils.data.DataLoader) else data)
     order = numpy.empty(n, dtype=numpy.uint32)
     sync = w.mode == "sync"
+    at = 0  # the position of the next batch, from epoch first's start
     for epoch in range(first, last + 1):
         k = share(w.seed, epoch, w.rank, w.workers, order)
         end = k - k % batch_size if drop_last else k
@@ -744,7 +758,7 @@ def _serve(data, w, first, last, batch_size, drop_last, skip):
         while j < steps:
             if skip:
                 t = min(skip, steps - j)
-                j, skip = j + t, skip - t
+                j, skip, at = j + t, skip - t, at + t
                 continue
             w.epoch = epoch
             for batch in _batches_of(data, order[j * batch_size:end].copy(), batch_size):
@@ -754,11 +768,19 @@ def _serve(data, w, first, last, batch_size, drop_last, skip):
                 clock = w.clock
                 yield batch
                 j += 1
+                at += 1
                 # Sync: the step of this batch found the job rounds ahead (it
                 # went on without this rank): skip the batches of those rounds.
                 if sync and w.clock > clock + 1:
                     skip = w.clock - clock - 1
                     break
+                # The shards went back to before this batch's round: serve the
+                # batches since their round again (back to this batch's own
+                # round reads as a skipped step, whose clock stays: that batch
+                # is not served again).
+                if sync and w.clock < clock:
+                    return max(0, at - (clock + 1 - w.clock))
+    return None
 
 
 # A sentence for half-precision parameters: autocast computes in half precision

@@ -11,8 +11,10 @@ sync mode that is the rounds' agreement, and every rank evaluates the same
 model; in async and ssp mode (no rounds) the versions say that every push
 reached both shards exactly once, and a rank that ends on another model than
 the others (it was declared dead as they passed the final barrier) is told so.
-Also: every process killed at once and started again (sync), and the two
-shards reloading a new lr at different moments (sync: one round for both).
+Also: every process killed at once and started again (sync), a shard killed
+and started again (sync: every shard goes back to the checkpoint both hold),
+and the two shards reloading a new lr at different moments (sync: one round
+for both).
 Async and ssp jobs push and pull in 4 parts, so a fault can land between the
 parts of one push.
 
@@ -123,6 +125,14 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
         elif fault == "kill_shard":
             s = rng.randrange(2)
             what["shard"] = s
+            # Not before both shards hold a checkpoint: with none there is no
+            # round to go back to together (the job waits, and says so).
+            ckpt = os.path.join(job.dir, "ckpt")
+            for _ in range(200):
+                names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
+                if all(any(f.startswith(f"shard-{i}-") for f in names) for i in range(2)):
+                    break
+                time.sleep(0.05)
             job.servers[s].kill()
             job.servers[s].wait()
             time.sleep(hold)
@@ -176,10 +186,11 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
 
 
 class FaultsAtRandomMoments(unittest.TestCase):
-    def check(self, mode, fault):
+    def check(self, mode, fault, **kw):
         for seed in range(SEEDS):
             with self.subTest(seed=seed):
-                r = run_fault(mode, fault, 1000 * seed + zlib.crc32(f"{mode} {fault}".encode()) % 997)
+                r = run_fault(mode, fault, 1000 * seed + zlib.crc32(f"{mode} {fault}".encode()) % 997,
+                              **kw)
                 self.assertTrue(r["finished"], f"a worker did not finish: {r}")
                 (v0, d0), (v1, d1) = r["shards"]
                 self.assertIsNotNone(v0, r)
@@ -214,6 +225,11 @@ class FaultsAtRandomMoments(unittest.TestCase):
 
     def test_sync_shard_stopped(self):
         self.check("sync", "stop_shard")
+
+    def test_sync_shard_killed_and_restarted(self):
+        # Either shard (run_fault waits for both shards' first checkpoints: with
+        # none there is no round to go back to, and the job waits).
+        self.check("sync", "kill_shard")
 
     def test_async_worker_stopped(self):
         self.check("async", "stop_worker")

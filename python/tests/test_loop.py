@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The rest of a PyTorch training loop on dcps.torch: dt.sampler yields
 dt.shard's order (two epochs, two ranks, the skip after a restart, a DataLoader
-with worker processes); gradient accumulation of 4 micro-batches of 8 (loss
+with worker processes, the batches served again when sync shards went back); gradient accumulation of 4 micro-batches of 8 (loss
 scaled by 1/4) equals one batch of 32 in sync mode with 1 worker; bfloat16
 autocast on the CPU trains float32 master parameters; worker.optimizer() under
 a GradScaler pushes finite steps and skips, says and survives an Inf one;
@@ -96,6 +96,29 @@ class SamplerOrder(unittest.TestCase):
                                                  pin_memory=False)
             got += [x.tolist() for (x,) in loader]
         self.assertEqual(got, want)
+
+
+    def test_sync_shards_that_went_back_have_their_rounds_batches_served_again(self):
+        """A shard restarted and every shard went back to round 6 as the step of
+        round 9 was pushed (docs/algorithms.md, "Restarts"): the batches of
+        rounds 6 to 9 come again, then the rest; a step that leaves the clock
+        (skipped) does not."""
+        import torch
+
+        import dcps.torch as dt
+
+        ds = torch.utils.data.TensorDataset(torch.arange(1001))
+        _, full = self.shard_epochs(ds, fake_worker(1))
+        w = fake_worker(1)
+        w.mode, got = "sync", []
+        for (x,) in dt.shard(ds, worker=w):
+            got.append(x.tolist())
+            # The step of this batch: round w.clock, done; round 9 went back to 6,
+            # and the step of the 3rd batch was skipped (its clock stays).
+            w.clock = 6 if len(got) == 10 else w.clock if len(got) == 3 else w.clock + 1
+        # batch j is of round j - 1 from the skipped one on: round 6 is batch 7
+        self.assertEqual(got, full[:10] + full[7:])
+        self.assertEqual(w.epoch, 2)
 
 
 class Accumulation(unittest.TestCase):

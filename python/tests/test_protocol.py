@@ -1479,7 +1479,8 @@ class SpecGaps(Case):
         for f in ("protocol", "type", "job_id", "rank", "seq", "shard", "param_version"):
             self.assertTrue(w.h.HasField(f), f)
         self.assertEqual((w.h.shard, w.h.param_version), (0, 0))
-        for f in ("initialized", "step", "flags", "want", "error_code", "lr", "checkpoint"):
+        for f in ("initialized", "step", "flags", "want", "error_code", "lr", "checkpoint",
+                  "generation"):
             self.assertFalse(w.h.HasField(f), f)
         e = c.request(pb.PULL, check=False)  # NOTREADY
         self.assertTrue(e.h.HasField("param_version") and e.h.param_version == 0)
@@ -1490,7 +1491,7 @@ class SpecGaps(Case):
         c = self.joined(0, init=np.zeros(N, F32))
         values = {"initialized": True, "workers": 1, "error_code": 1, "error_text": "x",
                   "lr": 0.5, "flags": 8, "want": 5, "step": 3, "param_version": 2,
-                  "checkpoint": 12}
+                  "checkpoint": 12, "generation": 7}
         checked = 0
         for field, cells in table_of_section_6().items():
             for type_, cell in cells.items():

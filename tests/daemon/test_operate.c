@@ -415,6 +415,24 @@ static void expect_close_to(const char *tag, double ref)
                   ref);
 }
 
+static long stopped_version(const char *tag)
+{
+    const char *at = strstr(h_slurp(h_path(tag, "err")), "stopped: version ");
+    ck_assert_msg(at != NULL, "%s did not say where it stopped", tag);
+    return atol(at + strlen("stopped: version "));
+}
+
+/* What a sync shard's log says at its end of the rounds it closed: "N closed,
+ * digest D" (since its last restore). */
+static const char *rounds_digest(const char *tag)
+{
+    static char out[64];
+    const char *at = strstr(h_slurp(h_path(tag, "err")), "notice: rounds: ");
+    ck_assert_msg(at != NULL, "%s did not say which rounds it closed", tag);
+    snprintf(out, sizeof out, "%.*s", (int)strcspn(at, "\n"), at);
+    return out;
+}
+
 /* In each consistency model (the loop's index in modes). */
 START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
 {
@@ -446,14 +464,29 @@ START_TEST(a_shard_killed_and_restarted_loses_nothing_that_matters)
      * one is sent again; one sent while it was down waits in ZeroMQ's queue). */
     ck_assert_msg(strstr(log, "worker 0 rejoins") && strstr(log, "worker 1 rejoins"),
                   "the restarted shard said: %s", log);
-    /* In sync the workers had gone on to later rounds, which it took up. */
-    if (strcmp(mode, "sync") == 0)
-        ck_assert_msg(strstr(log, " of the checkpoint ("),
-                      "the restarted shard said: %s", log);
     expect_close_to("w0", ref);
     expect_close_to("w1", ref);
     for (int s = 0; s < 2; s++)
         ck_assert_int_eq(h_stop(k.srv[s], 20000), 0);
+    if (strcmp(mode, "sync") != 0)
+        return;
+    /* In sync the workers had gone on to later rounds than its checkpoint's:
+     * every shard went back to the checkpoint both hold, and so did the
+     * workers; the shards end at one version, having closed the same rounds
+     * since (their digests). */
+    const char *lead = h_slurp(h_path("server0", "err"));
+    ck_assert_msg(strstr(lead, "shard 1 restarted while the job ran") &&
+                      strstr(lead, "every shard resumes at version"),
+                  "shard 0 said: %s", lead);
+    for (int r = 0; r < 2; r++) {
+        const char *err = h_slurp(h_path(r ? "w1" : "w0", "err"));
+        ck_assert_msg(strstr(err, "the shards went back to round"), "rank %d said: %s", r, err);
+    }
+    ck_assert_int_eq(stopped_version("server0"), stopped_version("server1b"));
+    char d0[64], d1[64];
+    snprintf(d0, sizeof d0, "%s", rounds_digest("server0"));
+    snprintf(d1, sizeof d1, "%s", rounds_digest("server1b"));
+    ck_assert_str_eq(d0, d1);
 }
 END_TEST
 
@@ -484,12 +517,6 @@ START_TEST(a_worker_killed_and_restarted_resumes_where_it_was)
 END_TEST
 
 /* The version in a shard's "stopped: version V" line. */
-static long stopped_version(const char *tag)
-{
-    const char *at = strstr(h_slurp(h_path(tag, "err")), "stopped: version ");
-    ck_assert_msg(at != NULL, "%s did not say where it stopped", tag);
-    return atol(at + strlen("stopped: version "));
-}
 
 /* A shard stopped (SIGSTOP) for twice dead_after_ms in sync mode: when it
  * runs again, the workers' silence was its own, not theirs. Nobody is declared
