@@ -1191,6 +1191,41 @@ class Restart(Case):
         self.assertTrue(np.array_equal(a.pull(2).arrays[0], once - F32(LR) * g))
 
 
+    def test_sync_shards_go_back_together_after_one_restarts_alone(self):
+        """Sections 7.4, 7.5 and 16: a sync job's shard killed and started again
+        alone takes every shard back to the newest checkpoint both hold; the
+        worker, which had gone on, is sent back to that round: its push is
+        dropped STALE and its pull answered at once flagged STALE, both with
+        the open round (at or before its step), with the parameters of then."""
+        d = tempfile.mkdtemp(prefix="dcps-ckpt-")
+        self.addCleanup(shutil.rmtree, d, True)
+        job = self.start(shards=2, workers=1, job={"mode": "sync"},
+                         server={"checkpoint_dir": d, "checkpoint_every": 0})
+        w = self.worker(0)
+        w.hello()
+        w.init(gradient(rng(30), N))
+        g = gradient(rng(31), N)
+        w.push(0, g=g)
+        at1 = w.pull(1).copy()  # round 0 applied: version 1 on both
+        job.restart(1)  # SIGTERM: a checkpoint of version 1 (and waits for shard 0's)
+        job.restart(0)  # the same; both resume at version 1
+        self.assertTrue(np.array_equal(w.pull(1), at1))  # the checkpoints hold its session
+        for step in (1, 2):
+            w.push(step, g=g)
+            w.pull(step + 1)
+        self.assertEqual([v for v in w.version], [3, 3])
+        job.restart(1, signal.SIGKILL)  # back to version 1: so shard 0 too
+        ack = w.conns[0].push(3, 3, g=g[:w.ranges[0][1]])
+        self.assertEqual((ack.type, ack.h.flags, ack.h.step), (pb.PUSH_ACK, pb.FLAG_STALE, 1))
+        self.assertTrue(np.array_equal(w.pull(3), at1))
+        for r in w.replies:
+            self.assertEqual((r.h.flags, r.h.step, r.h.param_version), (pb.FLAG_STALE, 1, 1))
+        # The worker goes on from round 1: both shards apply it, at one version.
+        self.assertEqual([a.h.flags for a in w.push(1, g=g)], [0, 0])
+        self.assertTrue(np.array_equal(w.pull(2), at1 - F32(LR) * g))
+        self.assertEqual(w.version, [2, 2])
+        self.assertIn("shard 1 restarted while the job ran", job.shard_log(0))
+
 
 def checkpointed(case, shards=1, workers=3, **sections):
     """A job of `shards` shards whose checkpoints go to a scratch directory, only
