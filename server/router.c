@@ -569,6 +569,10 @@ static bool load(dcps_router_t *r, bool fresh, uint64_t version)
                      (unsigned long long)version);
         return false;
     }
+    /* Checkpoints of later versions are of rounds the job goes back on: this
+     * shard's newest of the rounds it goes on with is that version. */
+    if (!fresh)
+        r->ckpt_newest = version;
     reloaded(r);
     return true;
 }

@@ -666,6 +666,15 @@ static void count_step(trainer_t *t, progress_t *p, int epoch, int b, float loss
 /* What catch_up says besides 0 (go on) and an error. */
 enum { SKIP_EPOCH = 1, WENT_BACK = 2 };
 
+/* Sync: whether the shards went back to a round before this worker's steps
+ * (clock, the client's) of p. With the pipeline the step in flight is not
+ * counted in the clock yet: going back to it reads as going on (one batch not
+ * trained again, as going back to the very round pushed). */
+static bool went_back(const trainer_t *t, const progress_t *p, long clock)
+{
+    return t->cfg->mode == DCPS_MODE_SYNC && clock < p->step - (t->cfg->pipeline ? 1 : 0);
+}
+
 /* Sync: a worker the job went on without (declared dead, stopped, cut off) is
  * moved to the open round; the batches of the rounds it missed are skipped,
  * so it ends with the job's last round. Moves *at, the position in this
@@ -679,9 +688,9 @@ static int catch_up(trainer_t *t, progress_t *p, uint32_t mine, uint32_t *at)
     const uint32_t bs = (uint32_t)t->cfg->batch_size;
     long clock = (long)dcps_step_clock(t->step);
     int rc;
-    if (clock < p->step)
+    if (went_back(t, p, clock))
         return WENT_BACK;
-    if (clock == p->step)
+    if (clock <= p->step)
         return 0;
     long left = (long)((mine - *at + bs - 1) / bs);
     p->resume = clock;
@@ -747,7 +756,7 @@ static int train_epoch(trainer_t *t, progress_t *p, int epoch, FILE *out)
     }
     if ((rc = dcps_step_wait(t->step)) != 0)
         return step_fail(t, rc);
-    if ((long)dcps_step_clock(t->step) < p->step)
+    if (went_back(t, p, (long)dcps_step_clock(t->step) + (t->cfg->pipeline ? 1 : 0)))
         return WENT_BACK;
     if ((rc = evaluate(t, &p->test_loss, &p->test_acc)) != 0)
         return rc;
