@@ -34,7 +34,7 @@ import weakref
 import numpy
 import torch
 
-from . import ArrayError, ConfigError, StateError, Step, share
+from . import ArrayError, ConfigError, Error, StateError, Step, share
 
 __all__ = ["Worker", "shard", "decay_groups", "sampler", "Sampler"]
 
@@ -244,7 +244,13 @@ class Worker:
         for k, (_, _, members) in enumerate(self._buckets):
             for i in members:
                 self._bucket_of[i] = k
-        self._step.set_ranges(sorted(hi for _, hi, _ in self._buckets))
+        try:
+            self._step.set_ranges(sorted(hi for _, hi, _ in self._buckets))
+        except Error as e:
+            if e.name != "INVAL":
+                raise
+            raise ValueError(f"bucket_mb={cap_mb:g} makes {len(self._buckets)} buckets: {e}; "
+                             "give a larger bucket_mb") from None
         self._ordered = bool(ordered)
         self._in_step = False
         self._left = [len(b[2]) for b in self._buckets]  # gradients to come, per bucket

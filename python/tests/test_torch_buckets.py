@@ -172,6 +172,8 @@ class Buckets(unittest.TestCase):
             self.assertLessEqual(worst, 1e-6, f"{kw}: {worst}")
 
     def test_what_buckets_cannot_do_is_refused_with_a_sentence(self):
+        import torch
+
         import dcps
         import dcps.torch as dt
 
@@ -196,6 +198,14 @@ class Buckets(unittest.TestCase):
                                         "got a second gradient in step 1, whose bucket"):
                 loss_of(m, x, y).backward()
             w.close()
+        finally:
+            j.close()
+        j = job()  # a model of another size: a job of its own (params = auto)
+        try:
+            deep = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(80)])
+            with self.assertRaisesRegex(ValueError, "more than 64 of the ranges.*give a larger "
+                                        "bucket_mb"):
+                dt.Worker(deep, job=j.path, rank=0, overrides=[j.shards], bucket_mb=1e-9)
         finally:
             j.close()
 
