@@ -2,13 +2,16 @@
  * _push_range, _end, _wait_range) against real dcps-server shards: a dense
  * sync step pushed range by range, in any order and across a shard's edge,
  * ends bit for bit where dcps_step_run ends, with the pull whole or front
- * first; one range over the whole model is dcps_step_run's Top-k exactly, and
- * several ranges each send their own; an ordered pull's ranges land before it
- * ends and equal an exact pull; and every bad argument is refused with a
- * sentence naming the range, nothing sent and the step still usable. */
+ * first, and so does a sync round of one rank in ranges and one whole; one
+ * range over the whole model is dcps_step_run's Top-k exactly, and several
+ * ranges each send their own; an ordered pull's ranges land before it ends
+ * and equal an exact pull; and every bad argument is refused with a sentence
+ * naming the range, nothing sent and the step still usable. */
 #include <check.h>
 
 #include "tests/check_run.h"
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,16 +33,21 @@ static void teardown(void)
     h_cleanup();
 }
 
-static const char *job(const char *name, const char *mode, const char *compression)
+static const char *job_of(const char *name, int workers, const char *mode, const char *compression)
 {
     char text[1024];
     snprintf(text, sizeof text,
-             "[job]\nname = ranges\nworkers = 1\nmode = %s\n"
+             "[job]\nname = ranges\nworkers = %d\nmode = %s\n"
              "[servers]\nshards = tcp://127.0.0.1:*, tcp://127.0.0.1:*\n"
              "[model]\nparams = %d\n[optimizer]\nkind = sgd\nlr = 0.05\n"
              "[compression]\n%s\n[worker]\ntimeout_ms = 5000\n",
-             mode, N, compression);
+             workers, mode, N, compression);
     return h_write(name, text);
+}
+
+static const char *job(const char *name, const char *mode, const char *compression)
+{
+    return job_of(name, 1, mode, compression);
 }
 
 /* The shards of a job, and a step of rank 0 on them. */
@@ -69,17 +77,6 @@ static void close_run(run_t *r)
     ck_assert_int_eq(h_stop(r->s1, 5000), 0);
 }
 
-/* Gradient of step t: values of mixed magnitudes, so that rounding shows. */
-static void gradient(float *g, int t)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(7 * t + 1);
-    for (size_t i = 0; i < N; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        g[i] =
-            (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * (float)(1u << (x & 7)) * 1e-2f;
-    }
-}
-
 static void init(float *w)
 {
     for (size_t i = 0; i < N; i++)
@@ -102,7 +99,7 @@ static float *train(const char *j, enum how how, const size_t *ends, size_t coun
         ck_assert_int_eq(dcps_step_set_ranges(r.step, ends, count), 0);
     ck_assert_int_eq(dcps_step_start(r.step, w), 0);
     for (int t = 0; t < STEPS; t++) {
-        gradient(g, t);
+        h_gradient(g, N, (uint64_t)(7 * t + 1));
         if (how == WHOLE) {
             ck_assert_msg(dcps_step_run(r.step, g, w, 1) == 0, "%s", dcps_step_error(r.step));
             continue;
@@ -141,6 +138,97 @@ START_TEST(dense_sync_steps_in_ranges_end_bit_for_bit_as_run)
 }
 END_TEST
 
+/* One rank of a two-rank sync job: STEPS steps, in ranges (ordered pull) or
+ * whole, then the final pull into w. */
+typedef struct {
+    dcps_step_t *step;
+    int rank;
+    bool ranges;
+    float *w, *g;
+    int rc;
+} rank_t;
+
+static void *rank_main(void *arg)
+{
+    rank_t *k = arg;
+    dcps_step_t *s = k->step;
+    if (k->ranges && (k->rc = dcps_step_set_ranges(s, ENDS, N_RANGES)) != 0)
+        return NULL;
+    if ((k->rc = dcps_step_start(s, k->w)) != 0)
+        return NULL;
+    for (int t = 0; t < STEPS && k->rc == 0; t++) {
+        h_gradient(k->g, N, (uint64_t)(70 * k->rank + 7 * t + 1));
+        if (!k->ranges) {
+            k->rc = dcps_step_run(s, k->g, k->w, 1);
+            continue;
+        }
+        if ((k->rc = dcps_step_begin(s, 1)) != 0)
+            break;
+        for (size_t r = N_RANGES; r-- > 0 && k->rc == 0;) {
+            size_t lo = r ? ENDS[r - 1] : 0;
+            k->rc = dcps_step_push_range(s, lo, ENDS[r], k->g + lo);
+        }
+        if (k->rc == 0)
+            k->rc = dcps_step_end(s, k->w, 1);
+    }
+    if (k->rc == 0)
+        k->rc = dcps_step_finish(s, k->w);
+    return NULL;
+}
+
+/* Two ranks of job j, rank r in ranges when ranges[r]; rank 0's final model. */
+static float *two_ranks(const char *j, const bool *ranges)
+{
+    char ep0[256], ep1[256], shards[600], e[1024];
+    pid_t s0 = h_server(j, 0, ep0), s1 = h_server(j, 1, ep1);
+    ck_assert_int_gt(s0, 0);
+    ck_assert_int_gt(s1, 0);
+    snprintf(shards, sizeof shards, "servers.shards=%s,%s", ep0, ep1);
+    const char *ov[] = {shards};
+    rank_t k[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        int rc;
+        k[r] = (rank_t){dcps_step_open(j, r, ov, 1, N, &rc, e, sizeof e),
+                        r,
+                        ranges[r],
+                        malloc(N * sizeof(float)),
+                        malloc(N * sizeof(float)),
+                        0};
+        ck_assert_msg(k[r].step != NULL, "rank %d: %s", r, e);
+        init(k[r].w);
+    }
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(pthread_create(&th[r], NULL, rank_main, &k[r]), 0);
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        ck_assert_msg(k[r].rc == 0, "rank %d: %s", r, dcps_step_error(k[r].step));
+    }
+    ck_assert_int_eq(memcmp(k[0].w, k[1].w, N * sizeof(float)), 0);
+    for (int r = 0; r < 2; r++) {
+        dcps_step_close(&k[r].step);
+        free(k[r].g);
+        if (r > 0)
+            free(k[r].w);
+    }
+    ck_assert_int_eq(h_stop(s0, 5000), 0);
+    ck_assert_int_eq(h_stop(s1, 5000), 0);
+    return k[0].w;
+}
+
+START_TEST(a_sync_round_of_a_rank_in_ranges_and_a_whole_one_is_the_whole_rounds)
+{
+    char j[512];
+    snprintf(j, sizeof j, "%s", job_of("two.ini", 2, "sync", "push = dense"));
+    float *whole = two_ranks(j, (const bool[]){false, false});
+    float *mixed = two_ranks(j, (const bool[]){true, false});
+    ck_assert_int_eq(memcmp(whole, mixed, N * sizeof *whole), 0);
+    ck_assert_float_ne(whole[0], 0.5f);
+    free(whole);
+    free(mixed);
+}
+END_TEST
+
 START_TEST(one_range_is_runs_topk_and_several_send_their_own)
 {
     char j[512];
@@ -171,7 +259,7 @@ START_TEST(an_ordered_pull_lands_range_by_range_as_an_exact_pull)
     init(w);
     ck_assert_int_eq(dcps_step_set_ranges(r.step, ENDS, N_RANGES), 0);
     ck_assert_int_eq(dcps_step_start(r.step, w), 0);
-    gradient(g, 0);
+    h_gradient(g, N, 1);
     ck_assert_int_eq(dcps_step_begin(r.step, 1), 0);
     for (size_t k = 0; k < N_RANGES; k++) { /* front to back: any order goes */
         size_t lo = k ? ENDS[k - 1] : 0;
@@ -291,6 +379,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, dense_sync_steps_in_ranges_end_bit_for_bit_as_run);
+    tcase_add_test(tc, a_sync_round_of_a_rank_in_ranges_and_a_whole_one_is_the_whole_rounds);
     tcase_add_test(tc, one_range_is_runs_topk_and_several_send_their_own);
     tcase_add_test(tc, an_ordered_pull_lands_range_by_range_as_an_exact_pull);
     tcase_add_test(tc, bad_ranges_are_refused_naming_the_range_and_the_step_goes_on);
