@@ -228,11 +228,15 @@ static int comm_wait(dcps_step_t *s)
     return rc;
 }
 
-/* Posts a push and pull (e), or with `into` an ordered pull into it alone. */
+/* Posts a push and pull (e), or with `into` an ordered pull into it alone.
+ * The counters the caller sees meanwhile are the client's now: after the
+ * push of an ordered step's end, which moved the clock on. */
 static void comm_post(dcps_step_t *s, const dcps_encoded_t *e, float *into)
 {
     comm_t *c = &s->comm;
     pthread_mutex_lock(&c->mu);
+    dcps_client_stats(s->client, &c->stats);
+    c->lr = dcps_client_lr(s->client);
     if (e)
         c->job = *e;
     c->pull_into = into;
@@ -861,6 +865,10 @@ int dcps_step_begin(dcps_step_t *s, int epoch)
         return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
                         "cannot begin a step in ranges: no ranges were given "
                         "(dcps_step_set_ranges)");
+    if (s->gpu) /* dcps_step_use_stream after the ranges were set */
+        return dcps_say(s->err, sizeof s->err, DCPS_E_CONFIG,
+                        "a step in ranges takes host arrays in this version, and this step "
+                        "has device arrays (dcps_step_use_stream)");
     if ((rc = comm_wait(s)) != 0) /* the ordered pull in flight */
         goto failed;
     s->err[0] = '\0';

@@ -266,6 +266,7 @@ START_TEST(an_ordered_pull_lands_range_by_range_as_an_exact_pull)
         ck_assert_int_eq(dcps_step_push_range(r.step, lo, ENDS[k], g + lo), 0);
     }
     ck_assert_int_eq(dcps_step_end(r.step, w, 1), 0);
+    ck_assert_uint_eq(dcps_step_clock(r.step), 1); /* the push counts while the pull runs */
     /* The front first: what landed is the shards' already. */
     ck_assert_int_eq(dcps_step_wait_range(r.step, 0, ENDS[0]), 0);
     ck_assert_float_eq(w[0], 0.5f - 0.05f * g[0]);
