@@ -253,7 +253,11 @@ class Worker:
                              "give a larger bucket_mb") from None
         self._ordered = bool(ordered)
         self._in_step = False
-        self._left = [len(b[2]) for b in self._buckets]  # gradients to come, per bucket
+        # Only parameters that require a gradient get one: the others (frozen)
+        # count as zero, as unused ones do, and a bucket of them goes at step().
+        self._trained = [p.requires_grad for p in self._params]
+        self._sent = [False] * len(self._buckets)
+        self._left = self._to_come()
         self._g_np = self._grad.numpy()
         ref = weakref.ref(self)
 
@@ -264,6 +268,8 @@ class Worker:
 
         self._accumulators = []  # torch 1.13: the nodes' hooks live as long as the nodes
         for i, p in enumerate(self._params):
+            if not p.requires_grad:
+                continue
             if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     lambda _p, i=i: grad_ready(i)))
@@ -287,11 +293,16 @@ class Worker:
 
             self._hooks.append(m.register_forward_pre_hook(before_forward))
 
+    def _to_come(self):
+        """Per bucket, the gradients autograd will produce: its parameters that
+        require one."""
+        return [sum(self._trained[i] for i in b[2]) for b in self._buckets]
+
     def _grad_ready(self, i):
         """Parameter i's gradient is in (autograd's hook): its bucket is pushed
         once all of its gradients are."""
         b = self._bucket_of[i]
-        if self._left[b] <= 0:
+        if self._sent[b]:
             lo, hi, _ = self._buckets[b]
             raise StateError(
                 f"{self._names[i]} got a second gradient in step {self._step.clock + 1}, whose "
@@ -310,22 +321,30 @@ class Worker:
             self._pulling = False
         for i in members:
             self._gather_one(i)
-        self._left[b] = 0
+        self._sent[b] = True
         self._step.push_range(lo, hi, self._g_np[lo:hi])
 
     def _step_in_buckets(self):
         """The step's end: the buckets that no gradient completed (parameters
         unused by this step's forward pass: their gradient counts as zero) are
-        pushed now, then the pull, whole or (ordered) front first."""
-        for b, left in enumerate(self._left):
-            if left > 0:
+        pushed now, then the pull, whole or (ordered) front first. A parameter
+        whose requires_grad changed since Worker(...) is refused: it has no
+        hook, or a hook that will never fire."""
+        trained = [p.requires_grad for p in self._params]
+        if trained != self._trained:
+            i = next(i for i, (a, b) in enumerate(zip(trained, self._trained)) if a != b)
+            raise StateError(
+                f"{self._names[i]}.requires_grad became {trained[i]} after dcps.torch.Worker("
+                "model, bucket_mb=...), which hooks the parameters that require a gradient "
+                "when it is made: set requires_grad before making the Worker")
+        for b, sent in enumerate(self._sent):
+            if not sent:
                 self._push_bucket(b)
-        if not self._in_step:  # no bucket at all: a model of one bucket pushed above
-            self._step.begin(self.epoch)
         self._step.end(self._p_arg, ordered=self._ordered)
         self._in_step = False
         self._pulling = self._ordered
-        self._left = [len(b[2]) for b in self._buckets]
+        self._sent = [False] * len(self._buckets)
+        self._left = self._to_come()
         self._grad.zero_()  # the step read it until end() returned
 
     def _buffers_setup(self, mode, every):

@@ -5,8 +5,8 @@ sync job equals torch.optim.SGD to float32 rounding and the whole-gradient
 path bit for bit, with ordered pulls too, and the ordered pull's parameters are
 an exact pull's; each bucket has its own Top-k, which is not the whole
 gradient's (a bucket of small gradients still sends its share); a parameter
-that gets no gradient is pushed as zero at step(); what buckets cannot do is
-refused with a sentence."""
+that gets no gradient (unused, or frozen) is pushed as zero at step(); what
+buckets cannot do is refused with a sentence."""
 import os
 import sys
 import unittest
@@ -171,6 +171,41 @@ class Buckets(unittest.TestCase):
             worst = (got - ref).abs().max().item()
             self.assertLessEqual(worst, 1e-6, f"{kw}: {worst}")
 
+    def test_a_frozen_layer_is_pushed_as_zero_and_unfreezing_it_is_refused(self):
+        """A layer with requires_grad=False has no gradient hook: its bucket
+        goes at step() as zeros, the layer stays, the rest trains as SGD does.
+        Unfreezing it after Worker(...) is refused at the next step."""
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        def frozen():
+            m = mlp()
+            m.a.requires_grad_(False)
+            return m
+
+        data = batches()
+        ref = sgd(frozen(), data)
+        got, _, _ = run(frozen, data, bucket_mb=0.0007)
+        init = torch_cat_init()
+        m = mlp()
+        a = m.a.weight.numel() + m.a.bias.numel()
+        self.assertTrue(bool((got[:a] == init[:a]).all()))
+        self.assertLessEqual((got - ref).abs().max().item(), 1e-6)
+        j = job()
+        try:
+            m = frozen()
+            w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards], bucket_mb=0.0007)
+            m.a.requires_grad_(True)
+            x, y = batches(1)[0]
+            loss_of(m, x, y).backward()
+            with self.assertRaisesRegex(dcps.StateError, "a.weight.requires_grad became True"):
+                w.step()
+            w.close()
+        finally:
+            j.close()
+
     def test_what_buckets_cannot_do_is_refused_with_a_sentence(self):
         import torch
 
@@ -193,7 +228,7 @@ class Buckets(unittest.TestCase):
             x, y = batches(1)[0]
             loss_of(m, x, y).backward()
             # Every bucket went during backward, none waits for step().
-            self.assertEqual(w._left, [0] * len(w._buckets))
+            self.assertEqual(w._sent, [True] * len(w._buckets))
             with self.assertRaisesRegex(dcps.StateError,
                                         "got a second gradient in step 1, whose bucket"):
                 loss_of(m, x, y).backward()
