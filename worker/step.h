@@ -180,7 +180,10 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
  * [compression] pipeline = true, clip_norm > 0 (the norm is the whole
  * gradient's), values other than fp32 and push = twobit (shorter values go
  * whole), and a sync job with [server] checkpoint_dir (it pushes whole);
- * DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. */
+ * DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. Memory: the ranges'
+ * compressors together hold what one compressor of the whole model does
+ * (their residuals tile it), plus n uint32 indices with push = topk;
+ * dcps_step_run's compressor is kept beside them. */
 int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count);
 
 /* Begins step number dcps_step_clock + 1 of epoch `epoch` (from 1) in ranges:
