@@ -762,6 +762,31 @@ static size_t range_lo(const dcps_step_t *s, size_t j)
     return j ? s->ends[j - 1] : 0;
 }
 
+/* The ends of dcps_step_set_ranges: 0, or DCPS_E_INVAL with a sentence
+ * naming the first range that does not tile the model. */
+static int check_ends(dcps_step_t *s, const size_t *ends, size_t count)
+{
+    if (count == 0 || !ends)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "no ranges: give at least one, the last ending at the model's %zu "
+                        "parameters",
+                        s->n);
+    for (size_t j = 0; j < count; j++) {
+        size_t lo = j ? ends[j - 1] : 0;
+        if (ends[j] <= lo || ends[j] > s->n)
+            return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                            "range %zu, [%zu, %zu), is not a nonempty range of the model's %zu "
+                            "parameters: the ends ascend strictly, from above 0 to %zu",
+                            j, lo, ends[j], s->n, s->n);
+    }
+    if (ends[count - 1] != s->n)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "the ranges end at %zu, and the model has %zu parameters: [%zu, %zu) is "
+                        "in no range (the last must end at the model's size)",
+                        ends[count - 1], s->n, ends[count - 1], s->n);
+    return 0;
+}
+
 int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
 {
     int rc = 0;
@@ -785,24 +810,8 @@ int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
                         "%s is not supported with a step in ranges in this version: change it, "
                         "or push the whole gradient with dcps_step_run",
                         no);
-    if (count == 0 || !ends)
-        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
-                        "no ranges: give at least one, the last ending at the model's %zu "
-                        "parameters",
-                        s->n);
-    for (size_t j = 0; j < count; j++) {
-        size_t lo = j ? ends[j - 1] : 0;
-        if (ends[j] <= lo || ends[j] > s->n)
-            return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
-                            "range %zu, [%zu, %zu), is not a nonempty range of the model's %zu "
-                            "parameters: the ends ascend strictly, from above 0 to %zu",
-                            j, lo, ends[j], s->n, s->n);
-    }
-    if (ends[count - 1] != s->n)
-        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
-                        "the ranges end at %zu, and the model has %zu parameters: [%zu, %zu) is "
-                        "in no range (the last must end at the model's size)",
-                        ends[count - 1], s->n, ends[count - 1], s->n);
+    if ((rc = check_ends(s, ends, count)) != 0)
+        return rc;
     for (int sh = 0; sh < S; sh++)
         s->shard[sh] = dcps_shardmap_range(s->n, S, sh);
     /* Each range is a part of every shard it covers; a shard's parts are
