@@ -451,6 +451,105 @@ static PyObject *Step_use_stream(StepObject *self, PyObject *arg)
     return done(self, rc);
 }
 
+/* set_ranges(ends): the ranges a step in ranges is pushed in. */
+static PyObject *Step_set_ranges(StepObject *self, PyObject *ends)
+{
+    PyObject *es = PySequence_Fast(ends, "ends must be a sequence of int"), *result = NULL;
+    size_t *e = NULL;
+    if (!es)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(es);
+    if (!(e = PyMem_Calloc((size_t)k + 1, sizeof *e))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        e[i] = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(es, i));
+        if (e[i] == (size_t)-1 && PyErr_Occurred())
+            goto out;
+    }
+    if (enter(self) != 0)
+        goto out;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* it waits for an ordered pull in flight */
+        rc = dcps_step_set_ranges(self->step, e, (size_t)k);
+    Py_END_ALLOW_THREADS result = done(self, rc);
+out:
+    PyMem_Free(e);
+    Py_DECREF(es);
+    return result;
+}
+
+static PyObject *Step_begin(StepObject *self, PyObject *args)
+{
+    int epoch = 1, rc;
+    if (!PyArg_ParseTuple(args, "|i:begin", &epoch))
+        return NULL;
+    if (epoch < 1)
+        return PyErr_Format(PyExc_ValueError, "epoch %d: epochs count from 1", epoch);
+    if (enter(self) != 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS rc = dcps_step_begin(self->step, epoch);
+    Py_END_ALLOW_THREADS return done(self, rc);
+}
+
+/* push_range(lo, hi, grad): grad a host buffer of hi - lo float32 values,
+ * which the caller keeps unchanged until end() returns. */
+static PyObject *Step_push_range(StepObject *self, PyObject *args)
+{
+    Py_ssize_t lo, hi;
+    PyObject *g_obj;
+    Py_buffer g;
+    int rc;
+    if (!PyArg_ParseTuple(args, "nnO:push_range", &lo, &hi, &g_obj))
+        return NULL;
+    if (lo < 0 || hi <= lo)
+        return PyErr_Format(PyExc_ValueError, "range [%zd, %zd) is not a nonempty range", lo, hi);
+    if (enter(self) != 0)
+        return NULL;
+    if (get_array(g_obj, &g, (size_t)(hi - lo), 1, "grad") != 0) {
+        self->busy = 0;
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS rc = dcps_step_push_range(self->step, (size_t)lo, (size_t)hi, g.buf);
+    Py_END_ALLOW_THREADS release(&g);
+    return done(self, rc);
+}
+
+static PyObject *Step_end(StepObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"params", "ordered", NULL};
+    PyObject *p_obj;
+    int ordered = 0, rc;
+    Py_buffer p;
+    void *pp;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:end", kwlist, &p_obj, &ordered))
+        return NULL;
+    if (enter(self) != 0)
+        return NULL;
+    if (get_arg(self, p_obj, &p, &pp, "params") != 0) {
+        self->busy = 0;
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS rc = dcps_step_end(self->step, pp, ordered);
+    Py_END_ALLOW_THREADS release(&p);
+    return done(self, rc);
+}
+
+static PyObject *Step_wait_range(StepObject *self, PyObject *args)
+{
+    Py_ssize_t lo, hi;
+    int rc;
+    if (!PyArg_ParseTuple(args, "nn:wait_range", &lo, &hi))
+        return NULL;
+    if (lo < 0 || hi <= lo)
+        return PyErr_Format(PyExc_ValueError, "range [%zd, %zd) is not a nonempty range", lo, hi);
+    if (enter(self) != 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS rc = dcps_step_wait_range(self->step, (size_t)lo, (size_t)hi);
+    Py_END_ALLOW_THREADS return done(self, rc);
+}
+
 static PyObject *Step_set_names(StepObject *self, PyObject *args)
 {
     PyObject *offs, *names, *os = NULL, *ns = NULL, *result = NULL;
@@ -641,6 +740,19 @@ static PyMethodDef Step_methods[] = {
      "(mode \"rank0\", \"average\" or \"local\"); with publish, floats (float32) and ints "
      "(float64) are this rank's; then the job's are written into them: True, or False if the "
      "shard has none yet."},
+    {"set_ranges", (PyCFunction)Step_set_ranges, METH_O,
+     "set_ranges(ends): the ranges a step in ranges is pushed in, range j being [ends[j-1], "
+     "ends[j]) (from 0, the last ending at n); each gets its own compressor."},
+    {"begin", (PyCFunction)Step_begin, METH_VARARGS,
+     "begin(epoch=1): begin a step in ranges (after an ordered end, waits for its pull)."},
+    {"push_range", (PyCFunction)Step_push_range, METH_VARARGS,
+     "push_range(lo, hi, grad): push the gradient of one of the ranges, grad a host float32 "
+     "buffer of hi - lo values, kept unchanged until end() returns; sent at once."},
+    {"end", (PyCFunction)(void (*)(void))Step_end, METH_VARARGS | METH_KEYWORDS,
+     "end(params, ordered=False): wait for the shards' acknowledgements, then pull into params; "
+     "ordered: the pull goes on front first after end() returns (wait_range)."},
+    {"wait_range", (PyCFunction)Step_wait_range, METH_VARARGS,
+     "wait_range(lo, hi): return when [lo, hi) of an ordered end's params has landed."},
     {"wait", (PyCFunction)Step_wait, METH_NOARGS,
      "wait(): with the pipeline, wait for the step in flight."},
     {"close", (PyCFunction)Step_close, METH_NOARGS, "close(): say BYE and free the worker."},

@@ -277,6 +277,16 @@ double h_metric(int port, const char *series)
     return NAN;
 }
 
+void h_gradient(float *g, size_t n, uint64_t seed)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * seed;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        g[i] =
+            (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * (float)(1u << (x & 7)) * 1e-2f;
+    }
+}
+
 void h_cleanup(void)
 {
     for (int i = 0; i < n_procs; i++) {

@@ -9,6 +9,8 @@
 #define DCPS_TEST_HARNESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define H_MAX_PROCS 32
@@ -57,6 +59,10 @@ int h_free_port(void);
  * /metrics: `series` is the whole series name with its labels
  * ("dcps_version{shard=\"0\"}"); NAN if the page or the series is missing. */
 double h_metric(int port, const char *series);
+
+/* Fills g[0..n) with a gradient drawn from seed (a xorshift stream): values
+ * in ±0.005 · 2^0..7, mixed magnitudes, so that float rounding shows. */
+void h_gradient(float *g, size_t n, uint64_t seed);
 
 /* Kills every process h_spawn started that is still running. */
 void h_cleanup(void);

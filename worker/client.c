@@ -109,6 +109,12 @@ struct dcps_client {
     uint8_t *qbuf;
     size_t qcap;
     float *qdec;
+    /* A push in given parts (dcps_client_parts_begin): one slot per shard and
+     * DCPS_PARTS_MAX part sources per shard, allocated at the first one; and
+     * how many parts a dense pull asks for its reply in (0: parts_of). */
+    struct slot *given;
+    dcps_push_part_t *given_src;
+    uint32_t reply_parts;
     /* [security] curve: the keys every socket gets; wiped on close. */
     uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
@@ -124,6 +130,11 @@ struct slot {
     uint32_t want;  /* expected reply type */
     uint32_t parts; /* a dense PUSH in this many parts (seq + i: part i); 0, 1: whole */
     uint64_t acked; /* bit i: part i acknowledged */
+    /* A push in given parts: part i is src[i] (its own range and payload), and
+     * bit i of given says it was given; NULL: the equal split of req's one
+     * dense payload (part_range), every part given. */
+    const dcps_push_part_t *src;
+    uint64_t given;
     int rc;
     int rejoin;       /* ERROR SESSION: 1 while hello is unanswered, 2 once req was resent */
     dcps_msg_t hello; /* the HELLO of a rejoin, with its own seq */
@@ -419,24 +430,46 @@ static void part_range(const dcps_client_t *c, int s, uint32_t i, uint32_t parts
     *hi = r->lo + n * (i + 1) / parts;
 }
 
-/* Sends the parts of the slot's dense PUSH not yet acknowledged: part i with
- * seq req.seq + i and its slice of the payload. */
-static int send_parts(dcps_client_t *c, int s, slot_t *sl)
+/* Sends part i of the slot's PUSH in parts, with seq req.seq + i: its slice
+ * of the one dense payload, or its given source (dense or sparse). */
+static int send_part(dcps_client_t *c, int s, const slot_t *sl, uint32_t i)
 {
-    const float *v = sl->req.payload[0].data;
     dcps_msg_t m = sl->req;
     m.has |= DCPS_HAS_PART;
     m.parts = sl->parts;
-    for (uint32_t i = 0; i < sl->parts; i++) {
-        if (sl->acked >> i & 1)
-            continue;
+    m.part = i;
+    m.seq = sl->req.seq + i;
+    if (!sl->src) {
+        const float *v = sl->req.payload[0].data;
         part_range(c, s, i, sl->parts, &m.part_lo, &m.part_hi);
-        m.part = i;
-        m.seq = sl->req.seq + i;
         m.frame[0].count = m.part_hi - m.part_lo;
         m.payload[0] = (dcps_buf_t){v + (m.part_lo - c->conn[s].range.lo),
                                     m.frame[0].count * sizeof *v};
-        int rc = send_msg(c, s, &m);
+        return send_msg(c, s, &m);
+    }
+    const dcps_push_part_t *p = &sl->src[i];
+    m.part_lo = p->lo;
+    m.part_hi = p->hi;
+    m.nframes = 0;
+    if (p->idx) {
+        m.frame[m.nframes] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p->k};
+        m.payload[m.nframes++] = (dcps_buf_t){p->idx, p->k * sizeof *p->idx};
+    }
+    const size_t count = p->idx ? p->k : (size_t)(p->hi - p->lo);
+    m.frame[m.nframes] =
+        (dcps_frame_desc_t){p->idx ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, DCPS_DTYPE_F32, count};
+    m.payload[m.nframes++] = (dcps_buf_t){p->val, count * sizeof *p->val};
+    return send_msg(c, s, &m);
+}
+
+/* Sends the parts of the slot's PUSH in parts that were given and are not yet
+ * acknowledged. */
+static int send_parts(dcps_client_t *c, int s, slot_t *sl)
+{
+    for (uint32_t i = 0; i < sl->parts; i++) {
+        if (sl->acked >> i & 1 || (sl->src && !(sl->given >> i & 1)))
+            continue;
+        int rc = send_part(c, s, sl, i);
         if (rc != 0)
             return rc;
     }
@@ -446,7 +479,7 @@ static int send_parts(dcps_client_t *c, int s, slot_t *sl)
 /* Sends the slot's request, or the HELLO of its rejoin while that is unanswered. */
 static int send_slot(dcps_client_t *c, int s, slot_t *sl)
 {
-    if (sl->rejoin != 1 && sl->parts > 1)
+    if (sl->rejoin != 1 && (sl->parts > 1 || sl->src))
         return send_parts(c, s, sl);
     return send_msg(c, s, sl->rejoin == 1 ? &sl->hello : &sl->req);
 }
@@ -761,9 +794,11 @@ static int unanswered(dcps_client_t *c, const slot_t *slots, int attempts, doubl
 
 /* Sends every active slot, collects the replies (calling fn for each good one)
  * and resends what is unanswered, up to `attempts` times with backoff
- * (attempt_wait). Returns the first slot's error, or 0. */
-static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
-                    int attempts)
+ * (attempt_wait). Returns the first slot's error, or 0. With `sent`, the
+ * slots were stamped and their first attempt sent already (a push in given
+ * parts): the first attempt only collects. */
+static int exchange_sent(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
+                         int attempts, bool sent)
 {
     int rc = 0, attempt = 0;
     double waited = 0;
@@ -774,11 +809,14 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
     c->quiet_refusals = false;
     for (int s = 0; s < c->cfg.n_shards; s++)
         c->quiet_refusals |= slots[s].active && slots[s].req.type == DCPS_MSG_BYE;
-    stamp(c, slots);
     for (; attempt < attempts && rc == 0; attempt++) {
         int pending = 0;
         int wait = attempt_wait(attempt_ms, attempt);
-        rc = send_round(c, slots, attempt, attempts, waited, wait, &pending);
+        if (attempt == 0 && sent)
+            for (int s = 0; s < c->cfg.n_shards; s++)
+                pending += slots[s].active && !slots[s].done;
+        else
+            rc = send_round(c, slots, attempt, attempts, waited, wait, &pending);
         if (attempt > 0)
             c->stats.retries += (uint64_t)pending;
         waited += wait;
@@ -791,6 +829,13 @@ static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int
         rc = unanswered(c, slots, attempt, waited, attempt_ms);
     settle(c);
     return rc;
+}
+
+static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
+                    int attempts)
+{
+    stamp(c, slots);
+    return exchange_sent(c, slots, fn, arg, attempt_ms, attempts, false);
 }
 
 static void slots_all(dcps_client_t *c, slot_t *slots, uint32_t type, uint32_t want)
@@ -1080,6 +1125,8 @@ void dcps_client_close(dcps_client_t **cp)
     free(c->group_opts);
     free(c->qbuf);
     free(c->qdec);
+    free(c->given);
+    free(c->given_src);
     free(c);
     *cp = NULL;
 }
@@ -1208,15 +1255,23 @@ static void went_back(dcps_client_t *c, uint64_t round)
     c->clock = round;
 }
 
-/* Sends the prepared pushes for the current step and moves the clock on. */
-static int push(dcps_client_t *c, slot_t *slots)
+/* Gives the pushes for the current step their version and step. */
+static void push_stamp(dcps_client_t *c, slot_t *slots)
 {
-    push_acks_t acks = {c->clock + 1, 0, UINT64_MAX};
     for (int s = 0; s < c->cfg.n_shards; s++) {
         slots[s].req.param_version = c->conn[s].pulled_version;
         slots[s].req.step = c->clock;
     }
-    int rc = exchange(c, slots, on_push_ack, &acks, c->cfg.timeout_ms, c->cfg.retries + 1);
+    stamp(c, slots);
+}
+
+/* Sends the prepared pushes for the current step (with `sent`: collects the
+ * acknowledgements of pushes sent already) and moves the clock on. */
+static int push_sent(dcps_client_t *c, slot_t *slots, bool sent)
+{
+    push_acks_t acks = {c->clock + 1, 0, UINT64_MAX};
+    int rc =
+        exchange_sent(c, slots, on_push_ack, &acks, c->cfg.timeout_ms, c->cfg.retries + 1, sent);
     if (rc != 0)
         return rc;
     c->stats.pushes++;
@@ -1249,6 +1304,12 @@ static int push(dcps_client_t *c, slot_t *slots)
     return 0;
 }
 
+static int push(dcps_client_t *c, slot_t *slots)
+{
+    push_stamp(c, slots);
+    return push_sent(c, slots, false);
+}
+
 /* The parts a dense message of shard s's range goes in: [compression] parts
  * (at most one per parameter), or by size: one per DCPS_PART_FLOATS of the
  * range, 1 to DCPS_PARTS_AUTO; whole in a sync job with checkpoints (a
@@ -1268,8 +1329,16 @@ static uint32_t parts_of(const dcps_client_t *c, int s)
     return p < 1 ? 1 : (uint32_t)p;
 }
 
-/* The first position in idx[0..k) whose index is >= x. */
-static size_t lower_bound(const uint32_t *idx, size_t k, uint64_t x)
+/* dcps_client_set_reply_parts's count for shard s: at most one part per
+ * parameter and DCPS_PARTS_MAX. */
+static uint32_t reply_parts(const dcps_client_t *c, int s)
+{
+    const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
+    uint64_t p = c->reply_parts < DCPS_PARTS_MAX ? c->reply_parts : DCPS_PARTS_MAX;
+    return (uint32_t)(p < n ? p : n);
+}
+
+size_t dcps_lower_bound(const uint32_t *idx, size_t k, uint64_t x)
 {
     size_t lo = 0, hi = k;
     while (lo < hi) {
@@ -1308,8 +1377,8 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
     slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
     for (int s = 0; s < c->cfg.n_shards; s++) {
         const dcps_range_t *r = &c->conn[s].range;
-        size_t a = idx ? lower_bound(idx, k, r->lo) : r->lo;
-        size_t b = idx ? lower_bound(idx, k, r->hi) : r->hi;
+        size_t a = idx ? dcps_lower_bound(idx, k, r->lo) : r->lo;
+        size_t b = idx ? dcps_lower_bound(idx, k, r->hi) : r->hi;
         dcps_msg_t *m = &slots[s].req;
         int f = idx ? 1 : 0;
         if (idx) {
@@ -1511,7 +1580,10 @@ static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
         slots[s].req.param_version = k->pulled_version;
         slots[s].req.step = c->clock;
         /* replies in a shorter format ([compression] values) come whole */
-        k->asked_parts = dcps_config_values_dtype(&c->cfg) == DCPS_DTYPE_F32 ? parts_of(c, s) : 1;
+        if (dcps_config_values_dtype(&c->cfg) != DCPS_DTYPE_F32)
+            k->asked_parts = 1;
+        else
+            k->asked_parts = c->reply_parts ? reply_parts(c, s) : parts_of(c, s);
         k->reply_next = 0;
         if (k->asked_parts > 1) {
             slots[s].req.has |= DCPS_HAS_PART;
@@ -1664,4 +1736,60 @@ double dcps_client_lr(const dcps_client_t *c)
 const char *dcps_client_error(const dcps_client_t *c)
 {
     return c->err;
+}
+
+int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts)
+{
+    const int S = c->cfg.n_shards;
+    for (int s = 0; s < S; s++)
+        if (parts[s] < 1 || parts[s] > DCPS_PARTS_MAX)
+            return fail(c, DCPS_E_INVAL, "shard %d: a push in %u parts (1 to %d)", s, parts[s],
+                        DCPS_PARTS_MAX);
+    if (!c->given) {
+        c->given = calloc(DCPS_MAX_SHARDS, sizeof *c->given); /* as slots_all clears */
+        c->given_src = calloc((size_t)S * DCPS_PARTS_MAX, sizeof *c->given_src);
+        if (!c->given || !c->given_src) {
+            free(c->given);
+            free(c->given_src);
+            c->given = NULL;
+            c->given_src = NULL;
+            return fail(c, DCPS_E_NOMEM, "out of memory for a push in parts");
+        }
+    }
+    slots_all(c, c->given, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
+    for (int s = 0; s < S; s++) {
+        c->given[s].parts = parts[s];
+        c->given[s].src = c->given_src + (size_t)s * DCPS_PARTS_MAX;
+    }
+    push_stamp(c, c->given);
+    return 0;
+}
+
+int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p)
+{
+    slot_t *sl = c->given ? &c->given[s] : NULL;
+    if (!sl || !sl->active || i >= sl->parts || (sl->given >> i & 1))
+        return fail(c, DCPS_E_STATE, "part %u of shard %d: no push in parts expects it", i, s);
+    c->given_src[(size_t)s * DCPS_PARTS_MAX + i] = *p;
+    sl->given |= 1ull << i;
+    return send_part(c, s, sl, i);
+}
+
+int dcps_client_parts_end(dcps_client_t *c)
+{
+    for (int s = 0; c->given && s < c->cfg.n_shards; s++)
+        if (c->given[s].given !=
+            (c->given[s].parts >= 64 ? ~0ull : (1ull << c->given[s].parts) - 1))
+            return fail(c, DCPS_E_STATE, "shard %d: parts of the push were not given", s);
+    if (!c->given)
+        return fail(c, DCPS_E_STATE, "no push in parts was begun");
+    int rc = push_sent(c, c->given, true);
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        c->given[s].active = false;
+    return rc;
+}
+
+void dcps_client_set_reply_parts(dcps_client_t *c, uint32_t parts)
+{
+    c->reply_parts = parts;
 }

@@ -45,6 +45,43 @@ dcps_client_t *dcps_client_new(const dcps_config_t *cfg, int rank, int *err, cha
 int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k,
                         uint32_t dtype, float tau, float *lost);
 
+/* A push in parts given one at a time (dcps_step_push_range, worker/step.h):
+ * the step sends each part as soon as the caller gives it and collects the
+ * acknowledgements at the end, with the retries of any push.
+ *
+ * dcps_client_parts_begin starts the current step's push: shard s gets
+ * parts[s] parts (1 to DCPS_PARTS_MAX), numbered from 0 in the order of their
+ * ranges, with the seqs of docs/protocol.md section 17. dcps_client_parts_send
+ * sends part i of shard s now, without waiting: its global range [lo, hi)
+ * inside the shard's, and either hi - lo float32 values (idx NULL) or k
+ * entries at ascending global indices inside it. The parts of one push are
+ * all dense or all sparse, do not overlap and cover the shard's range: the
+ * caller answers for that (the shard refuses what breaks it). The arrays are
+ * borrowed until dcps_client_parts_end returns, which a resent part reads
+ * again. dcps_client_parts_end, once every part was given, waits for every
+ * acknowledgement (resending what is not acknowledged, as dcps_client_push
+ * does) and moves the clock on. A part given twice or out of range, or an
+ * end with parts not given: DCPS_E_STATE. */
+typedef struct {
+    uint64_t lo, hi;     /* the part's global range, inside its shard's */
+    const uint32_t *idx; /* sparse: k ascending global indices in [lo, hi); NULL: dense */
+    const float *val;    /* dense: hi - lo values; sparse: k values */
+    size_t k;            /* sparse: entries */
+} dcps_push_part_t;
+int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts);
+int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p);
+int dcps_client_parts_end(dcps_client_t *c);
+
+/* The first position in idx[0..k) (ascending) whose index is >= x: where a
+ * sparse push splits at a shard's or a part's start. */
+size_t dcps_lower_bound(const uint32_t *idx, size_t k, uint64_t x);
+
+/* Dense pulls ask for their replies in `parts` parts per shard (at most one a
+ * parameter and DCPS_PARTS_MAX), instead of [compression] parts' choice; 0:
+ * that choice again. A reply in parts lands front first, so that a caller
+ * watching a pull sink sees the front of each shard's range first. */
+void dcps_client_set_reply_parts(dcps_client_t *c, uint32_t parts);
+
 /* dcps_step_open from a loaded job; cfg is copied. */
 dcps_step_t *dcps_step_new(const dcps_config_t *cfg, int rank, size_t n, int *err, char *errbuf,
                            size_t errlen);

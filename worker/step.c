@@ -22,7 +22,10 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/shardmap.h"
 #include "kernels/gpu.h"
+#include "kernels/topk.h"
+#include "proto/codec.h"
 #include "worker/compress.h"
 #include "worker/step_gpu.h"
 
@@ -34,6 +37,8 @@ typedef struct {
     pthread_cond_t cv;
     bool started, busy, stop;
     dcps_encoded_t job;        /* the push in flight */
+    float *pull_into;          /* or an ordered pull into this array, without a push */
+    uint64_t landed[DCPS_MAX_SHARDS]; /* ordered pull: shard s's range is current up to here */
     int rc;                    /* of the last job */
     dcps_client_stats_t stats; /* after the last job */
     double lr;                 /* dcps_client_lr after the last job */
@@ -56,6 +61,22 @@ struct dcps_step {
     int epoch;      /* of the last step; its pull density is set */
     uint64_t resumed;
     double t0;      /* when dcps_step_start returned */
+    /* A step in ranges (dcps_step_set_ranges): range j is [ends[j - 1], ends[j])
+     * (ends[-1] = 0), encoded by its own compressor; its first piece is part
+     * first_part[j] of its first shard's push, and every further shard it
+     * covers starts with it (part 0). A sparse range's global indices go to
+     * ridx at its own offset (k <= its length). pushed[j]: range j was pushed
+     * in the step in progress (in_step), of number step_no in epoch step_epoch. */
+    size_t n_ranges;
+    size_t *ends;
+    dcps_compress_t **rcomp;
+    uint32_t *first_part, *ridx;
+    uint32_t parts[DCPS_MAX_SHARDS];
+    dcps_range_t shard[DCPS_MAX_SHARDS];
+    unsigned char *pushed;
+    bool in_step;
+    uint64_t step_no;
+    int step_epoch;
     /* dcps_step_set_names: tensor j is [offsets[j], offsets[j + 1]) */
     size_t n_names;
     size_t *offsets;
@@ -112,7 +133,57 @@ static int pull(dcps_step_t *s, float *into, bool exact, const char *what)
     return rc == 0 ? 0 : fail(s, rc, what);
 }
 
-/* The pipeline's thread: runs each posted job (push, then pull into pulled). */
+/* An ordered pull's sink: each reply (or part of one) lands in params, and
+ * the shard's range is current up to its end (dcps_step_wait_range). A delta
+ * lands whole: its shard is current once its reply came, which the pull's end
+ * says for an empty one. */
+static void landed(dcps_step_t *s, int sh, uint64_t upto)
+{
+    comm_t *c = &s->comm;
+    pthread_mutex_lock(&c->mu);
+    if (upto > c->landed[sh])
+        c->landed[sh] = upto;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int land_dense(void *arg, uint64_t lo, const float *v, size_t n)
+{
+    dcps_step_t *s = arg;
+    memcpy(s->comm.pull_into + lo, v, n * sizeof *v);
+    landed(s, dcps_shardmap_owner(s->n, s->cfg.n_shards, lo), lo + n);
+    return 0;
+}
+
+static int land_delta(void *arg, const uint32_t *idx, const float *val, size_t k)
+{
+    dcps_step_t *s = arg;
+    dcps_scatter_add_cpu(s->comm.pull_into, idx, val, k, 1.0f);
+    if (k > 0) {
+        int sh = dcps_shardmap_owner(s->n, s->cfg.n_shards, idx[0]);
+        landed(s, sh, s->shard[sh].hi);
+    }
+    return 0;
+}
+
+/* The pull of an ordered step end, on the pipeline's thread: replies in about
+ * as many parts as the step's ranges give each shard, so that the front of
+ * each shard's range lands first. */
+static int ordered_pull(dcps_step_t *s)
+{
+    uint32_t most = 1;
+    for (int sh = 0; sh < s->cfg.n_shards; sh++)
+        if (s->parts[sh] > most)
+            most = s->parts[sh];
+    dcps_client_set_reply_parts(s->client, most);
+    dcps_pull_sink_t sink = {land_dense, land_delta, s};
+    int rc = dcps_client_pull_to(s->client, &sink, 0);
+    dcps_client_set_reply_parts(s->client, 0);
+    return rc == 0 ? 0 : fail(s, rc, "pull");
+}
+
+/* The pipeline's thread: runs each posted job (push, then pull into pulled;
+ * or an ordered pull alone). */
 static void *comm_main(void *arg)
 {
     dcps_step_t *s = arg;
@@ -124,10 +195,14 @@ static void *comm_main(void *arg)
         if (!c->busy)
             break;
         pthread_mutex_unlock(&c->mu);
-        int rc = push_encoded(s, &c->job);
-        if (rc == 0)
+        int rc;
+        if (c->pull_into) {
+            rc = ordered_pull(s);
+        } else if ((rc = push_encoded(s, &c->job)) == 0) {
             rc = pull(s, s->pulled, false, "pull");
+        }
         pthread_mutex_lock(&c->mu);
+        c->pull_into = NULL;
         c->rc = rc;
         dcps_client_stats(s->client, &c->stats);
         c->lr = dcps_client_lr(s->client);
@@ -153,11 +228,20 @@ static int comm_wait(dcps_step_t *s)
     return rc;
 }
 
-static void comm_post(dcps_step_t *s, const dcps_encoded_t *e)
+/* Posts a push and pull (e), or with `into` an ordered pull into it alone.
+ * The counters the caller sees meanwhile are the client's now: after the
+ * push of an ordered step's end, which moved the clock on. */
+static void comm_post(dcps_step_t *s, const dcps_encoded_t *e, float *into)
 {
     comm_t *c = &s->comm;
     pthread_mutex_lock(&c->mu);
-    c->job = *e;
+    dcps_client_stats(s->client, &c->stats);
+    c->lr = dcps_client_lr(s->client);
+    if (e)
+        c->job = *e;
+    c->pull_into = into;
+    for (int sh = 0; sh < s->cfg.n_shards; sh++)
+        c->landed[sh] = s->shard[sh].lo;
     c->busy = true;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -265,6 +349,23 @@ dcps_step_t *dcps_step_open(const char *job_file, int rank, const char *const *o
     return s;
 }
 
+/* Frees the ranges of dcps_step_set_ranges. */
+static void free_ranges(dcps_step_t *s)
+{
+    for (size_t j = 0; s->rcomp && j < s->n_ranges; j++)
+        dcps_compress_destroy(&s->rcomp[j]);
+    free(s->rcomp);
+    free(s->ends);
+    free(s->first_part);
+    free(s->ridx);
+    free(s->pushed);
+    s->rcomp = NULL;
+    s->ends = NULL;
+    s->first_part = s->ridx = NULL;
+    s->pushed = NULL;
+    s->n_ranges = 0;
+}
+
 void dcps_step_close(dcps_step_t **sp)
 {
     dcps_step_t *s = sp ? *sp : NULL;
@@ -275,6 +376,7 @@ void dcps_step_close(dcps_step_t **sp)
     dcps_compress_destroy(&s->comp);
     dcps_step_gpu_destroy(&s->gpu);
     free(s->pulled);
+    free_ranges(s);
     for (size_t j = 0; j < s->n_names; j++)
         free(s->names[j]);
     free(s->names);
@@ -375,17 +477,18 @@ static void name_entry(const dcps_step_t *s, size_t i, char *buf, size_t len)
 }
 
 /* The compressor refused a non-finite gradient or residual: names the first
- * non-finite entry of grad, or says the residual diverged. Error path only. */
-static int nonfinite(dcps_step_t *s, const float *grad, uint64_t step)
+ * non-finite entry of grad (entries lo to hi of the model), or says the
+ * residual diverged. Error path only. */
+static int nonfinite(dcps_step_t *s, const float *grad, size_t lo, size_t hi, uint64_t step)
 {
     char name[160];
-    for (size_t i = 0; grad && i < s->n; i++)
-        if (!isfinite(grad[i])) {
+    for (size_t i = lo; grad && i < hi; i++)
+        if (!isfinite(grad[i - lo])) {
             name_entry(s, i, name, sizeof name);
             return dcps_say(s->err, sizeof s->err, DCPS_E_NONFINITE,
                             "step %" PRIu64 ": the gradient of %s is %g, not finite; lower "
                             "[optimizer] lr?",
-                            step, name, (double)grad[i]);
+                            step, name, (double)grad[i - lo]);
         }
     if (!grad) /* a device gradient that could not be copied to look */
         return dcps_say(s->err, sizeof s->err, DCPS_E_NONFINITE,
@@ -406,8 +509,13 @@ static int check_state(dcps_step_t *s, int want, const char *what)
         [STARTED] = "dcps_step_start was called already",
         [FINISHED] = "dcps_step_finish was called already",
     };
-    if ((int)s->state == want)
+    if ((int)s->state == want && !(want == STARTED && s->in_step))
         return 0;
+    if ((int)s->state == want) /* a step in ranges holds the client's push */
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "cannot %s: step %" PRIu64 " in ranges is open; end it with "
+                        "dcps_step_end",
+                        what, s->step_no);
     if (s->state == FAILED) /* s->err still says why */
         return DCPS_E_STATE;
     return dcps_say(s->err, sizeof s->err, DCPS_E_STATE, "cannot %s: %s", what, says[s->state]);
@@ -457,6 +565,17 @@ int dcps_step_start(dcps_step_t *s, float *params)
     return rc;
 }
 
+/* Delta pulls follow the density warm-up as pushes do. */
+static void set_epoch(dcps_step_t *s, int epoch)
+{
+    if (epoch == s->epoch)
+        return;
+    s->epoch = epoch;
+    dcps_client_set_pull_density(s->client,
+                                 dcps_config_density_at(dcps_config_pull_density(&s->cfg),
+                                                        s->cfg.density_warmup_epochs, epoch));
+}
+
 int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
 {
     dcps_encoded_t e;
@@ -476,7 +595,7 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
         const float *host = grad; /* a device gradient is copied to name the entry */
         if (s->gpu && dcps_step_gpu_download(s->gpu, grad, &host) != 0)
             host = NULL;
-        rc = nonfinite(s, host, step);
+        rc = nonfinite(s, host, 0, s->n, step);
         goto failed;
     }
     if (rc != 0) {
@@ -484,12 +603,7 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
                  step, dcps_strerror(rc));
         goto failed;
     }
-    if (epoch != s->epoch) { /* delta pulls follow the density warm-up as pushes do */
-        s->epoch = epoch;
-        dcps_client_set_pull_density(
-            s->client, dcps_config_density_at(dcps_config_pull_density(&s->cfg),
-                                              s->cfg.density_warmup_epochs, epoch));
-    }
+    set_epoch(s, epoch);
     if (!s->pipe) {
         if ((rc = push_encoded(s, &e)) != 0 || (rc = pull(s, params, false, "pull")) != 0)
             goto failed;
@@ -500,7 +614,7 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
         e.values = s->staged;
     }
     if (step <= (uint64_t)s->cfg.warmup_steps) {
-        comm_post(s, &e);
+        comm_post(s, &e, NULL);
         if ((rc = comm_wait(s)) != 0)
             goto failed;
         memcpy(params, s->pulled, s->n * sizeof(float));
@@ -508,7 +622,7 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch)
     }
     for (size_t i = 0; i < s->n; i++)
         params[i] = s->pulled[i] - s->local_lr * grad[i];
-    comm_post(s, &e);
+    comm_post(s, &e, NULL);
     return 0;
 failed:
     s->state = FAILED;
@@ -618,6 +732,335 @@ uint64_t dcps_step_resumed(const dcps_step_t *s)
 const char *dcps_step_error(const dcps_step_t *s)
 {
     return s->err;
+}
+
+/* --- a step in ranges ------------------------------------------------------------- */
+
+/* What a step in ranges does not do in this version, as the key (or call)
+ * that asks for it; NULL when it can run. */
+static const char *ranges_refuse(const dcps_step_t *s)
+{
+    const dcps_config_t *cfg = &s->cfg;
+    if (s->gpu)
+        return "device arrays (dcps_step_use_stream)";
+    if (cfg->pipeline)
+        return "[compression] pipeline = true";
+    if (cfg->clip_norm > 0)
+        return "[compression] clip_norm > 0 (the norm is the whole gradient's)";
+    if (cfg->push == DCPS_PUSH_TWOBIT)
+        return "[compression] push = twobit (shorter values go whole)";
+    if (cfg->values != DCPS_VALUES_FP32)
+        return "[compression] values other than fp32 (shorter values go whole)";
+    if (cfg->mode == DCPS_MODE_SYNC && cfg->checkpoint_dir[0])
+        return "[server] checkpoint_dir in a sync job (its pushes go whole)";
+    return NULL;
+}
+
+/* The start of range j. */
+static size_t range_lo(const dcps_step_t *s, size_t j)
+{
+    return j ? s->ends[j - 1] : 0;
+}
+
+/* The ends of dcps_step_set_ranges: 0, or DCPS_E_INVAL with a sentence
+ * naming the first range that does not tile the model. */
+static int check_ends(dcps_step_t *s, const size_t *ends, size_t count)
+{
+    if (count == 0 || !ends)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "no ranges: give at least one, the last ending at the model's %zu "
+                        "parameters",
+                        s->n);
+    for (size_t j = 0; j < count; j++) {
+        size_t lo = j ? ends[j - 1] : 0;
+        if (ends[j] <= lo || ends[j] > s->n)
+            return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                            "range %zu, [%zu, %zu), is not a nonempty range of the model's %zu "
+                            "parameters: the ends ascend strictly, from above 0 to %zu",
+                            j, lo, ends[j], s->n, s->n);
+    }
+    if (ends[count - 1] != s->n)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "the ranges end at %zu, and the model has %zu parameters: [%zu, %zu) is "
+                        "in no range (the last must end at the model's size)",
+                        ends[count - 1], s->n, ends[count - 1], s->n);
+    return 0;
+}
+
+int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
+{
+    int rc = 0;
+    const int S = s->cfg.n_shards;
+    uint32_t parts[DCPS_MAX_SHARDS] = {0};
+    if (s->state == FAILED || s->state == FINISHED)
+        return check_state(s, STARTED, "set the ranges");
+    if (s->in_step)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "the ranges change between steps, and step %" PRIu64 " in ranges is "
+                        "open; end it with dcps_step_end first",
+                        s->step_no);
+    if ((rc = comm_wait(s)) != 0) { /* its ordered pull reads the ranges' shards */
+        s->state = FAILED;
+        return rc;
+    }
+    s->err[0] = '\0';
+    const char *no = ranges_refuse(s);
+    if (no)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_CONFIG,
+                        "%s is not supported with a step in ranges in this version: change it, "
+                        "or push the whole gradient with dcps_step_run",
+                        no);
+    if ((rc = check_ends(s, ends, count)) != 0)
+        return rc;
+    for (int sh = 0; sh < S; sh++)
+        s->shard[sh] = dcps_shardmap_range(s->n, S, sh);
+    /* Each range is a part of every shard it covers; a shard's parts are
+     * numbered in the order of their ranges. */
+    uint32_t *first = malloc(count * sizeof *first);
+    size_t *e = malloc(count * sizeof *e);
+    unsigned char *pushed = calloc(count, 1);
+    dcps_compress_t **comp = calloc(count, sizeof *comp);
+    uint32_t *ridx = s->cfg.push == DCPS_PUSH_TOPK ? malloc(s->n * sizeof *ridx) : NULL;
+    if (!first || !e || !pushed || !comp || (s->cfg.push == DCPS_PUSH_TOPK && !ridx)) {
+        rc = dcps_say(s->err, sizeof s->err, DCPS_E_NOMEM, "out of memory for %zu ranges", count);
+        goto fail;
+    }
+    memcpy(e, ends, count * sizeof *e);
+    for (size_t j = 0; j < count; j++) {
+        size_t lo = j ? ends[j - 1] : 0;
+        int sh = dcps_shardmap_owner(s->n, S, lo);
+        first[j] = parts[sh];
+        for (; sh < S && s->shard[sh].lo < ends[j]; sh++)
+            if (++parts[sh] > DCPS_PARTS_MAX) {
+                rc = dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                              "shard %d's range [%" PRIu64 ", %" PRIu64 ") would take more than "
+                              "%d of the ranges (range %zu, [%zu, %zu), is one too many): a "
+                              "push has at most %d parts a shard; give fewer, larger ranges",
+                              sh, s->shard[sh].lo, s->shard[sh].hi, DCPS_PARTS_MAX, j, lo, ends[j],
+                              DCPS_PARTS_MAX);
+                goto fail;
+            }
+        if (!(comp[j] = dcps_compress_new(&s->cfg, ends[j] - lo, &rc))) {
+            dcps_say(s->err, sizeof s->err, rc, "range %zu's compressor: %s", j, dcps_strerror(rc));
+            goto fail;
+        }
+    }
+    free_ranges(s);
+    s->ends = e;
+    s->first_part = first;
+    s->pushed = pushed;
+    s->rcomp = comp;
+    s->ridx = ridx;
+    s->n_ranges = count;
+    memcpy(s->parts, parts, sizeof parts);
+    return 0;
+fail:
+    for (size_t j = 0; comp && j < count; j++)
+        dcps_compress_destroy(&comp[j]);
+    free(comp);
+    free(ridx);
+    free(pushed);
+    free(e);
+    free(first);
+    return rc;
+}
+
+int dcps_step_begin(dcps_step_t *s, int epoch)
+{
+    int rc;
+    if ((rc = check_state(s, STARTED, "begin a step")) != 0)
+        return rc;
+    if (s->n_ranges == 0)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "cannot begin a step in ranges: no ranges were given "
+                        "(dcps_step_set_ranges)");
+    if (s->gpu) /* dcps_step_use_stream after the ranges were set */
+        return dcps_say(s->err, sizeof s->err, DCPS_E_CONFIG,
+                        "a step in ranges takes host arrays in this version, and this step "
+                        "has device arrays (dcps_step_use_stream)");
+    if ((rc = comm_wait(s)) != 0) /* the ordered pull in flight */
+        goto failed;
+    s->err[0] = '\0';
+    if (epoch < 1)
+        epoch = 1;
+    set_epoch(s, epoch);
+    s->step_no = dcps_step_clock(s) + 1;
+    s->step_epoch = epoch;
+    memset(s->pushed, 0, s->n_ranges);
+    if ((rc = dcps_client_parts_begin(s->client, s->parts)) != 0) {
+        fail(s, rc, "beginning a push in parts");
+        goto failed;
+    }
+    s->in_step = true;
+    return 0;
+failed:
+    s->state = FAILED;
+    return rc;
+}
+
+/* The range that holds entry i (i < n). */
+static size_t range_of(const dcps_step_t *s, size_t i)
+{
+    size_t lo = 0, hi = s->n_ranges - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->ends[mid] <= i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Sends range j's encoding e: its piece of each shard it covers, a part of
+ * that shard's push. */
+static int send_range(dcps_step_t *s, size_t j, const dcps_encoded_t *e)
+{
+    const size_t lo = range_lo(s, j), hi = s->ends[j];
+    uint32_t *idx = NULL;
+    if (!e->dense) { /* the range's compressor counts from its start */
+        idx = s->ridx + lo;
+        for (size_t i = 0; i < e->k; i++)
+            idx[i] = e->idx[i] + (uint32_t)lo;
+    }
+    int first = dcps_shardmap_owner(s->n, s->cfg.n_shards, lo);
+    for (int sh = first; sh < s->cfg.n_shards && s->shard[sh].lo < hi; sh++) {
+        const uint64_t plo = lo > s->shard[sh].lo ? lo : s->shard[sh].lo;
+        const uint64_t phi = hi < s->shard[sh].hi ? hi : s->shard[sh].hi;
+        dcps_push_part_t p = {plo, phi, NULL, NULL, 0};
+        if (e->dense) {
+            p.val = e->values + (plo - lo);
+        } else {
+            size_t a = dcps_lower_bound(idx, e->k, plo), b = dcps_lower_bound(idx, e->k, phi);
+            p = (dcps_push_part_t){plo, phi, idx + a, e->values + a, b - a};
+        }
+        int rc = dcps_client_parts_send(s->client, sh, sh == first ? s->first_part[j] : 0, &p);
+        if (rc != 0)
+            return fail(s, rc, "push");
+    }
+    return 0;
+}
+
+int dcps_step_push_range(dcps_step_t *s, size_t lo, size_t hi, float *grad)
+{
+    dcps_encoded_t e;
+    int rc;
+    if (s->state == FAILED)
+        return DCPS_E_STATE;
+    if (!s->in_step)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "cannot push the range [%zu, %zu): no step in ranges is open "
+                        "(dcps_step_begin first)",
+                        lo, hi);
+    if (lo >= hi || hi > s->n || !grad)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "range [%zu, %zu)%s is not a nonempty range of the model's %zu "
+                        "parameters",
+                        lo, hi, grad ? "" : " without a gradient", s->n);
+    size_t j = range_of(s, lo);
+    if (range_lo(s, j) != lo || s->ends[j] != hi)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "range [%zu, %zu) is not one of the step's ranges: it overlaps range "
+                        "%zu, [%zu, %zu) (dcps_step_set_ranges); a range is pushed whole, "
+                        "as given there",
+                        lo, hi, j, range_lo(s, j), s->ends[j]);
+    if (s->pushed[j])
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "range [%zu, %zu) was pushed already in step %" PRIu64
+                        ": each range is pushed once a step",
+                        lo, hi, s->step_no);
+    s->err[0] = '\0';
+    rc = dcps_compress_encode(s->rcomp[j], grad, (long)s->step_no, s->step_epoch, &e);
+    if (rc == DCPS_E_NONFINITE) {
+        rc = nonfinite(s, grad, lo, hi, s->step_no);
+        goto failed;
+    }
+    if (rc != 0) {
+        dcps_say(s->err, sizeof s->err, rc,
+                 "step %" PRIu64 ": compressing the gradient of range [%zu, %zu): %s", s->step_no,
+                 lo, hi, dcps_strerror(rc));
+        goto failed;
+    }
+    if ((rc = send_range(s, j, &e)) != 0)
+        goto failed;
+    s->pushed[j] = 1;
+    return 0;
+failed:
+    s->in_step = false;
+    s->state = FAILED;
+    return rc;
+}
+
+int dcps_step_end(dcps_step_t *s, float *params, int ordered)
+{
+    int rc;
+    if (s->state == FAILED)
+        return DCPS_E_STATE;
+    if (!s->in_step)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_STATE,
+                        "cannot end a step: no step in ranges is open (dcps_step_begin first)");
+    if (!params)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "step %" PRIu64 ": no array to pull the parameters into", s->step_no);
+    for (size_t j = 0; j < s->n_ranges; j++)
+        if (!s->pushed[j])
+            return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                            "range [%zu, %zu) was not pushed in step %" PRIu64
+                            ": the step's ranges tile the model, and each is pushed once "
+                            "before dcps_step_end",
+                            range_lo(s, j), s->ends[j], s->step_no);
+    s->in_step = false;
+    s->err[0] = '\0';
+    if ((rc = dcps_client_parts_end(s->client)) != 0) {
+        fail(s, rc, "push");
+        goto failed;
+    }
+    if (!ordered) {
+        if ((rc = pull(s, params, false, "pull")) != 0)
+            goto failed;
+        return 0;
+    }
+    if (!s->comm.started && (rc = comm_start(s)) != 0)
+        goto failed;
+    comm_post(s, NULL, params);
+    return 0;
+failed:
+    s->state = FAILED;
+    return rc;
+}
+
+/* Whether the ordered pull in flight has landed [lo, hi). Under comm.mu. */
+static bool covered(const dcps_step_t *s, size_t lo, size_t hi)
+{
+    for (int sh = dcps_shardmap_owner(s->n, s->cfg.n_shards, lo);
+         sh < s->cfg.n_shards && s->shard[sh].lo < hi; sh++)
+        if (s->comm.landed[sh] < (hi < s->shard[sh].hi ? hi : s->shard[sh].hi))
+            return false;
+    return true;
+}
+
+int dcps_step_wait_range(dcps_step_t *s, size_t lo, size_t hi)
+{
+    comm_t *c = &s->comm;
+    if (s->state == FAILED)
+        return DCPS_E_STATE;
+    if (lo >= hi || hi > s->n)
+        return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                        "range [%zu, %zu) is not a nonempty range of the model's %zu parameters",
+                        lo, hi, s->n);
+    if (!c->started)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    while (c->busy && c->pull_into && !covered(s, lo, hi))
+        pthread_cond_wait(&c->cv, &c->mu);
+    bool busy = c->busy;
+    pthread_mutex_unlock(&c->mu);
+    if (busy) /* landed, with the rest of the pull still coming */
+        return 0;
+    int rc = comm_wait(s); /* the pull ended: its result, once */
+    if (rc != 0)
+        s->state = FAILED;
+    return rc;
 }
 
 void dcps_step_info(const dcps_step_t *s, dcps_step_info_t *out)

@@ -138,6 +138,102 @@ int dcps_step_start(dcps_step_t *s, float *params);
  * with a sentence, and nothing sent. */
 int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
 
+/* A step in ranges: the gradient given range by range as the caller has each
+ * one (a framework's backward pass produces the last layers' first), each
+ * range compressed on its own and sent at once while the caller computes the
+ * next; then the pull, whole or front first (docs/pytorch.md, "Buckets").
+ *
+ *     size_t ends[] = {a, b, n};               three ranges: [0, a) [a, b) [b, n)
+ *     dcps_step_set_ranges(s, ends, 3);
+ *     for each batch:
+ *         dcps_step_begin(s, epoch);
+ *         as each range's gradient is ready, in any order:
+ *             dcps_step_push_range(s, b, n, grad + b);
+ *             ...
+ *         dcps_step_end(s, params, 1);         the pull, front first
+ *         dcps_step_wait_range(s, 0, a);       before computing with params[0..a)
+ *
+ * Each range has its own compressor (worker/compress.h) over its own entries:
+ * its own error-feedback residual and, with push = topk, its own Top-k of
+ * k = max(1, ⌈density · its length⌉) entries. That is not the Top-k of the
+ * whole gradient (dcps_step_run's): every range sends its share of k however
+ * large its entries are beside the other ranges'. Dense steps (push = dense,
+ * the warm-up, correction_every) and the density schedule follow the step
+ * number as in dcps_step_run, the same for every range. A range's piece of
+ * each shard's range is one part of that shard's push (docs/protocol.md,
+ * section 17), sent as soon as it is given; in sync mode the shards count the
+ * rank's push for the round once all its parts have come. The ranges' own
+ * residuals are apart from dcps_step_run's: a job may mix both kinds of step,
+ * each keeping its own. */
+
+/* Sets the ranges a step is pushed in: range j is [ends[j - 1], ends[j])
+ * (ends[-1] = 0), the ends strictly ascending and the last the model's n, so
+ * that the ranges tile the model once. Copied; each range gets its compressor,
+ * with a zero residual (this call between steps starts them again). Before
+ * dcps_step_start or between steps.
+ *
+ * Refused, with a sentence and nothing changed: DCPS_E_INVAL for ends that
+ * leave a range empty, go backwards or past n, or end before n (naming the
+ * range), and for ranges that give one shard more than 64 parts of a push
+ * (docs/protocol.md, 17: give fewer, larger ranges); DCPS_E_CONFIG, naming the
+ * key, for what a step in ranges does not do in this version: device arrays,
+ * [compression] pipeline = true, clip_norm > 0 (the norm is the whole
+ * gradient's), values other than fp32 and push = twobit (shorter values go
+ * whole), and a sync job with [server] checkpoint_dir (it pushes whole);
+ * DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. Memory: the ranges'
+ * compressors together hold what one compressor of the whole model does
+ * (their residuals tile it), plus n uint32 indices with push = topk;
+ * dcps_step_run's compressor is kept beside them. */
+int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count);
+
+/* Begins step number dcps_step_clock + 1 of epoch `epoch` (from 1) in ranges:
+ * after dcps_step_start, between steps. Waits first for an ordered pull in
+ * flight (dcps_step_end), whose failure it returns. DCPS_E_STATE with a
+ * sentence when no ranges were set or a step in ranges is open; until
+ * dcps_step_end, dcps_step_run, finish, pull and buffers refuse with
+ * DCPS_E_STATE. */
+int dcps_step_begin(dcps_step_t *s, int epoch);
+
+/* Pushes the gradient of range [lo, hi), one of the ranges set, in grad
+ * (hi - lo values; grad[0] is entry lo): encodes it with the range's own
+ * compressor and sends its part of each shard's push without waiting for the
+ * shards. grad is borrowed until dcps_step_end returns (a dense push sends it
+ * as it is, and a resent part reads it again): do not change it meanwhile.
+ *
+ * Refused with DCPS_E_INVAL and a sentence naming the range, nothing sent and
+ * the step still open: a range that is empty or past the model, that is not
+ * one of the ranges set (naming the range it overlaps), or that was pushed
+ * already this step; DCPS_E_STATE outside a step in ranges. A gradient that
+ * holds NaN or Inf fails the step (DCPS_E_NONFINITE, naming the tensor and
+ * entry, as dcps_step_run), and so does a client error: the parts sent
+ * already cannot be taken back, so only dcps_step_close remains. */
+int dcps_step_push_range(dcps_step_t *s, size_t lo, size_t hi, float *grad);
+
+/* Ends the step in ranges: every range must have been pushed (else
+ * DCPS_E_INVAL naming the first that was not, and the step stays open for
+ * it). Waits for the shards' acknowledgement of every part, resending what is
+ * not acknowledged, and moves the clock on. Then the pull of the next step's
+ * parameters into params (n values):
+ *  - ordered = 0: whole, as dcps_step_run's, before the call returns;
+ *  - ordered != 0: asked for at once, and taken on the step's own thread while
+ *    the caller goes on. Each shard's dense reply comes in about as many parts
+ *    as the ranges give that shard, front first (shard 0 holds the front of
+ *    the model): dcps_step_wait_range says when a range has landed. params is
+ *    the step's until the pull is complete: read only ranges that
+ *    dcps_step_wait_range returned for, and write none; the next call of any
+ *    other step function waits for the whole pull first.
+ * With pull = delta, params must be what the previous pull left there.
+ * A failure fails the step, as dcps_step_run's. */
+int dcps_step_end(dcps_step_t *s, float *params, int ordered);
+
+/* Returns when the entries [lo, hi) of the params of the last ordered
+ * dcps_step_end have landed (those of the shards' replies that cover it;
+ * a delta reply lands whole, an empty one when the pull ends), or the pull's
+ * error if it failed (the step is then failed). Returns 0 at once when no
+ * ordered pull is in flight. DCPS_E_INVAL for a range that is empty or past
+ * the model. */
+int dcps_step_wait_range(dcps_step_t *s, size_t lo, size_t hi);
+
 /* Ends training: waits for the pipeline, tells the shards this worker is
  * done, meets the other workers at the final barrier and pulls the model
  * exactly into params, so that every rank ends with the same model: the

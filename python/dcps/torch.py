@@ -34,7 +34,7 @@ import weakref
 import numpy
 import torch
 
-from . import ArrayError, ConfigError, StateError, Step, share
+from . import ArrayError, ConfigError, Error, StateError, Step, share
 
 __all__ = ["Worker", "shard", "decay_groups", "sampler", "Sampler"]
 
@@ -49,6 +49,19 @@ def _env(name, what):
     if value is None or value == "":
         raise ConfigError(f"no {what}: pass it to dcps.torch.Worker or set {name}")
     return value
+
+
+def _bucket_cap(bucket_mb):
+    """bucket_mb as MiB: None, 0 or False for no buckets, True for DDP's 25."""
+    if bucket_mb is None or bucket_mb is False:
+        return 0.0
+    if bucket_mb is True:
+        return 25.0
+    cap = float(bucket_mb)
+    if not (math.isfinite(cap) and cap >= 0):
+        raise ValueError(f"bucket_mb={bucket_mb!r}: a size in MiB above 0 (DDP's bucket_cap_mb "
+                         "is 25), or None for the whole gradient at step()")
+    return cap
 
 
 class Worker:
@@ -81,14 +94,30 @@ class Worker:
     follow rank 0); ``"local"``: every rank keeps its own. After ``finish()``
     every rank holds the same parameters and, but with ``"local"``, the same
     buffers. Every rank of a job must be given the same mode.
+
+    ``bucket_mb``: push the gradients in buckets during the backward pass, as
+    DDP's ``bucket_cap_mb`` (docs/pytorch.md, "Buckets"): the parameters in
+    reverse order of registration, grouped in buckets of about that many MiB
+    (``True``: 25, DDP's default), each pushed as soon as autograd has produced
+    all its gradients while backward goes on (libdcps's step in ranges), each
+    with its own Top-k and error-feedback residual. ``None`` or 0 (the
+    default): the whole gradient at ``step()``. One backward pass a step; a CPU
+    model. ``ordered_pull``: with buckets, ``step()`` returns once its pushes
+    are acknowledged, and the pull goes on front first while the next forward
+    pass starts: a hook before each module's forward waits only for that
+    module's own parameters.
     """
 
     def __init__(self, model, job=None, rank=None, overrides=(), param_groups=None,
-                 buffers="rank0"):
+                 buffers="rank0", bucket_mb=None, ordered_pull=False):
         global _current
         if buffers not in _BUFFER_MODES:
             raise ValueError(f"buffers={buffers!r}: the modes are \"rank0\" (rank 0's, as "
                              "DDP's broadcast_buffers), \"average\" and \"local\"")
+        bucket_mb = _bucket_cap(bucket_mb)
+        if ordered_pull and not bucket_mb:
+            raise ValueError("ordered_pull=True needs bucket_mb: the pull is asked for per "
+                             "bucket (give bucket_mb=25, say)")
         if job is None:
             job = _env("DCPS_JOB", "job file")
         if rank is None:
@@ -123,6 +152,7 @@ class Worker:
             raise ArrayError("the model has no parameters")
         n = sum(p.numel() for _, p in named)
         self._params = [p for _, p in named]
+        self._index = {id(p): i for i, p in enumerate(self._params)}
         self.device = next(iter(devices))
         self._cuda = self.device.type == "cuda"
         # One buffer each for parameters and gradients; the tensors become views.
@@ -152,6 +182,14 @@ class Worker:
         if param_groups is not None:
             ranges, options = _group_table(named, param_groups, self._step.job)
             self._step.set_groups(ranges, options)
+        self._buckets = None
+        self._pulling = False  # an ordered pull is in flight
+        if bucket_mb:
+            if self._cuda:
+                raise ConfigError("bucket_mb takes a model on the CPU in this version (the step "
+                                  "in ranges has no device path); leave bucket_mb out for a "
+                                  "CUDA model")
+            self._buckets_setup(model, offsets, bucket_mb, ordered_pull)
         if self._cuda:
             # Device pointers on the current stream; the buffers never move.
             self._stream = None
@@ -181,6 +219,133 @@ class Worker:
         self.resumed = self._step.resumed
         self._buffers_setup(buffers, job_values["buffer_every"])
         _current = self
+
+    def _buckets_setup(self, model, offsets, cap_mb, ordered):
+        """Buckets of at most cap_mb MiB (a parameter larger than that is a
+        bucket of its own) in reverse order of registration: each a range of
+        the flat buffer, which the step is told once. A hook on each
+        parameter's gradient accumulator pushes its bucket when the bucket's
+        last gradient is in; with ordered pulls, a forward pre-hook on every
+        module that holds parameters waits for them."""
+        cap = cap_mb * 2.0 ** 20
+        ends = [o + p.numel() for o, p in zip(offsets, self._params)]
+        buckets, cur, size = [], [], 0.0
+        for i in reversed(range(len(self._params))):
+            cur.append(i)
+            size += self._params[i].numel() * 4
+            if size >= cap:
+                buckets.append(cur)
+                cur, size = [], 0.0
+        if cur:
+            buckets.append(cur)
+        # bucket b: (lo, hi, its parameters' indices), b = 0 the model's end
+        self._buckets = [(offsets[min(b)], ends[max(b)], b) for b in buckets]
+        self._bucket_of = {}
+        for k, (_, _, members) in enumerate(self._buckets):
+            for i in members:
+                self._bucket_of[i] = k
+        try:
+            self._step.set_ranges(sorted(hi for _, hi, _ in self._buckets))
+        except Error as e:
+            if e.name != "INVAL":
+                raise
+            raise ValueError(f"bucket_mb={cap_mb:g} makes {len(self._buckets)} buckets: {e}; "
+                             "give a larger bucket_mb") from None
+        self._ordered = bool(ordered)
+        self._in_step = False
+        # Only parameters that require a gradient get one: the others (frozen)
+        # count as zero, as unused ones do, and a bucket of them goes at step().
+        self._trained = [p.requires_grad for p in self._params]
+        self._sent = [False] * len(self._buckets)
+        self._left = self._to_come()
+        self._g_np = self._grad.numpy()
+        ref = weakref.ref(self)
+
+        def grad_ready(i):
+            w = ref()
+            if w is not None and w._live:
+                w._grad_ready(i)
+
+        self._accumulators = []  # torch 1.13: the nodes' hooks live as long as the nodes
+        for i, p in enumerate(self._params):
+            if not p.requires_grad:
+                continue
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda _p, i=i: grad_ready(i)))
+            else:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._accumulators.append(acc)
+                self._hooks.append(acc.register_hook(lambda *_, i=i: grad_ready(i)))
+        if not self._ordered:
+            return
+        for m in model.modules():
+            own = [self._index[id(p)] for p in m.parameters(recurse=False)
+                   if id(p) in self._index]
+            if not own:
+                continue
+            lo, hi = min(offsets[i] for i in own), max(ends[i] for i in own)
+
+            def before_forward(module, inputs, lo=lo, hi=hi):
+                w = ref()
+                if w is not None and w._pulling:
+                    w._step.wait_range(lo, hi)
+
+            self._hooks.append(m.register_forward_pre_hook(before_forward))
+
+    def _to_come(self):
+        """Per bucket, the gradients autograd will produce: its parameters that
+        require one."""
+        return [sum(self._trained[i] for i in b[2]) for b in self._buckets]
+
+    def _grad_ready(self, i):
+        """Parameter i's gradient is in (autograd's hook): its bucket is pushed
+        once all of its gradients are."""
+        b = self._bucket_of[i]
+        if self._sent[b]:
+            lo, hi, _ = self._buckets[b]
+            raise StateError(
+                f"{self._names[i]} got a second gradient in step {self._step.clock + 1}, whose "
+                f"bucket [{lo}, {hi}) was pushed already: with bucket_mb a step takes one "
+                "backward pass (accumulate gradients without bucket_mb)")
+        self._left[b] -= 1
+        if self._left[b] == 0:
+            self._push_bucket(b)
+
+    def _push_bucket(self, b):
+        """Pushes bucket b (the step begins with its first bucket)."""
+        lo, hi, members = self._buckets[b]
+        if not self._in_step:
+            self._step.begin(self.epoch)
+            self._in_step = True
+            self._pulling = False
+        for i in members:
+            self._gather_one(i)
+        self._sent[b] = True
+        self._step.push_range(lo, hi, self._g_np[lo:hi])
+
+    def _step_in_buckets(self):
+        """The step's end: the buckets that no gradient completed (parameters
+        unused by this step's forward pass: their gradient counts as zero) are
+        pushed now, then the pull, whole or (ordered) front first. A parameter
+        whose requires_grad changed since Worker(...) is refused: it has no
+        hook, or a hook that will never fire."""
+        trained = [p.requires_grad for p in self._params]
+        if trained != self._trained:
+            i = next(i for i, (a, b) in enumerate(zip(trained, self._trained)) if a != b)
+            raise StateError(
+                f"{self._names[i]}.requires_grad became {trained[i]} after dcps.torch.Worker("
+                "model, bucket_mb=...), which hooks the parameters that require a gradient "
+                "when it is made: set requires_grad before making the Worker")
+        for b, sent in enumerate(self._sent):
+            if not sent:
+                self._push_bucket(b)
+        self._step.end(self._p_arg, ordered=self._ordered)
+        self._in_step = False
+        self._pulling = self._ordered
+        self._sent = [False] * len(self._buckets)
+        self._left = self._to_come()
+        self._grad.zero_()  # the step read it until end() returned
 
     def _buffers_setup(self, mode, every):
         """The model's buffers, floating-point and integer ones apart, and one
@@ -254,20 +419,25 @@ class Worker:
         return self._step.stats()["lr"]
 
     def _gather_grads(self):
-        """Makes the gradient buffer hold every parameter's gradient: a
-        parameter whose .grad was replaced (zero_grad(set_to_none=True), say)
-        is copied in and re-attached; one without a gradient counts as zero."""
-        for p, view in zip(self._params, self._slices):
-            g = p.grad
-            if g is None:
-                view.zero_()
-            elif g.data_ptr() != view.data_ptr():
-                if g.is_sparse:
-                    g = g.to_dense()
-                view.copy_(g.reshape(-1))
-            else:
-                continue
-            p.grad = view.view_as(p)
+        """Makes the gradient buffer hold every parameter's gradient."""
+        for i in range(len(self._params)):
+            self._gather_one(i)
+
+    def _gather_one(self, i):
+        """Makes the gradient buffer hold parameter i's gradient: one whose
+        .grad was replaced (zero_grad(set_to_none=True), say) is copied in and
+        re-attached; one without a gradient counts as zero."""
+        p, view = self._params[i], self._slices[i]
+        g = p.grad
+        if g is None:
+            view.zero_()
+        elif g.data_ptr() != view.data_ptr():
+            if g.is_sparse:
+                g = g.to_dense()
+            view.copy_(g.reshape(-1))
+        else:
+            return
+        p.grad = view.view_as(p)
 
     def step(self, loss=None):
         """Pushes the gradients accumulated since the last step and pulls the
@@ -277,18 +447,10 @@ class Worker:
         parameters (and the zeroed gradients) are queued there when it returns,
         so the next forward pass on that stream sees them."""
         self._check_bound()
-        self._gather_grads()
-        if not bool(torch.isfinite(self._grad).all()):
-            self._skip_step()
+        if self._buckets is not None:
+            self._step_in_buckets()
+        elif not self._whole_step():
             return
-        if self._cuda:
-            self._use_current_stream()
-        if self._cuda:
-            with torch.cuda.device(self.device):
-                self._step.run(self._g_arg, self._p_arg, self.epoch)
-        else:
-            self._step.run(self._g_arg, self._p_arg, self.epoch)
-        self._grad.zero_()
         if loss is not None:
             value = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
             if self._epoch_of_loss != self.epoch:
@@ -302,6 +464,22 @@ class Worker:
             self._buffers_exchange(self._buffers_publishes())
         if self.log_every > 0 and clock % self.log_every == 0:
             self._progress(clock)
+
+    def _whole_step(self):
+        """The step of the whole gradient; False when it was skipped (not
+        finite)."""
+        self._gather_grads()
+        if not bool(torch.isfinite(self._grad).all()):
+            self._skip_step()
+            return False
+        if self._cuda:
+            self._use_current_stream()
+            with torch.cuda.device(self.device):
+                self._step.run(self._g_arg, self._p_arg, self.epoch)
+        else:
+            self._step.run(self._g_arg, self._p_arg, self.epoch)
+        self._grad.zero_()
+        return True
 
     def _check_bound(self):
         """Refuses a model whose parameters are no longer the views of the
@@ -354,8 +532,11 @@ class Worker:
         return self._step.stats()
 
     def wait(self):
-        """With the pipeline: waits for the step in flight."""
+        """With the pipeline: waits for the step in flight. With
+        ``ordered_pull``: waits until the whole pull has landed (before
+        reading the parameters outside a forward pass)."""
         self._step.wait()
+        self._pulling = False
 
     def finish(self, evaluate=None, test_acc=None, test_loss=None, out=sys.stdout):
         """Ends training: done, final barrier and an exact pull, so that every
@@ -445,7 +626,12 @@ class Worker:
         """DDP's ``no_sync()``, for scripts ported from it: a no-op here.
         Nothing is pushed until ``step()``, so gradients of several backward
         passes already add up in the model's .grad (the flat buffer) until the
-        next step pushes their sum as one gradient."""
+        next step pushes their sum as one gradient. With ``bucket_mb`` each
+        bucket is pushed during its backward pass: refused (StateError)."""
+        if self._buckets is not None:
+            raise StateError("no_sync() with bucket_mb: each bucket is pushed during its "
+                             "backward pass, so gradients of several passes cannot add up "
+                             "before a push; leave bucket_mb out to accumulate")
         yield
 
     def optimizer(self):
@@ -454,6 +640,10 @@ class Worker:
         ``zero_grad()`` zeroes the gradients, its param_groups hold the
         model's parameters. A step whose gradients hold an Inf or NaN (a
         scaler's overflow that reached it) pushes nothing and prints so."""
+        if self._buckets is not None:
+            raise ConfigError("worker.optimizer() with bucket_mb: a GradScaler unscales the "
+                              "gradients at step(), after the buckets were pushed during "
+                              "backward; leave bucket_mb out with a GradScaler")
         if getattr(self, "_shim", None) is None:
             self._shim = _StepOptimizer(self)
         return self._shim

@@ -44,17 +44,6 @@ static dcps_client_t *client(const char *j, const char *shards, int rank, int pa
     return c;
 }
 
-/* Gradient of step t for rank r: values of mixed magnitudes, so that rounding shows. */
-static void gradient(float *g, int r, int t)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(7 * t + r + 1);
-    for (size_t i = 0; i < N; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        g[i] =
-            (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * (float)(1u << (x & 7)) * 1e-2f;
-    }
-}
-
 /* One rank's steps: pull, push its gradient, STEPS times, then a last pull into w. */
 typedef struct {
     dcps_client_t *c;
@@ -67,7 +56,7 @@ static void *steps(void *arg)
 {
     rank_t *k = arg;
     for (int t = 0; t < STEPS && k->rc == 0; t++) {
-        gradient(k->g, k->rank, t);
+        h_gradient(k->g, N, (uint64_t)(7 * t + k->rank + 1));
         if ((k->rc = dcps_client_pull(k->c, k->w)) == 0)
             k->rc = dcps_client_push_dense(k->c, k->g);
     }

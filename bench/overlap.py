@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Time per step of a dcps.torch worker with buckets during backward and
+ordered pulls off and on (issue 30, sections 2 and 3; docs/pytorch.md, "Buckets").
+
+One worker, two real shards on 127.0.0.1, a job of --mode (default async: with
+one worker the same messages and the same work per step as sync) with dense
+float32 pushes and pulls and SGD, an MLP of --layers square layers of --width (float32), batch
+--batch of random data, torch on --threads threads. In each repetition, one
+fresh job per configuration, in this order:
+  compute   forward and backward alone, no worker (what overlap can hide behind)
+  comm      Step.run alone: push and pull of the whole model, no backward
+  whole     forward, backward, Worker.step() (today: the step after backward)
+  whole_c   forward, backward, then Step.run directly: today's step without
+            Worker.step's Python pass over the gradient (torch.isfinite, which
+            the buckets do not make: libdcps checks every range it sends)
+  buckets   Worker(bucket_mb=B): each bucket pushed during backward
+  ordered   Worker(bucket_mb=B, ordered_pull=True): and the pull front first
+            while the next forward starts
+Each timed over --steps steps after 2 untimed ones. Prints one CSV row per
+configuration and repetition: rep,config,steps,ms_per_step,ratio_to_whole,
+ratio_to_max (ms_per_step over max(compute, comm) of the same repetition),load1 (the
+machine's 1-minute load average when the configuration ended).
+DCPS_BUILDDIR names the build tree (dcps-server), PYTHONPATH its python/ folder.
+"""
+import argparse
+import os
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "python", "tests"))
+import torch  # noqa: E402
+
+import dcps.torch as dt  # noqa: E402
+import harness  # noqa: E402
+
+
+def model_of(args):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(args.layers):
+        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def batch_of(args):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(args.batch, args.width, generator=g)
+
+
+def timed(args, one):
+    for _ in range(2):
+        one()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        one()
+    return (time.perf_counter() - t0) / args.steps * 1e3
+
+
+def compute_alone(args):
+    m, x = model_of(args), batch_of(args)
+
+    def one():
+        m.zero_grad(set_to_none=False)
+        m(x).square().mean().backward()
+
+    return timed(args, one)
+
+
+def with_worker(args, config):
+    job = harness.Job(harness.job_text(
+        shards=2, workers=1, job={"mode": args.mode}, model={"layers": None, "params": "auto"},
+        optimizer={"kind": "sgd", "lr": 1e-6},
+        worker={"log_every": 1000000000, "timeout_ms": 10000}), shards=2)
+    try:
+        m, x = model_of(args), batch_of(args)
+        kw = {}
+        if config in ("buckets", "ordered"):
+            kw["bucket_mb"] = args.bucket_mb
+        if config == "ordered":
+            kw["ordered_pull"] = True
+        w = dt.Worker(m, job=job.path, rank=0, overrides=[job.shards], **kw)
+
+        def one():
+            if config != "comm":
+                m(x).square().mean().backward()
+            if config in ("comm", "whole_c"):
+                w._step.run(w._g_arg, w._p_arg, 1)
+                w._grad.zero_()
+            else:
+                w.step()
+
+        ms = timed(args, one)
+        w.close()
+        return ms
+    finally:
+        job.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--bucket-mb", type=float, default=4.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mode", choices=("async", "sync", "ssp"), default="async")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    n = sum(p.numel() for p in model_of(args).parameters())
+    print(f"# {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
+          f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, torch "
+          f"{torch.__version__}",
+          flush=True)
+    print("rep,config,steps,ms_per_step,ratio_to_whole,ratio_to_max,load1", flush=True)
+    for rep in range(1, args.reps + 1):
+        ms = {"compute": compute_alone(args)}
+        load = {"compute": os.getloadavg()[0]}
+        for config in ("comm", "whole", "whole_c", "buckets", "ordered"):
+            ms[config] = with_worker(args, config)
+            load[config] = os.getloadavg()[0]
+        top = max(ms["compute"], ms["comm"])
+        for config, v in ms.items():
+            print(f"{rep},{config},{args.steps},{v:.1f},{v / ms['whole']:.3f},{v / top:.3f},"
+                  f"{load[config]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
