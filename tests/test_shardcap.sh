@@ -76,8 +76,11 @@ bad=$(awk -F, -v n=$n -v k=$k '/^#/ || $1 == "mode" { next }
           (want_pull >= 0 && (pull_b < want_pull || pull_b > want_pull + 400))) print }' \
     "$tmp/values.csv")
 rows=$(grep -vc '^#' "$tmp/values.csv")
-[ -z "$bad" ] && [ "$rows" = 6 ] && pass "fp16, int8 and twobit pushes and replies carry their format's bytes" ||
+if [ -z "$bad" ] && [ "$rows" = 6 ]; then
+    pass "fp16, int8 and twobit pushes and replies carry their format's bytes"
+else
     fail "fp16, int8 and twobit bytes ($rows lines): $bad"
+fi
 
 # Bad options: refused with status 2 and a sentence naming the option.
 refuse() { # WHAT EXPECTED-TEXT ARGS...
