@@ -1,8 +1,9 @@
 #!/bin/bash
 # shardcap's Top-k 0.1% + delta shard (12.67M, DC-ASGD-a, 8 sessions) alone, beside two
 # memory-streaming processes, and beside two CPU-only processes: the shard's CPU per message.
-cd "$1"   # build dir
-OUT=$2
+# usage: contention.sh BUILD_DIR OUT.csv
+OUT=$(realpath -m "$2")
+cd "$1" # the build directory
 args="--params 12665216 --density 0.001 --rules dcasgd_a --encodings topk_delta --sessions 8 --seconds 4"
 hog_mem='import numpy as np
 a = np.ones(25_000_000, np.float32); b = np.empty_like(a)
