@@ -253,7 +253,7 @@ def main():
                                   for dd, v in sorted(per_density.items())) + "\n")
             out.write("# worker CPU per step (bench/sim/calibrate.sh): "
                       + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in wcpu.items()) + "\n")
-            out.write(f"# machine model: 2 shards + P workers on one pool of cores ("
+            out.write("# machine model: 2 shards + P workers on one pool of cores ("
                       + ("each run's measured cores_avail, 2 where not recorded"
                          if a.cores == "measured" else "2") + f"); links at "
                       f"the rate x {EFFICIENCY}; compute 50 ms sleep; kernel CPU per byte moved "
