@@ -57,12 +57,13 @@ SCHEMES = {  # netem scheme -> (push, pull, density)
     "topk001_delta": ("topk", "delta", 0.001),
 }
 RATES = {"1gbit": 1e9, "10gbit": 1e10}
-# Two runs of every cell with the job's CPU and the machine's idle time recorded (the
+# Three runs of every cell with the job's CPU and the machine's idle time recorded (the
 # fitted cell in the first). The earlier runs (netem-rerun*, 2026-11-21) lack the cores:
 # give them with --netem to simulate them on 2.
 DEFAULT_NETEM = [
     "bench/results/2026-11-26/netem-cpu/runs.csv",
     "bench/results/2026-11-26/netem-cpu-2/runs.csv",
+    "bench/results/2026-11-26/netem-cpu-3/runs.csv",
 ]
 EFFICIENCY = 0.95  # bench/netem.sh: 0.95 Gbit/s of TCP payload at 1gbit, 9.5 at 10gbit
 STALL = re.compile(r"did not run for (\d+) ms")
@@ -109,11 +110,17 @@ def why_rules(r, err, serr, stall, steady):
                 f"{ca:.2f} cores; with more runnable threads than cores each process's CPU "
                 f"per step is more than calibrate.sh and shardcap measured (caches, switches)"
                 + held)
-    return (f"under-predicted on a quieter machine ({ca:.2f} cores free to the job): the dense "
-            f"pulls' CPU (worker 72-78 ms a step, calibrate.sh; shard 9.5 ms a pull and 43 ms a "
-            f"dense push, shardcap) was measured at load 3.5 to 11 and is less here; the model "
-            f"gives P = {P} no use for more cores, yet the same cell ran faster when the machine "
-            f"was quieter")
+    busy = float(r.get("cpu_busy") or 0)
+    if busy >= 0.95 and ca < 1:
+        return (f"under-predicted on a fully busy machine (cpu_busy {busy:.2f}, load "
+                f"{r.get('load1', '?')}): cores_avail ({ca:.2f}) is then the CPU the job used, "
+                f"which understates what a job that was not asking for more could have had, "
+                f"and the model starves it; the dense pulls' CPU was also calibrated at load 3.5 "
+                f"to 11")
+    return (f"under-predicted ({ca:.2f} cores available to the job, load "
+            f"{r.get('load1', '?')}): the dense pulls' CPU (worker 72-78 ms a step, calibrate.sh; "
+            f"shard 9.5 ms a pull and 43 ms a dense push, shardcap) was measured at load 3.5 to "
+            f"11 and is less on a quieter machine (calibrate.sh at load 3: 18-51% less a step)")
 
 
 def rows(path):
