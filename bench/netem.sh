@@ -36,6 +36,13 @@
 #             0's test accuracy after each epoch goes to OUT/torch_RATE.csv
 #             (system,P,epoch,elapsed_s,test_acc); bench/torch.sh -x netem plots it.
 #             Needs python3-torch and a build with the Python package.
+#   shardcap  bench/shardcap (make bench/shardcap) with its shard in namespace
+#             s0 and its driver in w0, so that every request and reply crosses
+#             two emulated links, at each rate of -r, with the arguments of
+#             -C (default: the netem scaling job's shard, 12,665,216 parameters,
+#             DC-ASGD-a, Top-k 0.1% with and without delta pulls, 1 to 8
+#             sessions). Writes OUT/shardcap_RATE.csv (its columns:
+#             bench/README.md).
 # Throughput, per run: samples_per_s = the sum over workers of the `final:`
 # line's samples_per_s (each worker's samples over its own training time: from
 # after its setup, i.e. data loading, model and connection, to after the final
@@ -52,7 +59,7 @@
 #
 # usage: bench/netem.sh [-o OUT] [-P "1 2 4 8"] [-r "1gbit 10gbit"] [-R "1gbit"]
 #            [-d DELAY_MS] [-k "SCHEMES"] [-x "accuracy scaling"] [-e EPOCHS]
-#            [-s STEPS] [-S DENSE_STEPS] [-c COMPUTE_MS] [-m 25M|100M]
+#            [-s STEPS] [-S DENSE_STEPS] [-c COMPUTE_MS] [-m 25M|100M] [-C "SHARDCAP ARGS"]
 #            [--prefix P] [--smoke] [--cleanup] [--plot]
 #   defaults: OUT bench/results/$(date +%F)/netem, EPOCHS 5, STEPS 60,
 #      DENSE_STEPS 8, COMPUTE_MS 50, model 25M, no delay.
@@ -74,9 +81,11 @@ SCHEMES="dense topk01 topk001 topk01_delta topk001_delta"
 EXPERIMENTS="accuracy scaling" EPOCHS=5 STEPS=60 DENSE_STEPS=8 COMPUTE_MS=50 MODEL=25M
 OUT=$root/bench/results/$(date +%F)/netem
 PFX=dcpsnet- SMOKE=0 CLEANUP=0 PLOT_ONLY=0
+SHARDCAP_ARGS="--params 12665216 --density 0.001 --rules dcasgd_a --encodings topk,topk_delta
+    --sessions 1,2,4,8 --full-sweep --seconds 3"
 usage() { sed -n '/^# usage:/,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
-    case $1 in -[oPrRdkxesScm] | --prefix) [ $# -ge 2 ] || usage ;; esac
+    case $1 in -[oPrRdkxesScmC] | --prefix) [ $# -ge 2 ] || usage ;; esac
     case $1 in
     -o) OUT=$2; shift ;;
     -P) P_LIST=$2; shift ;;
@@ -90,6 +99,7 @@ while [ $# -gt 0 ]; do
     -S) DENSE_STEPS=$2; shift ;;
     -c) COMPUTE_MS=$2; shift ;;
     -m) MODEL=$2; shift ;;
+    -C) SHARDCAP_ARGS=$2; shift ;;
     --prefix) PFX=$2; shift ;;
     --smoke) SMOKE=1 ;;
     --cleanup) CLEANUP=1 ;;
@@ -141,7 +151,12 @@ done
 
 declare -n scheme=BENCH_SCHEMES # bench/lib.sh
 for k in $SCHEMES; do [ -n "${scheme[$k]:-}" ] || die "-k: no scheme $k"; done
-for x in $EXPERIMENTS; do [[ $x == accuracy || $x == scaling || $x == torch ]] || die "-x: accuracy, scaling or torch"; done
+for x in $EXPERIMENTS; do
+    [[ $x == accuracy || $x == scaling || $x == torch || $x == shardcap ]] || die "-x: accuracy, scaling, torch or shardcap"
+done
+if [[ " $EXPERIMENTS " == *" shardcap "* ]]; then
+    [ -x "$BUILD/bench/shardcap" ] || die "no $BUILD/bench/shardcap (make bench/shardcap in the build directory)"
+fi
 maxp=0
 for p in $P_LIST; do
     [[ $p =~ ^[1-9][0-9]*$ && $p -le 100 ]] || die "-P: worker counts from 1 to 100"
@@ -238,9 +253,11 @@ run() {
         rm -f "$ep"
     done
     t0=$(date +%s.%N)
-    local c0 d0
+    local c0 d0 s0 k0
     c0=$(cpu_ticks)
     d0=$(drops)
+    s0=$(pid_ticks "${PIDS[@]}")
+    k0=$(child_ticks)
     if [ $failed = 0 ]; then
         for r in $(seq 0 $((p - 1))); do
             ip netns exec "${PFX}w$r" "$BUILD/dcps-worker" --config "$job" --rank "$r" "${sets[@]}" \
@@ -253,8 +270,23 @@ run() {
             wait "${wpids[$r]}" || { failed=1; echo "netem.sh: $tag rank $r failed:" >&2; tail -5 "$OUT/.w$r.err" >&2; }
         done
     fi
+    # The workers have been reaped (their CPU is now the shell's children's); the
+    # shards still run (theirs is in /proc/PID/stat).
+    local k1 s1
+    k1=$(child_ticks)
+    s1=$(pid_ticks "${PIDS[@]}")
     WALL=$(echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f", $2 - $1}')
-    CPU=$(echo "$c0 $(cpu_ticks)" | awk '{ b = $3 - $1; t = $4 - $2; if (t > 0) printf "%.2f", b / t }')
+    local c1
+    c1=$(cpu_ticks)
+    CPU=$(echo "$c0 $c1" | awk '{ b = $4 - $1; t = $6 - $3; if (t > 0) printf "%.2f", b / t }')
+    STEAL=$(echo "$c0 $c1" | awk '{ t = $6 - $3; if (t > 0) printf "%.3f", ($5 - $2) / t }')
+    # Cores the job used (its processes' CPU over the run's wall time) and cores it
+    # could have had: its own plus what was idle (steal and other work were not).
+    JOB_CORES=$(echo "$s0 $s1 $k0 $k1 $WALL $(getconf CLK_TCK)" | awk '{
+        if ($5 > 0) printf "%.2f", (($2 - $1) + ($4 - $3)) / $6 / $5 }')
+    SHARD_CPU=$(echo "$s0 $s1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $3 }')
+    WORKER_CPU=$(echo "$k0 $k1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $3 }')
+    AVAIL=$(echo "$JOB_CORES $CPU $(nproc)" | awk '{ if ($2 != "") printf "%.2f", $1 + $3 * (1 - $2) }')
     DROPS=$(($(drops) - d0))
     teardown_programs
     FINALS=$(cat "$OUT"/.w*.out 2>/dev/null | grep '^final:' || true)
@@ -263,10 +295,24 @@ run() {
     rm -f "$OUT"/.w*.out "$OUT"/.w*.err
     return $failed
 }
-# Busy and total ticks of all CPUs so far (/proc/stat; idle and iowait count as idle).
+# Busy, stolen and total ticks of all CPUs so far (/proc/stat; idle and iowait
+# count as idle; steal, the time the hypervisor ran something else on our vCPUs,
+# counts as busy and is also given alone). Guest time is already in user.
 cpu_ticks() {
-    awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+    awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t - $5 - $6, $9, t; exit }' /proc/stat
 }
+# User + system ticks of the given live processes, all their threads (/proc/PID/stat
+# fields 14 and 15; the command name, field 2, has no spaces for dcps-server).
+pid_ticks() {
+    local pid t=0
+    for pid in "$@"; do
+        [ -r "/proc/$pid/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+    done
+    echo $t
+}
+# User + system ticks of this shell's reaped children (/proc/$$/stat fields 16
+# and 17): a worker's CPU is added there when `wait` reaps it.
+child_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
 teardown_programs() {
     local pid
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -303,7 +349,7 @@ record() { # experiment rate P scheme params compute_ms tag
     done
     local bps
     bps=$(steady_bytes "$OUT/$tag.csv")
-    echo "$x,$rate,$DELAY,$p,$k,$(bench_val compression "$f0"),$(bench_val pull "$f0"),$(bench_val density "$f0"),$n,$cms,$(bench_val steps "$f0"),$(bench_val elapsed_s "$f0"),$WALL,$sum,,$steady,,${bps:-$(bench_val bytes_per_step "$f0")},$(time_to "$OUT/$tag.csv" 0.85),$(bench_val test_acc "$f0"),$CPU,$DROPS" >>"$OUT/.rows"
+    echo "$x,$rate,$DELAY,$p,$k,$(bench_val compression "$f0"),$(bench_val pull "$f0"),$(bench_val density "$f0"),$n,$cms,$(bench_val steps "$f0"),$(bench_val elapsed_s "$f0"),$WALL,$sum,,$steady,,${bps:-$(bench_val bytes_per_step "$f0")},$(time_to "$OUT/$tag.csv" 0.85),$(bench_val test_acc "$f0"),$CPU,$DROPS,$STEAL,$SHARD_CPU,$WORKER_CPU,$JOB_CORES,$AVAIL,$(cut -d' ' -f1 /proc/loadavg)" >>"$OUT/.rows"
     rm -f "$OUT"/."$tag".m*.csv
     tail -1 "$OUT/.rows"
 }
@@ -415,8 +461,19 @@ if [ $PLOT_ONLY = 0 ]; then
             echo "netem.sh: wrote $csv" >&2
         done
     fi
+    if [[ " $EXPERIMENTS " == *" shardcap "* ]]; then
+        for rate in $RATES; do
+            shape "$rate"
+            # shellcheck disable=SC2086
+            ip netns exec "${PFX}w0" "$BUILD/bench/shardcap" --server "$BUILD/dcps-server" \
+                --netns "${PFX}s0" --address "$(addr s0)" $SHARDCAP_ARGS \
+                >"$OUT/shardcap_$rate.csv" 2>"$OUT/shardcap_$rate.err" ||
+                { cat "$OUT/shardcap_$rate.err" >&2; die "shardcap at $rate failed"; }
+            echo "netem.sh: wrote $OUT/shardcap_$rate.csv" >&2
+        done
+    fi
     teardown
-    [ -s "$OUT/.rows" ] || exit 0 # the torch experiment alone: no runs.csv
+    [ -s "$OUT/.rows" ] || exit 0 # the torch or shardcap experiments alone: no runs.csv
 
     # runs.csv: efficiency = thr(P) / (P thr(1)) against the P = 1 run of the same
     # experiment, rate and scheme (empty without one).
@@ -435,8 +492,13 @@ if [ $PLOT_ONLY = 0 ]; then
             "samples_per_s (start to final barrier and dense pull); steady: sum of their rates between" \
             "first and last in-loop metrics rows; time_to_085 in seconds of rank 0, epoch granularity;" \
             "cpu_busy: the fraction of all $(nproc) cores busy (whole machine, /proc/stat) during the run;" \
-            "drops: packets the links' qdiscs dropped during the run."
-        echo "experiment,rate,delay_ms,workers,scheme,push,pull,density,params,compute_ms,steps,elapsed_s,wall_s,samples_per_s,efficiency,steady_samples_per_s,steady_efficiency,bytes_per_step,time_to_085,test_acc,cpu_busy,drops"
+            "drops: packets the links' qdiscs dropped during the run; steal: the fraction of all" \
+            "cores' time the hypervisor took (in cpu_busy too); shard_cpu_s, worker_cpu_s: CPU" \
+            "seconds (user + system, every thread) the job's shards and workers used over wall_s;" \
+            "job_cores: both over wall_s, the cores the job used; cores_avail: job_cores plus the" \
+            "cores idle meanwhile, the cores the job could have had (what other work and steal" \
+            "left it); load1 at the run's end."
+        echo "experiment,rate,delay_ms,workers,scheme,push,pull,density,params,compute_ms,steps,elapsed_s,wall_s,samples_per_s,efficiency,steady_samples_per_s,steady_efficiency,bytes_per_step,time_to_085,test_acc,cpu_busy,drops,steal,shard_cpu_s,worker_cpu_s,job_cores,cores_avail,load1"
         awk -F, -v OFS=, '
             { row[NR] = $0; if ($4 == 1) { one[$1 "," $2 "," $5] = $14; sone[$1 "," $2 "," $5] = $16 } }
             END {

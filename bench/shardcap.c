@@ -8,7 +8,17 @@
  * gradient, or k ascending indices and their values) is made once before the
  * timed phases and sent zero-copy again and again; only the small header
  * (seq, step, version) is packed per message. Nothing computes a gradient or
- * a top-k, so the shard is the only thing measured.
+ * a top-k, so the shard is the only thing measured. Values go as float32 or,
+ * with --values, in a shorter format (fp16, bf16, int8 in blocks of 256),
+ * encoded once like the rest; the shard then answers pulls in that format
+ * too ([compression] values). The encoding `twobit` pushes dense 2-bit codes
+ * (push = twobit) and pulls float32.
+ *
+ * By default the shard listens on 127.0.0.1. With --address A (and, as root,
+ * --netns NS) it runs in network namespace NS through `ip netns exec`, listens
+ * on A and serves its /metrics there, and shardcap reaches it over whatever
+ * links join the namespaces: bench/netem.sh -x shardcap runs it that way,
+ * the driver in one emulated host and the shard in another.
  *
  * Three phases per load, on the same shard:
  *   cycle  every session pushes, waits for the ack, pulls, waits for the reply,
@@ -57,6 +67,7 @@
 #include "common/rng.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
+#include "proto/quant.h"
 
 #define MAX_LEVELS 16
 #define MAX_LIST 16
@@ -64,6 +75,9 @@
 #define VARIANTS 4        /* different sparse index sets, sent in turn */
 #define GROWTH 1.05       /* a level must add 5% to the best throughput so far */
 #define WAIT_S 60.0       /* the longest wait for any reply: a stuck shard is an error */
+/* push = twobit: the threshold, one standard deviation of the replayed gradient
+ * (about a third of its entries are sent as +-tau). */
+#define TWOBIT_TAU 0.001f
 
 /* ---- what is measured: the tables ---------------------------------------------- */
 
@@ -94,17 +108,33 @@ typedef struct {
     const char *name;
     bool sparse_push;
     bool delta_pull;
+    bool twobit; /* a dense push of 2-bit codes; the pull replies are float32 */
 } encoding_t;
 
 static const encoding_t encodings[] = {
-    {"dense", false, false},
-    {"topk", true, false},
-    {"topk_delta", true, true},
+    {"dense", false, false, false},
+    {"topk", true, false, false},
+    {"topk_delta", true, true, false},
+    {"twobit", false, false, true},
 };
 #define N_ENCODINGS (sizeof encodings / sizeof encodings[0])
 
 static const char *const modes[] = {"async", "sync", "ssp"};
 #define N_MODES 3
+
+/* A value format: its [compression] values name and the frames' dtype. */
+typedef struct {
+    const char *name;
+    uint32_t dtype;
+} format_t;
+
+static const format_t formats[] = {
+    {"fp32", DCPS_DTYPE_F32},
+    {"fp16", DCPS_DTYPE_F16},
+    {"bf16", DCPS_DTYPE_BF16},
+    {"int8", DCPS_DTYPE_I8},
+};
+#define N_FORMATS (sizeof formats / sizeof formats[0])
 
 /* ---- options ------------------------------------------------------------------------ */
 
@@ -118,6 +148,9 @@ typedef struct {
     int mode[MAX_LIST], n_mode;
     int rule[MAX_LIST], n_rule;
     int enc[MAX_LIST], n_enc;
+    int fmt[MAX_LIST], n_fmt;
+    const char *address; /* the shard's IPv4 address (127.0.0.1) */
+    const char *netns;   /* the network namespace it runs in, or NULL */
     bool full_sweep; /* run every level, even past saturation */
     double mem_gb;   /* skip a level whose shard would need more */
 } opts_t;
@@ -134,7 +167,13 @@ static void usage(FILE *f)
     for (size_t i = 0; i < N_RULES; i++)
         fprintf(f, " %s", rules[i].name);
     fprintf(f, "; or all (sgd)\n"
-               "  --encodings LIST     dense,topk,topk_delta or all (dense)\n"
+               "  --encodings LIST     dense,topk,topk_delta,twobit or all (dense)\n"
+               "  --values LIST        fp32,fp16,bf16,int8 or all: the values' format on the\n"
+               "                       wire, both ways (fp32; twobit runs once, with fp32)\n"
+               "  --address A          the shard's IPv4 address, where it listens and serves\n"
+               "                       its metrics (127.0.0.1)\n"
+               "  --netns NS           run the shard in network namespace NS (ip netns exec;\n"
+               "                       root); give --address, an address of NS\n"
                "  --sessions LIST      offered loads: client sessions, 1 to %d, ascending\n"
                "                       (1,2,4,8,16,32,64,128,256)\n"
                "  --seconds S          cycle phase per level, 0.05 to 600 (2)\n"
@@ -246,8 +285,8 @@ static int parse_levels(const char *v, opts_t *o)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-    enum { O_SERVER = 256, O_PARAMS, O_DENSITY, O_MODES, O_RULES, O_ENC, O_SESSIONS,
-           O_SECONDS, O_STALE, O_FULL, O_MEM, O_HELP };
+    enum { O_SERVER = 256, O_PARAMS, O_DENSITY, O_MODES, O_RULES, O_ENC, O_VALUES, O_ADDRESS,
+           O_NETNS, O_SESSIONS, O_SECONDS, O_STALE, O_FULL, O_MEM, O_HELP };
     static const struct option lo[] = {
         {"server", required_argument, NULL, O_SERVER},
         {"params", required_argument, NULL, O_PARAMS},
@@ -255,6 +294,9 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"modes", required_argument, NULL, O_MODES},
         {"rules", required_argument, NULL, O_RULES},
         {"encodings", required_argument, NULL, O_ENC},
+        {"values", required_argument, NULL, O_VALUES},
+        {"address", required_argument, NULL, O_ADDRESS},
+        {"netns", required_argument, NULL, O_NETNS},
         {"sessions", required_argument, NULL, O_SESSIONS},
         {"seconds", required_argument, NULL, O_SECONDS},
         {"staleness", required_argument, NULL, O_STALE},
@@ -265,7 +307,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
     };
     *o = (opts_t){.server = "./dcps-server", .n = 1048576, .density = 0.01, .staleness = 4,
                   .seconds = 2, .n_levels = 9, .levels = {1, 2, 4, 8, 16, 32, 64, 128, 256},
-                  .n_mode = 1, .n_rule = 1, .n_enc = 1, .mem_gb = 4};
+                  .n_mode = 1, .n_rule = 1, .n_enc = 1, .n_fmt = 1, .address = "127.0.0.1",
+                  .mem_gb = 4};
     uint64_t x;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -286,6 +329,12 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             rc = parse_names("--encodings", optarg, &encodings[0].name, sizeof encodings[0],
                              N_ENCODINGS, o->enc, &o->n_enc);
             break;
+        case O_VALUES:
+            rc = parse_names("--values", optarg, &formats[0].name, sizeof formats[0], N_FORMATS,
+                             o->fmt, &o->n_fmt);
+            break;
+        case O_ADDRESS: o->address = optarg; break;
+        case O_NETNS: o->netns = optarg; break;
         case O_SESSIONS: rc = parse_levels(optarg, o); break;
         case O_SECONDS: rc = parse_real("--seconds", optarg, 0.05, false, 600, &o->seconds); break;
         case O_STALE:
@@ -302,6 +351,18 @@ static int parse_opts(int argc, char **argv, opts_t *o)
     }
     if (optind < argc) {
         fprintf(stderr, "bench/shardcap: unexpected argument \"%s\"\n", argv[optind]);
+        return -1;
+    }
+    struct in_addr a;
+    if (inet_pton(AF_INET, o->address, &a) != 1) {
+        fprintf(stderr, "bench/shardcap: --address: \"%s\" is not an IPv4 address\n", o->address);
+        return -1;
+    }
+    if (o->netns && strcmp(o->address, "127.0.0.1") == 0) {
+        fprintf(stderr,
+                "bench/shardcap: --netns needs --address, an address of %s that this "
+                "namespace reaches\n",
+                o->netns);
         return -1;
     }
     if (access(o->server, X_OK) != 0) {
@@ -353,7 +414,7 @@ static void on_signal(int sig)
 
 /* One level's job: what the shard serves. */
 typedef struct {
-    int mode, rule, enc, sessions;
+    int mode, rule, enc, fmt, sessions;
 } level_t;
 
 /* A TCP port that was free a moment ago on 127.0.0.1, for the metrics endpoint;
@@ -383,13 +444,18 @@ static int write_job(const opts_t *o, const level_t *l, int metrics_port)
     fprintf(f, "[job]\nname = shardcap\nworkers = %d\nmode = %s\nstaleness = %d\n"
                "log_level = warning\n",
             l->sessions, modes[l->mode], o->staleness);
-    fprintf(f, "[servers]\nshards = tcp://127.0.0.1:*\n");
+    fprintf(f, "[servers]\nshards = tcp://%s:*\n", o->address);
     fprintf(f, "[model]\nparams = %" PRIu64 "\n", o->n);
     fprintf(f, "[optimizer]\n%slr = 1e-6\n", rules[l->rule].ini);
-    fprintf(f, "[compression]\npush = %s\npull = %s\ndensity = %g\n",
-            e->sparse_push ? "topk" : "dense", e->delta_pull ? "delta" : "dense", o->density);
-    fprintf(f, "[server]\nheartbeat_ms = 600000\ndead_after_ms = 3600000\nmetrics_port = %d\n",
-            metrics_port);
+    fprintf(f, "[compression]\npush = %s\npull = %s\ndensity = %g\nvalues = %s\n",
+            e->twobit ? "twobit" : e->sparse_push ? "topk" : "dense",
+            e->delta_pull ? "delta" : "dense", o->density, formats[l->fmt].name);
+    if (e->twobit)
+        fprintf(f, "threshold = %g\n", (double)TWOBIT_TAU);
+    fprintf(f,
+            "[server]\nheartbeat_ms = 600000\ndead_after_ms = 3600000\nmetrics_port = %d\n"
+            "metrics_address = %s\n",
+            metrics_port, o->address);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -403,9 +469,11 @@ static void show_log(void)
         fclose(f);
 }
 
-/* Starts the shard and waits at most 30 s for its endpoint (into ep). */
-static int start_shard(const char *server, char *ep)
+/* Starts the shard (in o->netns when set) and waits at most 30 s for its
+ * endpoint (into ep). */
+static int start_shard(const opts_t *o, char *ep)
 {
+    const char *server = o->server;
     unlink(ep_path);
     pid_t pid = fork();
     if (pid < 0)
@@ -417,8 +485,12 @@ static int start_shard(const char *server, char *ep)
         int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
             _exit(126);
-        execl(server, server, "--config", job_path, "--shard", "0", "--endpoint-file", ep_path,
-              (char *)NULL);
+        if (o->netns) /* ip execs the shard: its pid stays this child's */
+            execlp("ip", "ip", "netns", "exec", o->netns, server, "--config", job_path, "--shard",
+                   "0", "--endpoint-file", ep_path, (char *)NULL);
+        else
+            execl(server, server, "--config", job_path, "--shard", "0", "--endpoint-file",
+                  ep_path, (char *)NULL);
         _exit(127);
     }
     shard_pid = pid;
@@ -476,11 +548,11 @@ static double metric(const char *body, const char *name)
     return sum;
 }
 
-static int read_metrics(int port, shard_metrics_t *m)
+static int read_metrics(const char *address, int port, shard_metrics_t *m)
 {
     static char body[1 << 20];
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, address, &a.sin_addr); /* checked by parse_opts */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     size_t got = 0;
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
@@ -522,7 +594,27 @@ typedef struct {
     uint32_t *idx[VARIANTS];      /* k ascending indices each */
     float *val;                   /* k values */
     size_t k;
+    /* The same values in each format of --values (NULL where not asked for; the
+     * fp32 slot stays NULL: dense and val are sent as they are), and the dense
+     * gradient as 2-bit codes (encoding twobit). */
+    void *dense_as[N_FORMATS], *val_as[N_FORMATS], *twobit;
 } payload_t;
+
+/* The block of a frame of `count` values in dtype, as libdcps's client sends it. */
+static uint32_t block_of(uint32_t dtype, uint64_t count)
+{
+    return dtype == DCPS_DTYPE_I8 && count > DCPS_QUANT_BLOCK ? DCPS_QUANT_BLOCK : 0;
+}
+
+/* Points frame f of m at `count` values in dtype, of kind DENSE or VALUES: the
+ * float32 array, or its encoded copy. */
+static void set_values(dcps_msg_t *m, int f, uint32_t kind, uint32_t dtype, uint64_t count,
+                       const void *data)
+{
+    m->frame[f] = (dcps_frame_desc_t){kind, dtype, count};
+    m->block[f] = block_of(dtype, count);
+    m->payload[f] = (dcps_buf_t){(void *)data, (size_t)dcps_quant_bytes(dtype, count, m->block[f])};
+}
 
 static void no_free(void *data, void *hint) {}
 
@@ -616,16 +708,20 @@ static int send_push(run_t *r, sess_t *s)
     const payload_t *p = r->p;
     dcps_msg_t m = {.type = DCPS_MSG_PUSH, .step = s->step, .param_version = s->version,
                     .has = DCPS_HAS_STEP | DCPS_HAS_PARAM_VERSION};
+    int fmt = r->l->fmt;
+    uint32_t dtype = formats[fmt].dtype;
     if (encodings[r->l->enc].sparse_push) {
         m.nframes = 2;
         m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_INDICES, DCPS_DTYPE_U32, p->k};
-        m.frame[1] = (dcps_frame_desc_t){DCPS_FRAME_VALUES, DCPS_DTYPE_F32, p->k};
         m.payload[0] = (dcps_buf_t){p->idx[s->pushes % VARIANTS], p->k * sizeof(uint32_t)};
-        m.payload[1] = (dcps_buf_t){p->val, p->k * sizeof(float)};
+        set_values(&m, 1, DCPS_FRAME_VALUES, dtype, p->k, p->val_as[fmt] ? p->val_as[fmt] : p->val);
+    } else if (encodings[r->l->enc].twobit) {
+        m.nframes = 1;
+        set_values(&m, 0, DCPS_FRAME_DENSE, DCPS_DTYPE_TWOBIT, r->o->n, p->twobit);
     } else {
         m.nframes = 1;
-        m.frame[0] = (dcps_frame_desc_t){DCPS_FRAME_DENSE, DCPS_DTYPE_F32, r->o->n};
-        m.payload[0] = (dcps_buf_t){p->dense, r->o->n * sizeof(float)};
+        set_values(&m, 0, DCPS_FRAME_DENSE, dtype, r->o->n,
+                   p->dense_as[fmt] ? p->dense_as[fmt] : p->dense);
     }
     int n = send_msg(r, s, &m);
     if (n < 0)
@@ -980,7 +1076,7 @@ static int run_level(const opts_t *o, const level_t *l, const payload_t *p, row_
     }
     r.job_id = cfg.job_id;
     r.lockstep = strcmp(modes[l->mode], "async") != 0;
-    if (start_shard(o->server, ep) != 0)
+    if (start_shard(o, ep) != 0)
         return -1;
     dcps_rng_seed(&r.rng, (uint64_t)getpid() ^ (uint64_t)(bench_now() * 1e6));
     r.ctx = zmq_ctx_new();
@@ -1007,7 +1103,7 @@ static int run_level(const opts_t *o, const level_t *l, const payload_t *p, row_
      * for 3 s (then the disagreement is the result). */
     row->total_acks = r.total_acks, row->total_replies = r.total_replies;
     for (int tries = 0;; tries++) {
-        if (read_metrics(port, &row->metrics) != 0)
+        if (read_metrics(o->address, port, &row->metrics) != 0)
             goto fail;
         if (check_metrics(&r, row, tries < 15) == 0)
             break;
@@ -1044,16 +1140,17 @@ static void print_header(const opts_t *o)
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
     printf("# machine: %s, %ld cores\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("# shardcap: one dcps-server shard on 127.0.0.1, %" PRIu64
+    printf("# shardcap: one dcps-server shard on %s%s%s, %" PRIu64
            " parameters, density %g (k = %" PRIu64 "), ssp staleness %d, cycle phase %g s, "
            "pull and push phases %g s each; lr 1e-6\n",
-           o->n, o->density, (uint64_t)ceil(o->density * (double)o->n), o->staleness, o->seconds,
+           o->address, o->netns ? " in network namespace " : "", o->netns ? o->netns : "", o->n,
+           o->density, (uint64_t)ceil(o->density * (double)o->n), o->staleness, o->seconds,
            o->seconds / 2);
     printf("mode,rule,encoding,params,density,sessions,pushes_per_s,pulls_per_s,bytes_per_s,"
            "push_bytes,pull_bytes,push_p50_ms,push_p99_ms,pull_p50_ms,pull_p99_ms,"
            "cpu_us_per_cycle,cpu_us_per_push,cpu_us_per_pull,shard_cpu_frac,driver_cpu_frac,"
            "flagged_acks,total_pushes,total_pulls,shard_pushes,shard_pulls,shard_version,"
-           "saturated,load1\n");
+           "saturated,load1,values\n");
 }
 
 static void print_row(const opts_t *o, const level_t *l, const row_t *w, bool saturated)
@@ -1066,7 +1163,7 @@ static void print_row(const opts_t *o, const level_t *l, const row_t *w, bool sa
                                       (double)c->acks
                                 : NAN;
     printf("%s,%s,%s,%" PRIu64 ",%g,%d,%.1f,%.1f,%.0f,%.0f,%.0f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,"
-           "%.1f,%.3f,%.3f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.0f,%.0f,%.0f,%d,%.2f\n",
+           "%.1f,%.3f,%.3f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.0f,%.0f,%.0f,%d,%.2f,%s\n",
            modes[l->mode], rules[l->rule].name, encodings[l->enc].name, o->n,
            encodings[l->enc].sparse_push || encodings[l->enc].delta_pull ? o->density : 1.0,
            w->sessions, (double)c->acks / c->wall, (double)c->replies / c->wall,
@@ -1075,29 +1172,31 @@ static void print_row(const opts_t *o, const level_t *l, const row_t *w, bool sa
            w->push_p99, w->pull_p50, w->pull_p99, per_cycle, per_push, per_pull,
            c->shard_cpu / c->wall, c->self_cpu / c->wall, c->flagged + pl->flagged + ps->flagged,
            w->total_acks, w->total_replies, w->metrics.pushes, w->metrics.pulls,
-           w->metrics.version, saturated ? 1 : 0, w->load1);
+           w->metrics.version, saturated ? 1 : 0, w->load1,
+           encodings[l->enc].twobit ? "twobit" : formats[l->fmt].name);
     fflush(stdout);
 }
 
 /* One configuration: levels until throughput stops growing (or all of them). */
-static int sweep(const opts_t *o, int mode, int rule, int enc, const payload_t *p)
+static int sweep(const opts_t *o, int mode, int rule, int enc, int fmt, const payload_t *p)
 {
     row_t rows[MAX_LEVELS];
     level_t lv[MAX_LEVELS];
     int n = 0, flat = 0;
     double best = 0;
     for (int i = 0; i < o->n_levels; i++) {
-        lv[n] = (level_t){mode, rule, enc, o->levels[i]};
+        lv[n] = (level_t){mode, rule, enc, fmt, o->levels[i]};
         if (run_level(o, &lv[n], p, &rows[n]) != 0) {
-            fprintf(stderr, "bench/shardcap: failed at %s %s %s with %d sessions\n", modes[mode],
-                    rules[rule].name, encodings[enc].name, o->levels[i]);
+            fprintf(stderr, "bench/shardcap: failed at %s %s %s %s with %d sessions\n",
+                    modes[mode], rules[rule].name, encodings[enc].name, formats[fmt].name,
+                    o->levels[i]);
             return -1;
         }
         if (rows[n].skipped) {
-            printf("# skipped: %s %s %s with %d sessions: the shard would need about %.1f GB "
+            printf("# skipped: %s %s %s %s with %d sessions: the shard would need about %.1f GB "
                    "(--mem-gb %g)\n",
-                   modes[mode], rules[rule].name, encodings[enc].name, o->levels[i],
-                   shard_gb(o, &lv[n]), o->mem_gb);
+                   modes[mode], rules[rule].name, encodings[enc].name, formats[fmt].name,
+                   o->levels[i], shard_gb(o, &lv[n]), o->mem_gb);
             break;
         }
         double tput = (double)rows[n].cycle.acks / rows[n].cycle.wall;
@@ -1144,6 +1243,26 @@ static int make_payloads(const opts_t *o, payload_t *p)
             p->idx[v][j] = (uint32_t)(lo + dcps_rng_below(&rng, hi - lo));
         }
     }
+    for (int i = 0; i < o->n_fmt; i++) {
+        int f = o->fmt[i];
+        uint32_t t = formats[f].dtype;
+        if (t == DCPS_DTYPE_F32 || p->dense_as[f])
+            continue;
+        p->dense_as[f] = malloc((size_t)dcps_quant_bytes(t, o->n, block_of(t, o->n)));
+        p->val_as[f] = malloc((size_t)dcps_quant_bytes(t, p->k, block_of(t, p->k)));
+        if (!p->dense_as[f] || !p->val_as[f])
+            return -1;
+        dcps_quant_encode(t, block_of(t, o->n), 0, p->dense, o->n, p->dense_as[f], NULL);
+        dcps_quant_encode(t, block_of(t, p->k), 0, p->val, p->k, p->val_as[f], NULL);
+    }
+    for (int i = 0; i < o->n_enc; i++) {
+        if (!encodings[o->enc[i]].twobit || p->twobit)
+            continue;
+        uint64_t bytes = dcps_quant_bytes(DCPS_DTYPE_TWOBIT, o->n, 0);
+        if (!(p->twobit = malloc((size_t)bytes)))
+            return -1;
+        dcps_quant_encode(DCPS_DTYPE_TWOBIT, 0, TWOBIT_TAU, p->dense, o->n, p->twobit, NULL);
+    }
     return 0;
 }
 
@@ -1169,9 +1288,18 @@ int main(int argc, char **argv)
     for (int m = 0; m < o.n_mode && rc == 0; m++)
         for (int r = 0; r < o.n_rule && rc == 0; r++)
             for (int e = 0; e < o.n_enc && rc == 0; e++)
-                rc = sweep(&o, o.mode[m], o.rule[r], o.enc[e], &p);
+                for (int f = 0; f < o.n_fmt && rc == 0; f++) {
+                    /* twobit's replies are float32: it runs once, with fp32 */
+                    bool twobit = encodings[o.enc[e]].twobit;
+                    if (twobit && f > 0)
+                        continue;
+                    rc = sweep(&o, o.mode[m], o.rule[r], o.enc[e], twobit ? 0 : o.fmt[f], &p);
+                }
     for (int v = 0; v < VARIANTS; v++)
         free(p.idx[v]);
+    for (size_t f = 0; f < N_FORMATS; f++)
+        free(p.dense_as[f]), free(p.val_as[f]);
+    free(p.twobit);
     free(p.init), free(p.dense), free(p.val);
     return rc == 0 ? 0 : 1;
 }

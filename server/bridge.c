@@ -7,6 +7,10 @@
 #include "common/log.h"
 
 #define DEFAULT_BUDGET 256
+/* Behind a flood, a timer then runs at most about 20 ms late (the default
+ * heartbeat tick is 1000 ms), for one more loop iteration, a poll that does not
+ * wait, per 20 ms of messages. */
+#define DEFAULT_BUDGET_MS 20.0
 
 static void on_idle(uv_idle_t *h);
 
@@ -22,10 +26,11 @@ static int readable(void *sock)
 void dcps_bridge_drain(dcps_bridge_t *b)
 {
     unsigned n = 0;
+    uint64_t t0 = uv_hrtime(), limit = (uint64_t)(b->budget_ms * 1e6);
     if (b->closing)
         return;
     while (readable(b->sock)) {
-        if (n++ == b->budget) {
+        if (n++ == b->budget || (n > 1 && uv_hrtime() - t0 >= limit)) {
             /* Leave the rest for the next iteration; the idle handle keeps the
              * loop from sleeping on an edge that will not come again. */
             uv_idle_start(&b->idle, on_idle);
@@ -62,6 +67,7 @@ int dcps_bridge_init(uv_loop_t *loop, dcps_bridge_t *b, void *sock, dcps_bridge_
     b->on_message = on_message;
     b->data = data;
     b->budget = DEFAULT_BUDGET;
+    b->budget_ms = DEFAULT_BUDGET_MS;
     b->closing = 0;
     if (zmq_getsockopt(sock, ZMQ_FD, &fd, &len) != 0)
         return DCPS_E_ZMQ;

@@ -6,7 +6,12 @@
  * reports ZMQ_POLLIN. A send can also consume the edge, so code that sends from
  * outside on_message (a timer, a signal) calls dcps_bridge_drain afterwards.
  * To keep timers running under a flood, one wake-up handles at most `budget`
- * messages; the rest are handled from a uv_idle_t on the next loop iteration.
+ * messages, and stops after the message that takes it past `budget_ms` of wall
+ * time; the rest are handled from a uv_idle_t on the next loop iteration, after
+ * the timers that fell due. The count alone bounds nothing in time: a shard's
+ * messages cost microseconds (an ack) to tens of milliseconds (a dense push of
+ * 12M parameters, a delta pull's pass over the range), and 256 of the latter
+ * kept a shard's heartbeat tick from running for seconds.
  *
  * The bridge does not own the socket. Its handles are embedded, so the struct
  * must stay in place until close_cb of dcps_bridge_close has run. */
@@ -26,7 +31,8 @@ struct dcps_bridge {
     void *sock;
     dcps_bridge_cb on_message;
     void *data; /* the caller's */
-    unsigned budget;
+    unsigned budget;  /* messages per wake-up */
+    double budget_ms; /* wall time per wake-up, checked after each message */
     int closing;
     uv_close_cb close_cb;
     int pending_closes;
@@ -36,7 +42,7 @@ struct dcps_bridge {
 int dcps_bridge_init(uv_loop_t *loop, dcps_bridge_t *b, void *sock, dcps_bridge_cb on_message,
                      void *data);
 
-/* Handles every message ready now (up to the budget); call after sending from
+/* Handles every message ready now (up to the budgets); call after sending from
  * outside on_message. */
 void dcps_bridge_drain(dcps_bridge_t *b);
 

@@ -22,6 +22,7 @@ typedef struct {
     const char *endpoint;
     int sent, echoed;
     int pre_sent; /* messages sent before the bridge started */
+    int n;        /* messages to send: 0 means BURST */
 } peer_t;
 
 typedef struct {
@@ -82,10 +83,11 @@ static void *burst(void *arg)
     zmq_setsockopt(d, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
     zmq_connect(d, p->endpoint);
-    for (int i = 0; i < BURST; i++)
+    int n = p->n ? p->n : BURST;
+    for (int i = 0; i < n; i++)
         if (zmq_send(d, &i, sizeof i, 0) == sizeof i)
             p->sent++;
-    for (int i = 0; i < BURST; i++) {
+    for (int i = 0; i < n; i++) {
         int v;
         if (zmq_recv(d, &v, sizeof v, 0) != sizeof v)
             break;
@@ -93,6 +95,19 @@ static void *burst(void *arg)
     }
     zmq_close(d);
     return NULL;
+}
+
+/* Runs the loop while peer p sends its messages; every one of the n must come
+ * back, before the deadline. */
+static void serve(server_t *s, peer_t *p, int n)
+{
+    pthread_t th;
+    pthread_create(&th, NULL, burst, p);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(s->timed_out, 0);
+    ck_assert_int_eq(s->received, n);
+    ck_assert_int_eq(p->echoed, n);
 }
 
 static void run_server(server_t *s, void *ctx, const char *endpoint, int expect)
@@ -113,17 +128,11 @@ START_TEST(burst_of_messages_is_received_and_answered_in_full)
 {
     void *ctx = zmq_ctx_new();
     server_t s;
-    peer_t p = {ctx, "inproc://bridge-burst", 0, 0, 0};
+    peer_t p = {ctx, "inproc://bridge-burst", 0, 0, 0, 0};
     run_server(&s, ctx, p.endpoint, BURST);
     ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_message, &s), 0);
     uv_timer_start(&s.deadline, on_deadline, 20000, 0);
-    pthread_t th;
-    pthread_create(&th, NULL, burst, &p);
-    uv_run(&s.loop, UV_RUN_DEFAULT);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(s.timed_out, 0);
-    ck_assert_int_eq(s.received, BURST);
-    ck_assert_int_eq(p.echoed, BURST);
+    serve(&s, &p, BURST);
     uv_loop_close(&s.loop);
     zmq_close(s.router);
     zmq_ctx_term(ctx);
@@ -165,17 +174,92 @@ START_TEST(burst_over_tcp_with_a_small_budget_does_not_stall)
     size_t len = sizeof endpoint;
     run_server(&s, ctx, "tcp://127.0.0.1:*", BURST);
     zmq_getsockopt(s.router, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    peer_t p = {ctx, endpoint, 0, 0, 0};
+    peer_t p = {ctx, endpoint, 0, 0, 0, 0};
     ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_message, &s), 0);
     s.bridge.budget = 3;
     uv_timer_start(&s.deadline, on_deadline, 30000, 0);
-    pthread_t th;
-    pthread_create(&th, NULL, burst, &p);
-    uv_run(&s.loop, UV_RUN_DEFAULT);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(s.timed_out, 0);
-    ck_assert_int_eq(s.received, BURST);
-    ck_assert_int_eq(p.echoed, BURST);
+    serve(&s, &p, BURST);
+    uv_loop_close(&s.loop);
+    zmq_close(s.router);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
+/* Messages that each take a while (a shard's dense push or delta pull: tens of
+ * ms) must not keep the loop's timers from running until the whole queue is
+ * done: the bridge yields after budget_ms of them, whatever their count. */
+#define SLOW 100      /* messages */
+#define SLOW_MS 5     /* each */
+static double tick_gap_ms, last_tick_ms;
+static int ticks;
+
+static void on_slow_message(dcps_bridge_t *b)
+{
+    uv_sleep(SLOW_MS);
+    on_message(b);
+}
+
+/* The longest time so far without a tick, from the start to now. */
+static void gap_to_now(void)
+{
+    double now = (double)uv_hrtime() / 1e6;
+    if (now - last_tick_ms > tick_gap_ms)
+        tick_gap_ms = now - last_tick_ms;
+    last_tick_ms = now;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    gap_to_now();
+    ticks++;
+    (void)t;
+}
+
+static void on_slow_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void on_slow_done(uv_check_t *c)
+{
+    server_t *s = c->data;
+    if (s->received == s->expect || s->timed_out) {
+        gap_to_now();
+        uv_timer_stop((uv_timer_t *)c->loop->data);
+        uv_close((uv_handle_t *)c->loop->data, on_slow_closed);
+        uv_close((uv_handle_t *)c, on_slow_closed);
+    }
+}
+
+START_TEST(timers_run_between_slow_messages)
+{
+    void *ctx = zmq_ctx_new();
+    server_t s;
+    uv_timer_t tick;
+    uv_check_t done;
+    char endpoint[256];
+    size_t len = sizeof endpoint;
+    run_server(&s, ctx, "tcp://127.0.0.1:*", SLOW);
+    zmq_getsockopt(s.router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    peer_t p = {ctx, endpoint, 0, 0, 0, SLOW};
+    ck_assert_int_eq(dcps_bridge_init(&s.loop, &s.bridge, s.router, on_slow_message, &s), 0);
+    uv_timer_start(&s.deadline, on_deadline, 30000, 0);
+    uv_timer_init(&s.loop, &tick);
+    uv_timer_start(&tick, on_tick, 10, 10);
+    s.loop.data = &tick;
+    uv_check_init(&s.loop, &done);
+    done.data = &s;
+    uv_check_start(&done, on_slow_done);
+    tick_gap_ms = 0;
+    ticks = 0;
+    last_tick_ms = (double)uv_hrtime() / 1e6;
+    serve(&s, &p, SLOW);
+    /* The messages take SLOW * SLOW_MS = 500 ms in all; a tick every 10 ms
+     * comes at most budget_ms (20) and a message late, give or take the
+     * scheduler of a loaded machine: 250 ms would mean no yield at all. */
+    ck_assert_msg(tick_gap_ms < 250 && ticks >= 5,
+                  "%d ticks in %d ms of messages, the longest gap %.0f ms", ticks, SLOW * SLOW_MS,
+                  tick_gap_ms);
     uv_loop_close(&s.loop);
     zmq_close(s.router);
     zmq_ctx_term(ctx);
@@ -233,6 +317,7 @@ int main(void)
     tcase_add_test(tc, messages_queued_before_the_bridge_starts_are_handled);
     tcase_add_test(tc, burst_over_tcp_with_a_small_budget_does_not_stall);
     tcase_add_test(tc, received_payloads_are_aligned);
+    tcase_add_test(tc, timers_run_between_slow_messages);
     suite_add_tcase(su, tc);
     return dcps_test_run(su);
 }

@@ -58,6 +58,30 @@ sat=$(awk -F, '!/^#/ && NR > 1 { s[$1 "," $2 "," $3] += $27 } END { for (c in s)
     <(grep -v '^#' "$tmp/out.csv"))
 [ -z "$sat" ] && pass "each sweep marks one level saturated" || fail "saturated marks: $sat"
 
+# Shorter values and twobit: what a push and a pull carry (a header of < 400 bytes).
+if ! TMPDIR=$tmp "$cap" --server "$server" --params 64K --density 0.01 --rules sgd \
+    --encodings dense,topk_delta,twobit --values fp16,int8 --sessions 1 --seconds 0.2 \
+    >"$tmp/values.csv" 2>"$tmp/err"; then
+    cat "$tmp/err"
+    fail "bench/shardcap --values exits 0"
+fi
+# fp16 2 bytes a value, int8 1 and a float32 scale per 256; twobit n/4 and a tau.
+bad=$(awk -F, -v n=$n -v k=$k '/^#/ || $1 == "mode" { next }
+    { enc = $3; push_b = $10; pull_b = $11; v = $29
+      per = v == "fp16" ? 2 : 1; blk = v == "int8" ? 4 : 0
+      if (enc == "dense") want_push = want_pull = per * n + blk * n / 256
+      else if (enc == "twobit") { want_push = n / 4 + 4; want_pull = 4 * n }
+      else { want_push = 4 * k + per * k + blk * int((k + 255) / 256); want_pull = -1 }
+      if (push_b < want_push || push_b > want_push + 400 ||
+          (want_pull >= 0 && (pull_b < want_pull || pull_b > want_pull + 400))) print }' \
+    "$tmp/values.csv")
+rows=$(grep -vc '^#' "$tmp/values.csv")
+if [ -z "$bad" ] && [ "$rows" = 6 ]; then
+    pass "fp16, int8 and twobit pushes and replies carry their format's bytes"
+else
+    fail "fp16, int8 and twobit bytes ($rows lines): $bad"
+fi
+
 # Bad options: refused with status 2 and a sentence naming the option.
 refuse() { # WHAT EXPECTED-TEXT ARGS...
     local what=$1 want=$2
@@ -72,4 +96,6 @@ refuse "an unknown rule" 'unknown name "sgdd"' --rules sgd,sgdd
 refuse "sessions that do not ascend" '"4,2" does not ascend' --sessions 4,2
 refuse "a density of 0" '--density: "0" is not a number' --density 0
 refuse "a missing server" 'cannot run' --server "$tmp/nothing"
+refuse "an unknown value format" 'unknown name "fp8"' --values fp16,fp8
+refuse "--netns without --address" '--netns needs --address' --netns somewhere
 exit $status

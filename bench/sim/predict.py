@@ -14,8 +14,8 @@ best shard count) and shards_MODEL.png (throughput against shards at 10 Gbit/s).
 Scaling efficiency = samples/s over P x (batch / compute time): the share of the
 workers' compute rate the job keeps. Shard costs: dcps.plan's (bench/shardcap).
 
-Compute times: ResNet-50's is the published figure named in MODELS; the others are
-derived from it and are labelled so in MODELS and in docs/experiments.md.
+Compute times: the three CNNs' are published figures for one GPU (GTX 1080 Ti), named
+in MODELS; the LSTM's is an assumption, labelled so in MODELS and docs/experiments.md.
 """
 import argparse
 import csv
@@ -31,17 +31,19 @@ from plan import costs_for  # noqa: E402
 from sim import Cluster, Job, simulate  # noqa: E402
 
 # name: (parameters, batch per worker, compute ms per step, where the time comes from)
-# ResNet-50: one V100 trains ResNet-50 at 1,075 images/s (NVIDIA, "Volta Tensor Core
-# GPU Achieves New AI Performance Milestones", devblogs.nvidia.com, 2018): 64 images
-# take 59.5 ms. VGG-16 and AlexNet: that time scaled by forward GFLOPs per image
-# (VGG-16 15.5, AlexNet 0.72, ResNet-50 4.1, the figures usually quoted for the
-# three) — an estimate, not a measurement. LSTM on PTB: no published figure was
-# found; 100 ms is an assumption.
+# The three CNNs: one forward and backward pass of a batch of 16 images (224 x 224)
+# on one GeForce GTX 1080 Ti with cuDNN 5.1.10, Torch, "Total (ms)" of the tables in
+# J. Johnson, cnn-benchmarks (github.com/jcjohnson/cnn-benchmarks, README.md):
+# AlexNet 13.89 ms, VGG-16 128.14 ms, ResNet-50 101.21 ms. Published figures for one
+# named GPU, taken as they are (batch 16, no scaling); the optimizer's own step is
+# not in them (the shards apply the update here). LSTM on PTB: no published step time
+# was found; 100 ms for a batch of 20 sequences is an assumption.
+GTX1080TI = "published: GTX 1080 Ti, batch 16 (jcjohnson/cnn-benchmarks)"
 MODELS = {
-    "vgg16": (138_357_544, 64, 59.5 * 15.5 / 4.1, "derived: ResNet-50's time x FLOPs ratio"),
-    "resnet50": (25_557_032, 64, 59.5, "published: 1,075 images/s on one V100 (NVIDIA)"),
-    "alexnet": (61_100_840, 64, 59.5 * 0.72 / 4.1, "derived: ResNet-50's time x FLOPs ratio"),
-    "lstm_ptb": (66_034_000, 64, 100.0, "assumed: no published figure found"),
+    "vgg16": (138_357_544, 16, 128.14, GTX1080TI),
+    "resnet50": (25_557_032, 16, 101.21, GTX1080TI),
+    "alexnet": (61_100_840, 16, 13.89, GTX1080TI),
+    "lstm_ptb": (66_034_000, 20, 100.0, "assumed: no published figure found"),
 }
 ENCODINGS = {"dense": ("dense", "dense", 1.0), "topk0.001_delta": ("topk", "delta", 0.001)}
 

@@ -97,7 +97,8 @@ class Cluster:
     link_bps: float  # each host's NIC, each direction, bits per second
     latency_s: float = 0.0  # one way, per message
     cores: int = 8  # per host
-    shared_cores: int = 0  # > 0: every process on one pool of this many cores
+    shared_cores: float = 0  # > 0: every process on one pool of this many cores (may be
+    #                          a fraction: the share of a machine the job got)
     workers_per_host: int = 1
     shards_on_workers: bool = False  # shard s on worker host s (else hosts of their own)
     link_efficiency: float = 1.0  # payload rate / link rate (TCP and framing)
