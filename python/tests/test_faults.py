@@ -130,7 +130,8 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
             ckpt = os.path.join(job.dir, "ckpt")
             for _ in range(200):
                 names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
-                if all(any(f.startswith(f"shard-{i}-") for f in names) for i in range(2)):
+                if all(any(f.startswith(f"shard-{i}-") and f.endswith(".ckpt") for f in names)
+                       for i in range(2)):  # written: not a .tmp still being written
                     break
                 time.sleep(0.05)
             job.servers[s].kill()
