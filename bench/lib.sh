@@ -17,6 +17,18 @@
 #     dcps.torch worker, whose finish() evaluates the last epoch, one for EPOCHS
 #     from its final: line.
 # bench_machine   one line: CPU model and cores.
+# bench_ddp_args NAME P EPOCHS
+#     bench/ddp_cnn.py's tuning arguments for the DDP variant NAME at P ranks and
+#     EPOCHS epochs (bench/torch.sh and bench/netem.sh -x torch run them; fails on an
+#     unknown NAME). The global batch is 32 P, so the linear scaling rule gives lr
+#     0.1 P:
+#       ddp                lr 0.1 (not scaled: what bench/torch.sh ran until 2026-11-25)
+#       ddp_linear         lr 0.1 P
+#       ddp_linear_warmup  lr 0.1 P, linear warm-up over the first half epoch
+#       ddp_sqrt           lr 0.1 sqrt(P)
+#       ddp_fp16           lr 0.1 P, fp16_compress_hook
+#       ddp_powersgd       lr 0.1 P, powerSGD_hook rank 2, after the first 10% of the
+#                          updates (torch's suggested start)
 # BENCH_SCHEMES   bench/netem.sh's compression schemes (also bench/sim/calibrate.sh's):
 #                 name -> the job file overrides.
 
@@ -32,6 +44,22 @@ declare -gA BENCH_SCHEMES=(
 
 bench_machine() {
     echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores"
+}
+
+bench_ddp_args() {
+    local name=$1 p=$2 epochs=$3 lin sqrt per
+    lin=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * p }')
+    sqrt=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * sqrt(p) }')
+    per=$((60000 / p / 32)) # updates an epoch (bench/ddp_cnn.py: the shortest share's)
+    case $name in
+    ddp) echo "--lr 0.1" ;;
+    ddp_linear) echo "--lr $lin" ;;
+    ddp_linear_warmup) echo "--lr $lin --warmup-steps $((per / 2))" ;;
+    ddp_sqrt) echo "--lr $sqrt" ;;
+    ddp_fp16) echo "--lr $lin --hook fp16" ;;
+    ddp_powersgd) echo "--lr $lin --hook powersgd --powersgd-rank 2 --powersgd-start $((per * epochs / 10 > 2 ? per * epochs / 10 : 2))" ;;
+    *) echo "bench_ddp_args: no DDP variant '$name'" >&2; return 1 ;;
+    esac
 }
 
 bench_job() {

@@ -30,7 +30,9 @@
 #             the machine has available.
 #   torch     examples/torch/fashion_cnn.py's CNN, really trained, EPOCHS epochs,
 #             at each rate of -R, for each P: DistributedDataParallel over gloo
-#             (bench/ddp_cnn.py, one process per worker namespace), and dcps.torch
+#             (bench/ddp_cnn.py, one process per worker namespace; one run per
+#             variant in the environment's DDP_SYSTEMS, default "ddp", each tuned as
+#             bench_ddp_args in bench/lib.sh says), and dcps.torch
 #             with dense and with topk01_delta (the example job's DC-ASGD-a, lr 0.1,
 #             batch 32; each worker is dcps-worker -- python3 fashion_cnn.py). Rank
 #             0's test accuracy after each epoch goes to OUT/torch_RATE.csv
@@ -431,22 +433,26 @@ if [ $PLOT_ONLY = 0 ]; then
             csv=$OUT/torch_$rate.csv
             echo "system,P,epoch,elapsed_s,test_acc" >"$csv"
             for p in $P_LIST; do
-                tag=torch-$rate-ddp-p$p
-                dpids=()
-                for r in $(seq 0 $((p - 1))); do
-                    ip netns exec "${PFX}w$r" env GLOO_SOCKET_IFNAME="${PFX}w$r" "$py" \
-                        "$root/bench/ddp_cnn.py" --world "$p" --rank "$r" --addr "$(addr w0)" \
-                        --port 29500 --epochs "$EPOCHS" >"$OUT/.d$r.out" 2>"$OUT/.d$r.err" &
-                    dpids+=($!)
-                    PIDS+=($!)
+                for d in ${DDP_SYSTEMS:-ddp}; do
+                    tag=torch-$rate-$d-p$p
+                    dargs=$(bench_ddp_args "$d" "$p" "$EPOCHS") || die "DDP_SYSTEMS: no variant $d"
+                    dpids=()
+                    for r in $(seq 0 $((p - 1))); do
+                        # shellcheck disable=SC2086 # dargs: words from bench_ddp_args
+                        ip netns exec "${PFX}w$r" env GLOO_SOCKET_IFNAME="${PFX}w$r" "$py" \
+                            "$root/bench/ddp_cnn.py" --world "$p" --rank "$r" --addr "$(addr w0)" \
+                            --port 29500 --epochs "$EPOCHS" $dargs >"$OUT/.d$r.out" 2>"$OUT/.d$r.err" &
+                        dpids+=($!)
+                        PIDS+=($!)
+                    done
+                    for r in "${!dpids[@]}"; do
+                        wait "${dpids[$r]}" || { cat "$OUT/.d$r.err" >&2; die "$tag rank $r failed"; }
+                    done
+                    PIDS=()
+                    cp "$OUT/.d0.out" "$OUT/$tag.out"
+                    rm -f "$OUT"/.d*.out "$OUT"/.d*.err
+                    bench_epoch_rows "$d" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 done
-                for r in "${!dpids[@]}"; do
-                    wait "${dpids[$r]}" || { cat "$OUT/.d$r.err" >&2; die "$tag rank $r failed"; }
-                done
-                PIDS=()
-                cp "$OUT/.d0.out" "$OUT/$tag.out"
-                rm -f "$OUT"/.d*.out "$OUT"/.d*.err
-                bench_epoch_rows ddp "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 for k in dense topk01_delta; do
                     tag=torch-$rate-$k-p$p
                     WORKER_CMD=("$py" "$root/examples/torch/fashion_cnn.py")

@@ -2,20 +2,26 @@
 # bench/torch.sh — dcps.torch against DistributedDataParallel, and its overhead over
 # dcps-worker, on this host's loopback.
 #
-#   bench/torch.sh [-b BUILD] [-o OUT] [-P "2 4"] [-e EPOCHS] [-x tta|overhead|netem|all]
+#   bench/torch.sh [-b BUILD] [-o OUT] [-P "2 4"] [-e EPOCHS] [-D "DDP VARIANTS"]
+#                  [-x tta|overhead|netem|all]
 #
 #   tta       time to accuracy on examples/torch/fashion_cnn.py's CNN (about 215,000
-#             parameters), batch 32 a worker, lr 0.1, EPOCHS epochs (default 5), for P
-#             in -P (default "2"), three systems:
-#               ddp        torch.nn.parallel.DistributedDataParallel over gloo, SGD
-#                          (bench/ddp_cnn.py; synchronous: gradients averaged)
-#               dcps_dense dcps.torch, 2 shards, async DC-ASGD-a, dense push and pull
+#             parameters), batch 32 a worker, EPOCHS epochs (default 5), for P in -P
+#             (default "2"), these systems one after the other in one invocation:
+#               ddp*       torch.nn.parallel.DistributedDataParallel over gloo, SGD
+#                          (bench/ddp_cnn.py; synchronous: gradients averaged), one
+#                          run per variant of -D (bench_ddp_args in bench/lib.sh: the
+#                          lr scaled with P or not, warm-up, fp16 or PowerSGD hooks);
+#                          default "ddp ddp_linear ddp_linear_warmup ddp_sqrt ddp_fp16
+#                          ddp_powersgd"
+#               dcps_dense dcps.torch, 2 shards, async DC-ASGD-a, lr 0.1, dense push and pull
 #               dcps_topk  dcps.torch, 2 shards, async DC-ASGD-a, Top-k 1% with error
 #                          feedback and delta pulls (examples/torch/fashion_cnn.ini)
 #             Each rank evaluates the whole test set after every epoch; rank 0's
 #             (elapsed_s, test_acc) pairs go to OUT/tta.csv, and the time to 0.88 is
 #             rank 0's elapsed time at the end of the first epoch at or above it
-#             (epoch granularity). Every run shares this machine's cores.
+#             (epoch granularity). Every run shares this machine's cores: OUT/load.csv
+#             has the load average (1 min) before and after each run.
 #   overhead  the same MLP (784-256-128-10, one epoch of 60,000 examples, batch 64,
 #             async, dense, 2 shards, 1 worker) through dcps-worker (OpenBLAS computes)
 #             and through dcps.torch (python/tests/mlp_worker.py; PyTorch computes), 3
@@ -29,8 +35,8 @@
 #
 #   report    runs nothing: writes the summary and the plots again from OUT's CSVs.
 #   netem     the tta experiment with every shard and worker in a network namespace of
-#             its own behind a 1 Gbit/s link (bench/netem.sh -x torch; root only):
-#             OUT/netem/torch_1gbit.csv.
+#             its own behind a 1 Gbit/s link (bench/netem.sh -x torch, which takes
+#             -D's variants as DDP_SYSTEMS; root only): OUT/netem/torch_1gbit.csv.
 # Writes OUT/tta.csv, OUT/overhead.csv, OUT/summary.txt (with the machine) and, when
 # gnuplot is present, a PNG per CSV and P (tta_P2.png, netem/torch_1gbit_P2.png). OUT defaults to bench/results/<date>-torch.
 set -euo pipefail
@@ -41,19 +47,22 @@ OUT=
 PLIST="2"
 EPOCHS=5
 EXP=all
-while getopts 'b:o:P:e:x:' o; do
+DDP_SYSTEMS="ddp ddp_linear ddp_linear_warmup ddp_sqrt ddp_fp16 ddp_powersgd"
+while getopts 'b:o:P:e:D:x:' o; do
     case $o in
     b) BUILD=$(cd "$OPTARG" && pwd) ;;
     o) OUT=$OPTARG ;;
     P) PLIST=$OPTARG ;;
     e) EPOCHS=$OPTARG ;;
+    D) DDP_SYSTEMS=$OPTARG ;;
     x) EXP=$OPTARG ;;
-    *) sed -n '4,6p' "$0" >&2; exit 2 ;;
+    *) sed -n '4,7p' "$0" >&2; exit 2 ;;
     esac
 done
 export BUILD
 # shellcheck source=bench/lib.sh
 . "$here/bench/lib.sh"
+for d in $DDP_SYSTEMS; do bench_ddp_args "$d" 1 1 >/dev/null || exit 2; done
 OUT=${OUT:-$here/bench/results/$(date +%F)-torch}
 mkdir -p "$OUT"
 py=/usr/bin/python3
@@ -65,20 +74,31 @@ data=/usr/share/datasets/fashion-mnist
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 
+# The 1-minute load average now.
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
 tta() {
     echo "system,P,epoch,elapsed_s,test_acc" >"$OUT/tta.csv"
-    local P sys
+    echo "system,P,args,load_before,load_after" >"$OUT/load.csv"
+    local P sys args before
     for P in $PLIST; do
-        # DDP: P processes, a fresh port each time.
-        local port=$((20000 + RANDOM % 20000)) pids=()
-        for ((r = 0; r < P; r++)); do
-            "$py" "$here/bench/ddp_cnn.py" --world "$P" --rank "$r" --port "$port" \
-                --epochs "$EPOCHS" >"$run/ddp$r.out" 2>"$run/ddp$r.err" &
-            pids+=($!)
+        for sys in $DDP_SYSTEMS; do
+            # DDP: P processes, a fresh port each time.
+            local port=$((20000 + RANDOM % 20000)) pids=()
+            args=$(bench_ddp_args "$sys" "$P" "$EPOCHS")
+            before=$(load1)
+            for ((r = 0; r < P; r++)); do
+                # shellcheck disable=SC2086 # args: words from bench_ddp_args
+                "$py" "$here/bench/ddp_cnn.py" --world "$P" --rank "$r" --port "$port" \
+                    --epochs "$EPOCHS" $args >"$run/ddp$r.out" 2>"$run/ddp$r.err" &
+                pids+=($!)
+            done
+            for p in "${pids[@]}"; do wait "$p" || { cat "$run"/ddp*.err >&2; exit 1; }; done
+            bench_epoch_rows "$sys" "$P" "$EPOCHS" "$run/ddp0.out" >>"$OUT/tta.csv"
+            echo "$sys,$P,$args,$before,$(load1)" >>"$OUT/load.csv"
         done
-        for p in "${pids[@]}"; do wait "$p" || { cat "$run"/ddp*.err >&2; exit 1; }; done
-        bench_epoch_rows ddp "$P" "$EPOCHS" "$run/ddp0.out" >>"$OUT/tta.csv"
         for sys in dcps_dense dcps_topk; do
+            before=$(load1)
             local sets=(-s "data.epochs=$EPOCHS")
             [ $sys = dcps_dense ] && sets+=(-s compression.push=dense -s compression.pull=dense)
             bash "$here/deploy/launch-local.sh" "$here/examples/torch/fashion_cnn.ini" -w "$P" \
@@ -86,6 +106,7 @@ tta() {
                 "$py" "$here/examples/torch/fashion_cnn.py" >"$run/$sys.launch" 2>&1 ||
                 { cat "$run/$sys.launch" >&2; exit 1; }
             bench_epoch_rows "$sys" "$P" "$EPOCHS" "$run/$sys/worker0.out" >>"$OUT/tta.csv"
+            echo "$sys,$P,${sets[*]},$before,$(load1)" >>"$OUT/load.csv"
             grep '^final:' "$run/$sys/worker0.out" | sed "s/^/$sys P=$P /" >>"$OUT/finals.txt"
         done
     done
@@ -134,7 +155,7 @@ steady() {
 # The same three systems with every worker and shard in a network namespace of
 # its own behind a 1 Gbit/s link (root only; bench/netem.sh -x torch).
 netem() {
-    BUILD=$BUILD bash "$here/bench/netem.sh" -x torch -R 1gbit -P "$PLIST" -e "$EPOCHS" \
+    BUILD=$BUILD DDP_SYSTEMS=$DDP_SYSTEMS bash "$here/bench/netem.sh" -x torch -R 1gbit -P "$PLIST" -e "$EPOCHS" \
         -o "$OUT/netem"
 }
 
@@ -195,7 +216,8 @@ plot() {
             echo "set key bottom right; set datafile separator ','; set grid"
             printf "plot "
             sep=
-            for sys in ddp dcps_dense dcps_topk; do
+            # shellcheck disable=SC2013 # system names: one word each
+            for sys in $(cut -d, -f1 "$csv" | sed 1d | awk '!seen[$0]++'); do
                 printf "%s'< grep \"^%s,%s,\" %s' using 4:5 with linespoints title '%s'" \
                     "$sep" "$sys" "$P" "$csv" "$sys"
                 sep=", "
