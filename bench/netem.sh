@@ -38,6 +38,11 @@
 #             0's test accuracy after each epoch goes to OUT/torch_RATE.csv
 #             (system,P,epoch,elapsed_s,test_acc); bench/torch.sh -x netem plots it.
 #             Needs python3-torch and a build with the Python package.
+#   overlap   bench/overlap.py (issue 30: buckets during backward, ordered
+#             pulls) with its one worker in namespace w0 and its two shards in
+#             s0 and s1, at each rate of -R, with the arguments of -O (default:
+#             its own, an 8.4M-parameter MLP of batch 64). Writes
+#             OUT/overlap_RATE.csv (its columns: bench/overlap.py's help).
 #   shardcap  bench/shardcap (make bench/shardcap) with its shard in namespace
 #             s0 and its driver in w0, so that every request and reply crosses
 #             two emulated links, at each rate of -r, with the arguments of
@@ -62,6 +67,7 @@
 # usage: bench/netem.sh [-o OUT] [-P "1 2 4 8"] [-r "1gbit 10gbit"] [-R "1gbit"]
 #            [-d DELAY_MS] [-k "SCHEMES"] [-x "accuracy scaling"] [-e EPOCHS]
 #            [-s STEPS] [-S DENSE_STEPS] [-c COMPUTE_MS] [-m 25M|100M] [-C "SHARDCAP ARGS"]
+#            [-O "OVERLAP ARGS"]
 #            [--prefix P] [--smoke] [--cleanup] [--plot]
 #   defaults: OUT bench/results/$(date +%F)/netem, EPOCHS 5, STEPS 60,
 #      DENSE_STEPS 8, COMPUTE_MS 50, model 25M, no delay.
@@ -85,9 +91,10 @@ OUT=$root/bench/results/$(date +%F)/netem
 PFX=dcpsnet- SMOKE=0 CLEANUP=0 PLOT_ONLY=0
 SHARDCAP_ARGS="--params 12665216 --density 0.001 --rules dcasgd_a --encodings topk,topk_delta
     --sessions 1,2,4,8 --full-sweep --seconds 3"
+OVERLAP_ARGS=""
 usage() { sed -n '/^# usage:/,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
-    case $1 in -[oPrRdkxesScmC] | --prefix) [ $# -ge 2 ] || usage ;; esac
+    case $1 in -[oPrRdkxesScmCO] | --prefix) [ $# -ge 2 ] || usage ;; esac
     case $1 in
     -o) OUT=$2; shift ;;
     -P) P_LIST=$2; shift ;;
@@ -102,6 +109,7 @@ while [ $# -gt 0 ]; do
     -c) COMPUTE_MS=$2; shift ;;
     -m) MODEL=$2; shift ;;
     -C) SHARDCAP_ARGS=$2; shift ;;
+    -O) OVERLAP_ARGS=$2; shift ;;
     --prefix) PFX=$2; shift ;;
     --smoke) SMOKE=1 ;;
     --cleanup) CLEANUP=1 ;;
@@ -154,7 +162,7 @@ done
 declare -n scheme=BENCH_SCHEMES # bench/lib.sh
 for k in $SCHEMES; do [ -n "${scheme[$k]:-}" ] || die "-k: no scheme $k"; done
 for x in $EXPERIMENTS; do
-    [[ $x == accuracy || $x == scaling || $x == torch || $x == shardcap ]] || die "-x: accuracy, scaling, torch or shardcap"
+    [[ $x =~ ^(accuracy|scaling|torch|overlap|shardcap)$ ]] || die "-x: accuracy, scaling, torch, overlap or shardcap"
 done
 if [[ " $EXPERIMENTS " == *" shardcap "* ]]; then
     [ -x "$BUILD/bench/shardcap" ] || die "no $BUILD/bench/shardcap (make bench/shardcap in the build directory)"
@@ -467,6 +475,19 @@ if [ $PLOT_ONLY = 0 ]; then
             echo "netem.sh: wrote $csv" >&2
         done
     fi
+    if [[ " $EXPERIMENTS " == *" overlap "* ]]; then
+        py=/usr/bin/python3
+        [ -x "$py" ] || py=python3
+        for rate in $ACC_RATES; do
+            shape "$rate"
+            # shellcheck disable=SC2086 # OVERLAP_ARGS: words for bench/overlap.py
+            ip netns exec "${PFX}w0" env DCPS_BUILDDIR="$BUILD" \
+                PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$py" "$root/bench/overlap.py" \
+                --netns "$PFX" $OVERLAP_ARGS >"$OUT/overlap_$rate.csv" 2>"$OUT/overlap_$rate.err" ||
+                { cat "$OUT/overlap_$rate.err" >&2; die "overlap at $rate failed"; }
+            echo "netem.sh: wrote $OUT/overlap_$rate.csv" >&2
+        done
+    fi
     if [[ " $EXPERIMENTS " == *" shardcap "* ]]; then
         for rate in $RATES; do
             shape "$rate"
@@ -479,7 +500,7 @@ if [ $PLOT_ONLY = 0 ]; then
         done
     fi
     teardown
-    [ -s "$OUT/.rows" ] || exit 0 # the torch or shardcap experiments alone: no runs.csv
+    [ -s "$OUT/.rows" ] || exit 0 # the torch, overlap or shardcap experiments alone: no runs.csv
 
     # runs.csv: efficiency = thr(P) / (P thr(1)) against the P = 1 run of the same
     # experiment, rate and scheme (empty without one).

@@ -2,9 +2,12 @@
 """Time per step of a dcps.torch worker with buckets during backward and
 ordered pulls off and on (issue 30, sections 2 and 3; docs/pytorch.md, "Buckets").
 
-One worker, two real shards on 127.0.0.1, a job of --mode (default async: with
+One worker, two real shards on 127.0.0.1 (with --netns PFX: shard s in network
+namespace PFXs<s> at 10.211.0.<s+1>, as bench/netem.sh makes them, this script
+run in PFXw0: bench/netem.sh -x overlap), a job of --mode (default async: with
 one worker the same messages and the same work per step as sync) with dense
-float32 pushes and pulls and SGD, an MLP of --layers square layers of --width (float32), batch
+pushes and pulls (or --push topk at --density with delta pulls) of --values
+(fp32, fp16, bf16, int8) and SGD, an MLP of --layers square layers of --width (float32), batch
 --batch of random data, torch on --threads threads. In each repetition, one
 fresh job per configuration, in this order:
   compute   forward and backward alone, no worker (what overlap can hide behind)
@@ -19,7 +22,10 @@ fresh job per configuration, in this order:
 Each timed over --steps steps after 2 untimed ones. Prints one CSV row per
 configuration and repetition: rep,config,steps,ms_per_step,ratio_to_whole,
 ratio_to_max (ms_per_step over max(compute, comm) of the same repetition),load1 (the
-machine's 1-minute load average when the configuration ended).
+machine's 1-minute load average when the configuration ended),forward_ms,backward_ms,
+step_ms (a step's mean time in the forward pass, in backward and in the worker's step
+call: with ordered pulls the forward includes the waits for parameters still coming,
+with buckets the backward includes the pushes; all steps, the untimed too).
 DCPS_BUILDDIR names the build tree (dcps-server), PYTHONPATH its python/ folder.
 """
 import argparse
@@ -68,10 +74,18 @@ def compute_alone(args):
 
 
 def with_worker(args, config):
+    comp = {"values": args.values}
+    if args.push == "topk":
+        comp.update(push="topk", density=args.density, pull="delta")
+    servers, netns = {}, None
+    if args.netns:
+        servers = {"shards": ", ".join(f"tcp://10.211.0.{s + 1}:17000" for s in range(2))}
+        netns = [f"{args.netns}s{s}" for s in range(2)]
     job = harness.Job(harness.job_text(
         shards=2, workers=1, job={"mode": args.mode}, model={"layers": None, "params": "auto"},
-        optimizer={"kind": "sgd", "lr": 1e-6},
-        worker={"log_every": 1000000000, "timeout_ms": 10000}), shards=2)
+        optimizer={"kind": "sgd", "lr": 1e-6}, compression=comp, servers=servers,
+        worker={"log_every": 1000000000, "timeout_ms": 60000},
+        server={"dead_after_ms": 120000}), shards=2, netns=netns)
     try:
         m, x = model_of(args), batch_of(args)
         kw = {}
@@ -81,18 +95,31 @@ def with_worker(args, config):
             kw["ordered_pull"] = True
         w = dt.Worker(m, job=job.path, rank=0, overrides=[job.shards], **kw)
 
+        phase = [0.0, 0.0, 0.0]  # forward, backward, the step's call: seconds
+
         def one():
+            t0 = time.perf_counter()
             if config != "comm":
-                m(x).square().mean().backward()
+                loss = m(x).square().mean()
+                t1 = time.perf_counter()
+                loss.backward()
+            else:
+                t1 = t0
+            t2 = time.perf_counter()
             if config in ("comm", "whole_c"):
                 w._step.run(w._g_arg, w._p_arg, 1)
                 w._grad.zero_()
             else:
                 w.step()
+            t3 = time.perf_counter()
+            for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2)):
+                phase[i] += d
 
         ms = timed(args, one)
         w.close()
-        return ms
+        # the timed steps' share: timed() runs 2 untimed steps first
+        total = args.steps + 2
+        return ms, [v / total * 1e3 for v in phase]
     finally:
         job.close()
 
@@ -107,24 +134,33 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mode", choices=("async", "sync", "ssp"), default="async")
+    ap.add_argument("--values", choices=("fp32", "fp16", "bf16", "int8"), default="fp32")
+    ap.add_argument("--push", choices=("dense", "topk"), default="dense")
+    ap.add_argument("--density", type=float, default=0.01)
+    ap.add_argument("--netns", metavar="PFX", help="shards in bench/netem.sh's namespaces")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     n = sum(p.numel() for p in model_of(args).parameters())
     print(f"# {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
-          f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, torch "
+          f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
+          f"{f' {args.density}' if args.push == 'topk' else ''}, values {args.values}, shards "
+          f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}, torch "
           f"{torch.__version__}",
           flush=True)
-    print("rep,config,steps,ms_per_step,ratio_to_whole,ratio_to_max,load1", flush=True)
+    print("rep,config,steps,ms_per_step,ratio_to_whole,ratio_to_max,load1,forward_ms,"
+          "backward_ms,step_ms", flush=True)
     for rep in range(1, args.reps + 1):
         ms = {"compute": compute_alone(args)}
+        phases = {"compute": ("", "", "")}
         load = {"compute": os.getloadavg()[0]}
         for config in ("comm", "whole", "whole_c", "buckets", "ordered"):
-            ms[config] = with_worker(args, config)
+            ms[config], ph = with_worker(args, config)
+            phases[config] = tuple(f"{v:.1f}" for v in ph)
             load[config] = os.getloadavg()[0]
         top = max(ms["compute"], ms["comm"])
         for config, v in ms.items():
             print(f"{rep},{config},{args.steps},{v:.1f},{v / ms['whole']:.3f},{v / top:.3f},"
-                  f"{load[config]:.2f}", flush=True)
+                  f"{load[config]:.2f},{','.join(phases[config])}", flush=True)
 
 
 if __name__ == "__main__":

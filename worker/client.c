@@ -115,6 +115,13 @@ struct dcps_client {
     struct slot *given;
     dcps_push_part_t *given_src;
     uint32_t reply_parts;
+    /* Pulls ahead (dcps_client_parts_begin's pull_parts, a job of dense
+     * pulls): shard s's PULL goes as soon as every part of its push was given,
+     * so that its reply moves while the caller still computes; ahead_ready
+     * says, from the push's end, that those PULLs stand for the next pull. */
+    struct slot *ahead;
+    uint32_t ahead_parts;
+    bool ahead_ready;
     /* [security] curve: the keys every socket gets; wiped on close. */
     uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
@@ -126,6 +133,8 @@ typedef int (*reply_fn)(dcps_client_t *c, int shard, const dcps_msg_t *reply, vo
 struct slot {
     bool active, done;
     bool alive; /* the shard said it is still waiting */
+    bool early; /* its request went before its exchange (a pull ahead): the first attempt
+                   only collects */
     dcps_msg_t req;
     uint32_t want;  /* expected reply type */
     uint32_t parts; /* a dense PUSH in this many parts (seq + i: part i); 0, 1: whole */
@@ -662,23 +671,26 @@ static int attempt_wait(int attempt_ms, int attempt)
 
 /* Gives every active slot a fresh request header: this job, rank and session,
  * its shard, and the next sequence number. */
+static void stamp_one(dcps_client_t *c, int s, slot_t *sl)
+{
+    sl->done = false;
+    sl->rc = 0;
+    sl->rejoin = 0;
+    sl->req.job_id = c->cfg.job_id;
+    sl->req.rank = (uint32_t)c->rank;
+    sl->req.shard = (uint32_t)s;
+    sl->req.seq = ++c->seq;
+    sl->req.session = c->session;
+    sl->acked = 0;
+    if (sl->parts > 1)
+        c->seq += sl->parts - 1; /* part i: seq + i */
+}
+
 static void stamp(dcps_client_t *c, slot_t *slots)
 {
-    for (int s = 0; s < c->cfg.n_shards; s++) {
-        if (!slots[s].active)
-            continue;
-        slots[s].done = false;
-        slots[s].rc = 0;
-        slots[s].rejoin = 0;
-        slots[s].req.job_id = c->cfg.job_id;
-        slots[s].req.rank = (uint32_t)c->rank;
-        slots[s].req.shard = (uint32_t)s;
-        slots[s].req.seq = ++c->seq;
-        slots[s].req.session = c->session;
-        slots[s].acked = 0;
-        if (slots[s].parts > 1)
-            c->seq += slots[s].parts - 1; /* part i: seq + i */
-    }
+    for (int s = 0; s < c->cfg.n_shards; s++)
+        if (slots[s].active)
+            stamp_one(c, s, &slots[s]);
 }
 
 /* Attempt `attempt` (from 0) of `attempts`: sends every slot not yet answered,
@@ -691,6 +703,10 @@ static int send_round(dcps_client_t *c, slot_t *slots, int attempt, int attempts
     int rc = 0;
     for (int s = 0; s < c->cfg.n_shards && rc == 0; s++)
         if (slots[s].active && !slots[s].done) {
+            if (attempt == 0 && slots[s].early) { /* sent ahead */
+                (*pending)++;
+                continue;
+            }
             if (attempt > 0)
                 DCPS_WARN("shard %d (%s) has not answered %s for %.1f s; asking again "
                           "(attempt %d of %d), waiting up to %d ms",
@@ -834,6 +850,7 @@ static int exchange_sent(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg
 static int exchange(dcps_client_t *c, slot_t *slots, reply_fn fn, void *arg, int attempt_ms,
                     int attempts)
 {
+    c->ahead_ready = false; /* pulls ahead stand only for the pull right after their push */
     stamp(c, slots);
     return exchange_sent(c, slots, fn, arg, attempt_ms, attempts, false);
 }
@@ -1126,6 +1143,7 @@ void dcps_client_close(dcps_client_t **cp)
     free(c->qbuf);
     free(c->qdec);
     free(c->given);
+    free(c->ahead);
     free(c->given_src);
     free(c);
     *cp = NULL;
@@ -1270,6 +1288,7 @@ static void push_stamp(dcps_client_t *c, slot_t *slots)
 static int push_sent(dcps_client_t *c, slot_t *slots, bool sent)
 {
     push_acks_t acks = {c->clock + 1, 0, UINT64_MAX};
+    c->ahead_ready = false;
     int rc =
         exchange_sent(c, slots, on_push_ack, &acks, c->cfg.timeout_ms, c->cfg.retries + 1, sent);
     if (rc != 0)
@@ -1331,10 +1350,10 @@ static uint32_t parts_of(const dcps_client_t *c, int s)
 
 /* dcps_client_set_reply_parts's count for shard s: at most one part per
  * parameter and DCPS_PARTS_MAX. */
-static uint32_t reply_parts(const dcps_client_t *c, int s)
+static uint32_t reply_parts(const dcps_client_t *c, int s, uint32_t parts)
 {
     const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
-    uint64_t p = c->reply_parts < DCPS_PARTS_MAX ? c->reply_parts : DCPS_PARTS_MAX;
+    uint64_t p = parts < DCPS_PARTS_MAX ? parts : DCPS_PARTS_MAX;
     return (uint32_t)(p < n ? p : n);
 }
 
@@ -1566,33 +1585,59 @@ static int host_delta(void *arg, const uint32_t *idx, const float *val, size_t k
     return 0;
 }
 
+/* Shard s's PULL for step `step` in sl, its reply in `parts` parts if dense
+ * (0: [compression] parts' choice). */
+static void pull_slot(dcps_client_t *c, int s, slot_t *sl, bool exact, uint64_t step,
+                      uint32_t parts)
+{
+    conn_t *k = &c->conn[s];
+    k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
+    sl->req.flags = k->pull_flags;
+    if (k->pull_flags == DCPS_FLAG_DELTA && c->pull_density > 0) /* want needs DELTA */
+        sl->req.want = dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
+    sl->req.param_version = k->pulled_version;
+    sl->req.step = step;
+    /* replies in a shorter format ([compression] values) come whole */
+    if (dcps_config_values_dtype(&c->cfg) != DCPS_DTYPE_F32)
+        k->asked_parts = 1;
+    else
+        k->asked_parts = parts ? reply_parts(c, s, parts) : parts_of(c, s);
+    k->reply_next = 0;
+    if (k->asked_parts > 1) {
+        sl->req.has |= DCPS_HAS_PART;
+        sl->req.parts = k->asked_parts;
+    }
+}
+
+/* Sends shard s's PULL of the step after the push in parts being given (a
+ * pull ahead: its push's parts were all given). The pull after the push's
+ * end collects its reply. */
+static int pull_ahead(dcps_client_t *c, int s)
+{
+    slot_t *sl = &c->ahead[s];
+    pull_slot(c, s, sl, false, c->clock + 1, c->ahead_parts);
+    stamp_one(c, s, sl);
+    sl->early = true;
+    return send_msg(c, s, &sl->req);
+}
+
 static int pull(dcps_client_t *c, const dcps_pull_sink_t *sink, bool exact)
 {
     slot_t slots[DCPS_MAX_SHARDS];
-    slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
-    for (int s = 0; s < c->cfg.n_shards; s++) {
-        conn_t *k = &c->conn[s];
-        k->pull_flags = exact ? DCPS_FLAG_EXACT : k->holds ? DCPS_FLAG_DELTA : 0;
-        slots[s].req.flags = k->pull_flags;
-        if (k->pull_flags == DCPS_FLAG_DELTA && c->pull_density > 0) /* want needs DELTA */
-            slots[s].req.want =
-                dcps_config_entries(c->pull_density, (size_t)(k->range.hi - k->range.lo));
-        slots[s].req.param_version = k->pulled_version;
-        slots[s].req.step = c->clock;
-        /* replies in a shorter format ([compression] values) come whole */
-        if (dcps_config_values_dtype(&c->cfg) != DCPS_DTYPE_F32)
-            k->asked_parts = 1;
-        else
-            k->asked_parts = c->reply_parts ? reply_parts(c, s) : parts_of(c, s);
-        k->reply_next = 0;
-        if (k->asked_parts > 1) {
-            slots[s].req.has |= DCPS_HAS_PART;
-            slots[s].req.parts = k->asked_parts;
-        }
-    }
+    int rc;
     c->back = UINT64_MAX;
-    int rc = exchange(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
+    if (c->ahead_ready && !exact) {
+        memcpy(slots, c->ahead, sizeof slots);
+        c->ahead_ready = false;
+        rc = exchange_sent(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
+                           c->cfg.retries + 1, false);
+    } else {
+        slots_all(c, slots, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
+        for (int s = 0; s < c->cfg.n_shards; s++)
+            pull_slot(c, s, &slots[s], exact, c->clock, c->reply_parts);
+        rc = exchange(c, slots, on_pull_reply, (void *)sink, c->cfg.timeout_ms,
                       c->cfg.retries + 1);
+    }
     if (rc == 0 && c->back <= c->clock) {
         /* Sync, several shards: they went back to a checkpoint all of them
          * hold; a shard that answered before it did is asked again. */
@@ -1738,7 +1783,7 @@ const char *dcps_client_error(const dcps_client_t *c)
     return c->err;
 }
 
-int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts)
+int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pull_parts)
 {
     const int S = c->cfg.n_shards;
     for (int s = 0; s < S; s++)
@@ -1747,22 +1792,36 @@ int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts)
                         DCPS_PARTS_MAX);
     if (!c->given) {
         c->given = calloc(DCPS_MAX_SHARDS, sizeof *c->given); /* as slots_all clears */
+        c->ahead = calloc(DCPS_MAX_SHARDS, sizeof *c->ahead);
         c->given_src = calloc((size_t)S * DCPS_PARTS_MAX, sizeof *c->given_src);
-        if (!c->given || !c->given_src) {
+        if (!c->given || !c->ahead || !c->given_src) {
             free(c->given);
+            free(c->ahead);
             free(c->given_src);
-            c->given = NULL;
+            c->given = c->ahead = NULL;
             c->given_src = NULL;
             return fail(c, DCPS_E_NOMEM, "out of memory for a push in parts");
         }
     }
     slots_all(c, c->given, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
+    slots_all(c, c->ahead, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
+    /* A dense pull changes nothing on the shard: one whose push is refused
+     * or sent back (sync) is dropped, and its reply with it. A delta or dense
+     * pull of a job of delta pulls moves the shard's mirror of this worker. */
+    c->ahead_parts = c->cfg.pull == DCPS_PULL_DENSE ? pull_parts : 0;
+    c->ahead_ready = false;
     for (int s = 0; s < S; s++) {
         c->given[s].parts = parts[s];
         c->given[s].src = c->given_src + (size_t)s * DCPS_PARTS_MAX;
     }
     push_stamp(c, c->given);
     return 0;
+}
+
+/* The mask of a push's parts 0 .. parts - 1. */
+static uint64_t all_parts(uint32_t parts)
+{
+    return parts >= 64 ? ~0ull : (1ull << parts) - 1;
 }
 
 int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p)
@@ -1772,20 +1831,25 @@ int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_
         return fail(c, DCPS_E_STATE, "part %u of shard %d: no push in parts expects it", i, s);
     c->given_src[(size_t)s * DCPS_PARTS_MAX + i] = *p;
     sl->given |= 1ull << i;
-    return send_part(c, s, sl, i);
+    int rc = send_part(c, s, sl, i);
+    if (rc == 0 && c->ahead_parts && sl->given == all_parts(sl->parts))
+        rc = pull_ahead(c, s);
+    return rc;
 }
 
 int dcps_client_parts_end(dcps_client_t *c)
 {
     for (int s = 0; c->given && s < c->cfg.n_shards; s++)
-        if (c->given[s].given !=
-            (c->given[s].parts >= 64 ? ~0ull : (1ull << c->given[s].parts) - 1))
+        if (c->given[s].given != all_parts(c->given[s].parts))
             return fail(c, DCPS_E_STATE, "shard %d: parts of the push were not given", s);
     if (!c->given)
         return fail(c, DCPS_E_STATE, "no push in parts was begun");
+    const uint64_t next = c->clock + 1;
     int rc = push_sent(c, c->given, true);
     for (int s = 0; s < c->cfg.n_shards; s++)
         c->given[s].active = false;
+    /* the pulls ahead asked for the step the push was for plus one */
+    c->ahead_ready = rc == 0 && c->ahead_parts && c->clock == next;
     return rc;
 }
 

@@ -61,14 +61,24 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
  * again. dcps_client_parts_end, once every part was given, waits for every
  * acknowledgement (resending what is not acknowledged, as dcps_client_push
  * does) and moves the clock on. A part given twice or out of range, or an
- * end with parts not given: DCPS_E_STATE. */
+ * end with parts not given: DCPS_E_STATE.
+ *
+ * With pull_parts > 0 in a job of dense pulls, the client pulls ahead: as
+ * soon as every part of shard s's push was given, shard s's PULL for the next
+ * step goes too (its dense reply asked in pull_parts parts, as
+ * dcps_client_set_reply_parts says), so that the reply moves while the caller
+ * computes the rest of its gradient. The next pull (dcps_client_pull,
+ * dcps_client_pull_to), right after dcps_client_parts_end, collects those
+ * replies instead of asking again; any other exchange first, an exact pull,
+ * or a push that was not taken for its step (sync: stale, sent back) drops
+ * them (their replies are then ignored). */
 typedef struct {
     uint64_t lo, hi;     /* the part's global range, inside its shard's */
     const uint32_t *idx; /* sparse: k ascending global indices in [lo, hi); NULL: dense */
     const float *val;    /* dense: hi - lo values; sparse: k values */
     size_t k;            /* sparse: entries */
 } dcps_push_part_t;
-int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts);
+int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pull_parts);
 int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p);
 int dcps_client_parts_end(dcps_client_t *c);
 

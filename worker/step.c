@@ -166,16 +166,22 @@ static int land_delta(void *arg, const uint32_t *idx, const float *val, size_t k
     return 0;
 }
 
-/* The pull of an ordered step end, on the pipeline's thread: replies in about
- * as many parts as the step's ranges give each shard, so that the front of
- * each shard's range lands first. */
-static int ordered_pull(dcps_step_t *s)
+/* The parts a step in ranges asks its pull's replies in: as many as the
+ * step's ranges give the shard that has most, so that the front of each
+ * shard's range lands first. */
+static uint32_t most_parts(const dcps_step_t *s)
 {
     uint32_t most = 1;
     for (int sh = 0; sh < s->cfg.n_shards; sh++)
         if (s->parts[sh] > most)
             most = s->parts[sh];
-    dcps_client_set_reply_parts(s->client, most);
+    return most;
+}
+
+/* The pull of an ordered step end, on the pipeline's thread. */
+static int ordered_pull(dcps_step_t *s)
+{
+    dcps_client_set_reply_parts(s->client, most_parts(s));
     dcps_pull_sink_t sink = {land_dense, land_delta, s};
     int rc = dcps_client_pull_to(s->client, &sink, 0);
     dcps_client_set_reply_parts(s->client, 0);
@@ -887,7 +893,9 @@ int dcps_step_begin(dcps_step_t *s, int epoch)
     s->step_no = dcps_step_clock(s) + 1;
     s->step_epoch = epoch;
     memset(s->pushed, 0, s->n_ranges);
-    if ((rc = dcps_client_parts_begin(s->client, s->parts)) != 0) {
+    /* Each shard's pull goes as soon as its push was given (a job of dense
+     * pulls): its reply moves while the caller computes the rest. */
+    if ((rc = dcps_client_parts_begin(s->client, s->parts, most_parts(s))) != 0) {
         fail(s, rc, "beginning a push in parts");
         goto failed;
     }

@@ -58,7 +58,11 @@ def job_text(shards=2, workers=2, **sections):
 class Job:
     """A job file in a scratch directory and its running shards."""
 
-    def __init__(self, text, shards=2):
+    def __init__(self, text, shards=2, netns=None):
+        """netns: a network namespace per shard (bench/netem.sh's), each shard
+        run in its own through `ip netns exec` (the job's servers.shards then
+        names addresses of those namespaces)."""
+        self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="dcps-py-")
         if _made is not None:
             _made.append(self.dir)
@@ -86,7 +90,8 @@ class Job:
             os.unlink(ep)
             argv = ["--endpoint-file", ep, "--set", self.shards]
         log = open(os.path.join(self.dir, f"shard{s}.log"), "a")
-        p = subprocess.Popen([os.path.join(BUILD, "dcps-server"), "--config", self.path,
+        wrap = ["ip", "netns", "exec", self.netns[s]] if self.netns else []
+        p = subprocess.Popen([*wrap, os.path.join(BUILD, "dcps-server"), "--config", self.path,
                               "--shard", str(s), *argv], stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
         deadline = time.monotonic() + 10
