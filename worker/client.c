@@ -114,6 +114,7 @@ struct dcps_client {
      * how many parts a dense pull asks for its reply in (0: parts_of). */
     struct slot *given;
     dcps_push_part_t *given_src;
+    struct coded *given_coded;
     uint32_t reply_parts;
     /* Pulls ahead (dcps_client_parts_begin's pull_parts, a job of dense
      * pulls): shard s's PULL goes as soon as every part of its push was given,
@@ -126,6 +127,16 @@ struct dcps_client {
     uint8_t server_key[DCPS_KEY_BYTES], public_key[DCPS_KEY_BYTES], secret_key[DCPS_KEY_BYTES];
     char err[512];
 };
+
+/* A given part's values in a shorter format, as sent: its bytes (cap of
+ * room, kept for the part of that number in later pushes) and its INT8 block.
+ * Rewritten only when the part is given again, after the exchange of the push
+ * before has settled (every frame released by ZeroMQ). */
+typedef struct coded {
+    uint8_t *bytes;
+    size_t cap, len;
+    uint32_t block;
+} coded_t;
 
 /* One request of an exchange and what became of it. */
 typedef struct slot slot_t;
@@ -143,6 +154,7 @@ struct slot {
      * bit i of given says it was given; NULL: the equal split of req's one
      * dense payload (part_range), every part given. */
     const dcps_push_part_t *src;
+    const coded_t *coded; /* with src: part i's values in a shorter format */
     uint64_t given;
     int rc;
     int rejoin;       /* ERROR SESSION: 1 while hello is unanswered, 2 once req was resent */
@@ -466,8 +478,14 @@ static int send_part(dcps_client_t *c, int s, const slot_t *sl, uint32_t i)
     }
     const size_t count = p->idx ? p->k : (size_t)(p->hi - p->lo);
     m.frame[m.nframes] =
-        (dcps_frame_desc_t){p->idx ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, DCPS_DTYPE_F32, count};
-    m.payload[m.nframes++] = (dcps_buf_t){p->val, count * sizeof *p->val};
+        (dcps_frame_desc_t){p->idx ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, p->dtype, count};
+    if (p->dtype == DCPS_DTYPE_F32) {
+        m.block[m.nframes] = 0;
+        m.payload[m.nframes++] = (dcps_buf_t){p->val, count * sizeof *p->val};
+    } else {
+        m.block[m.nframes] = sl->coded[i].block;
+        m.payload[m.nframes++] = (dcps_buf_t){sl->coded[i].bytes, sl->coded[i].len};
+    }
     return send_msg(c, s, &m);
 }
 
@@ -1145,6 +1163,9 @@ void dcps_client_close(dcps_client_t **cp)
     free(c->given);
     free(c->ahead);
     free(c->given_src);
+    for (size_t i = 0; c->given_coded && i < (size_t)c->cfg.n_shards * DCPS_PARTS_MAX; i++)
+        free(c->given_coded[i].bytes);
+    free(c->given_coded);
     free(c);
     *cp = NULL;
 }
@@ -1383,16 +1404,43 @@ static int reserve(dcps_client_t *c, size_t bytes)
     return 0;
 }
 
+/* Whether a push may send its values in dtype: 0, or DCPS_E_INVAL with a
+ * sentence (no such format; TWOBIT without a threshold above 0). */
+static int value_format(dcps_client_t *c, uint32_t dtype, float tau)
+{
+    if (dtype != DCPS_DTYPE_F32 && !dcps_quant_is(dtype))
+        return fail(c, DCPS_E_INVAL, "no value format %u", dtype);
+    if (dtype == DCPS_DTYPE_TWOBIT && !(tau > 0 && isfinite(tau)))
+        return fail(c, DCPS_E_INVAL, "twobit needs a threshold above 0, not %g", (double)tau);
+    return 0;
+}
+
+/* The block of a frame of `count` values in dtype as this client sends it:
+ * INT8 in blocks of DCPS_QUANT_BLOCK (one block when the frame has no more). */
+static uint32_t block_of(uint32_t dtype, size_t count)
+{
+    return dtype == DCPS_DTYPE_I8 && count > DCPS_QUANT_BLOCK ? DCPS_QUANT_BLOCK : 0;
+}
+
+/* Encodes val[0..count) in the shorter format dtype into out; with lost not
+ * NULL, what rounding took from each value (val[j] minus what a shard
+ * decodes) goes to lost[0..count). */
+static void encode_values(uint32_t dtype, uint32_t block, float tau, const float *val, size_t count,
+                          void *out, float *lost)
+{
+    dcps_quant_encode(dtype, block, tau, val, count, out, lost);
+    for (size_t j = 0; lost && j < count; j++)
+        lost[j] = val[j] - lost[j];
+}
+
 int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val, size_t k,
                         uint32_t dtype, float tau, float *lost)
 {
     slot_t slots[DCPS_MAX_SHARDS];
     size_t at[DCPS_MAX_SHARDS + 1] = {0}, bytes = 0;
-    uint32_t block = dtype == DCPS_DTYPE_I8 ? DCPS_QUANT_BLOCK : 0;
-    if (dtype != DCPS_DTYPE_F32 && !dcps_quant_is(dtype))
-        return fail(c, DCPS_E_INVAL, "no value format %u", dtype);
-    if (dtype == DCPS_DTYPE_TWOBIT && !(tau > 0 && isfinite(tau)))
-        return fail(c, DCPS_E_INVAL, "twobit needs a threshold above 0, not %g", (double)tau);
+    int rc = value_format(c, dtype, tau);
+    if (rc != 0)
+        return rc;
     slots_all(c, slots, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
     for (int s = 0; s < c->cfg.n_shards; s++) {
         const dcps_range_t *r = &c->conn[s].range;
@@ -1406,7 +1454,7 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
         }
         m->nframes = f + 1;
         m->frame[f] = (dcps_frame_desc_t){idx ? DCPS_FRAME_VALUES : DCPS_FRAME_DENSE, dtype, b - a};
-        m->block[f] = b - a > block ? block : 0;
+        m->block[f] = block_of(dtype, b - a);
         m->payload[f] = (dcps_buf_t){val + a, (b - a) * sizeof *val};
         if (!idx && dtype == DCPS_DTYPE_F32) /* shorter values go whole */
             slots[s].parts = parts_of(c, s);
@@ -1414,8 +1462,7 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
         bytes += dtype == DCPS_DTYPE_F32 ? 0 : (size_t)dcps_quant_bytes(dtype, b - a, m->block[f]);
     }
     if (dtype != DCPS_DTYPE_F32) {
-        int rc = reserve(c, bytes);
-        if (rc != 0)
+        if ((rc = reserve(c, bytes)) != 0)
             return rc;
         uint8_t *q = c->qbuf;
         for (int s = 0; s < c->cfg.n_shards; s++) {
@@ -1423,10 +1470,8 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
             int f = m->nframes - 1;
             size_t count = (size_t)m->frame[f].count;
             size_t len = (size_t)dcps_quant_bytes(dtype, count, m->block[f]);
-            float *dec = lost ? lost + at[s] : NULL;
-            dcps_quant_encode(dtype, m->block[f], tau, m->payload[f].data, count, q, dec);
-            for (size_t j = 0; dec && j < count; j++)
-                dec[j] = val[at[s] + j] - dec[j];
+            encode_values(dtype, m->block[f], tau, val + at[s], count, q,
+                          lost ? lost + at[s] : NULL);
             m->payload[f] = (dcps_buf_t){q, len};
             q += len;
         }
@@ -1794,15 +1839,19 @@ int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pu
         c->given = calloc(DCPS_MAX_SHARDS, sizeof *c->given); /* as slots_all clears */
         c->ahead = calloc(DCPS_MAX_SHARDS, sizeof *c->ahead);
         c->given_src = calloc((size_t)S * DCPS_PARTS_MAX, sizeof *c->given_src);
-        if (!c->given || !c->ahead || !c->given_src) {
+        c->given_coded = calloc((size_t)S * DCPS_PARTS_MAX, sizeof *c->given_coded);
+        if (!c->given || !c->ahead || !c->given_src || !c->given_coded) {
             free(c->given);
             free(c->ahead);
             free(c->given_src);
+            free(c->given_coded);
             c->given = c->ahead = NULL;
             c->given_src = NULL;
+            c->given_coded = NULL;
             return fail(c, DCPS_E_NOMEM, "out of memory for a push in parts");
         }
     }
+    settle(c); /* a push in parts that failed may have left frames of its coded parts */
     slots_all(c, c->given, DCPS_MSG_PUSH, DCPS_MSG_PUSH_ACK);
     slots_all(c, c->ahead, DCPS_MSG_PULL, DCPS_MSG_PULL_REPLY);
     /* A dense pull changes nothing on the shard: one whose push is refused
@@ -1813,6 +1862,7 @@ int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pu
     for (int s = 0; s < S; s++) {
         c->given[s].parts = parts[s];
         c->given[s].src = c->given_src + (size_t)s * DCPS_PARTS_MAX;
+        c->given[s].coded = c->given_coded + (size_t)s * DCPS_PARTS_MAX;
     }
     push_stamp(c, c->given);
     return 0;
@@ -1829,9 +1879,31 @@ int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_
     slot_t *sl = c->given ? &c->given[s] : NULL;
     if (!sl || !sl->active || i >= sl->parts || (sl->given >> i & 1))
         return fail(c, DCPS_E_STATE, "part %u of shard %d: no push in parts expects it", i, s);
+    int rc = value_format(c, p->dtype, p->tau);
+    if (rc != 0)
+        return rc;
+    const size_t count = p->idx ? p->k : (size_t)(p->hi - p->lo);
+    if (p->dtype != DCPS_DTYPE_F32) {
+        coded_t *q = &c->given_coded[(size_t)s * DCPS_PARTS_MAX + i];
+        const uint32_t block = block_of(p->dtype, count);
+        const size_t len = (size_t)dcps_quant_bytes(p->dtype, count, block);
+        if (len > q->cap || !q->bytes) { /* an empty part's frame points somewhere too */
+            uint8_t *b = realloc(q->bytes, len ? len : 1);
+            if (!b)
+                return fail(c, DCPS_E_NOMEM, "out of memory for %zu bytes of part %u of shard %d",
+                            len, i, s);
+            q->bytes = b;
+            q->cap = len ? len : 1;
+        }
+        encode_values(p->dtype, block, p->tau, p->val, count, q->bytes, p->lost);
+        q->len = len;
+        q->block = block;
+    } else if (p->lost) {
+        memset(p->lost, 0, count * sizeof *p->lost);
+    }
     c->given_src[(size_t)s * DCPS_PARTS_MAX + i] = *p;
     sl->given |= 1ull << i;
-    int rc = send_part(c, s, sl, i);
+    rc = send_part(c, s, sl, i);
     if (rc == 0 && c->ahead_parts && sl->given == all_parts(sl->parts))
         rc = pull_ahead(c, s);
     return rc;

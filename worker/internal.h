@@ -53,15 +53,22 @@ int dcps_client_push_as(dcps_client_t *c, const uint32_t *idx, const float *val,
  * parts[s] parts (1 to DCPS_PARTS_MAX), numbered from 0 in the order of their
  * ranges, with the seqs of docs/protocol.md section 17. dcps_client_parts_send
  * sends part i of shard s now, without waiting: its global range [lo, hi)
- * inside the shard's, and either hi - lo float32 values (idx NULL) or k
- * entries at ascending global indices inside it. The parts of one push are
- * all dense or all sparse, do not overlap and cover the shard's range: the
- * caller answers for that (the shard refuses what breaks it). The arrays are
+ * inside the shard's, and either hi - lo values (idx NULL) or k entries at
+ * ascending global indices inside it, in the wire format dtype (float32, or a
+ * shorter one of proto/quant.h, as dcps_client_push_as sends it: INT8's blocks
+ * count from the part's first value). The parts of one push are all dense or
+ * all sparse, do not overlap and cover the shard's range: the caller answers
+ * for that (the shard refuses what breaks it). idx, and float32 values, are
  * borrowed until dcps_client_parts_end returns, which a resent part reads
- * again. dcps_client_parts_end, once every part was given, waits for every
- * acknowledgement (resending what is not acknowledged, as dcps_client_push
- * does) and moves the clock on. A part given twice or out of range, or an
- * end with parts not given: DCPS_E_STATE.
+ * again; values in a shorter format are encoded at once into the client's room
+ * for that part, kept until the part is given in a later push, and with lost
+ * not NULL what rounding took from each value is written there (all 0 in
+ * float32), before the part is sent. dcps_client_parts_end, once every part
+ * was given, waits for every acknowledgement (resending what is not
+ * acknowledged, as dcps_client_push does) and moves the clock on. A part given
+ * twice or out of range, or an end with parts not given: DCPS_E_STATE; a dtype
+ * that is no format, or TWOBIT without a threshold: DCPS_E_INVAL; no room for
+ * the encoded values: DCPS_E_NOMEM.
  *
  * With pull_parts > 0 in a job of dense pulls, the client pulls ahead: as
  * soon as every part of shard s's push was given, shard s's PULL for the next
@@ -77,6 +84,9 @@ typedef struct {
     const uint32_t *idx; /* sparse: k ascending global indices in [lo, hi); NULL: dense */
     const float *val;    /* dense: hi - lo values; sparse: k values */
     size_t k;            /* sparse: entries */
+    uint32_t dtype;      /* the values' wire format: DCPS_DTYPE_F32 or one of proto/quant.h */
+    float tau;           /* TWOBIT: the threshold, above 0 */
+    float *lost;         /* NULL, or a float per value: what rounding took from it */
 } dcps_push_part_t;
 int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pull_parts);
 int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p);

@@ -753,10 +753,6 @@ static const char *ranges_refuse(const dcps_step_t *s)
         return "[compression] pipeline = true";
     if (cfg->clip_norm > 0)
         return "[compression] clip_norm > 0 (the norm is the whole gradient's)";
-    if (cfg->push == DCPS_PUSH_TWOBIT)
-        return "[compression] push = twobit (shorter values go whole)";
-    if (cfg->values != DCPS_VALUES_FP32)
-        return "[compression] values other than fp32 (shorter values go whole)";
     if (cfg->mode == DCPS_MODE_SYNC && cfg->checkpoint_dir[0])
         return "[server] checkpoint_dir in a sync job (its pushes go whole)";
     return NULL;
@@ -921,7 +917,9 @@ static size_t range_of(const dcps_step_t *s, size_t i)
 }
 
 /* Sends range j's encoding e: its piece of each shard it covers, a part of
- * that shard's push. */
+ * that shard's push, in e's value format. What rounding took from each piece's
+ * values lands at the piece's own offset in e->lost, the whole range's loss
+ * once every piece is sent (dcps_compress_keep). */
 static int send_range(dcps_step_t *s, size_t j, const dcps_encoded_t *e)
 {
     const size_t lo = range_lo(s, j), hi = s->ends[j];
@@ -935,13 +933,15 @@ static int send_range(dcps_step_t *s, size_t j, const dcps_encoded_t *e)
     for (int sh = first; sh < s->cfg.n_shards && s->shard[sh].lo < hi; sh++) {
         const uint64_t plo = lo > s->shard[sh].lo ? lo : s->shard[sh].lo;
         const uint64_t phi = hi < s->shard[sh].hi ? hi : s->shard[sh].hi;
-        dcps_push_part_t p = {plo, phi, NULL, NULL, 0};
-        if (e->dense) {
-            p.val = e->values + (plo - lo);
-        } else {
-            size_t a = dcps_lower_bound(idx, e->k, plo), b = dcps_lower_bound(idx, e->k, phi);
-            p = (dcps_push_part_t){plo, phi, idx + a, e->values + a, b - a};
+        dcps_push_part_t p = {plo, phi, NULL, NULL, 0, e->dtype, e->tau, NULL};
+        size_t at = plo - lo; /* the piece's first value in e */
+        if (!e->dense) {
+            at = dcps_lower_bound(idx, e->k, plo);
+            p.idx = idx + at;
+            p.k = dcps_lower_bound(idx, e->k, phi) - at;
         }
+        p.val = e->values + at;
+        p.lost = e->lost ? e->lost + at : NULL;
         int rc = dcps_client_parts_send(s->client, sh, sh == first ? s->first_part[j] : 0, &p);
         if (rc != 0)
             return fail(s, rc, "push");
@@ -991,6 +991,7 @@ int dcps_step_push_range(dcps_step_t *s, size_t lo, size_t hi, float *grad)
     }
     if ((rc = send_range(s, j, &e)) != 0)
         goto failed;
+    dcps_compress_keep(s->rcomp[j], &e);
     s->pushed[j] = 1;
     return 0;
 failed:

@@ -178,8 +178,7 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
  * (docs/protocol.md, 17: give fewer, larger ranges); DCPS_E_CONFIG, naming the
  * key, for what a step in ranges does not do in this version: device arrays,
  * [compression] pipeline = true, clip_norm > 0 (the norm is the whole
- * gradient's), values other than fp32 and push = twobit (shorter values go
- * whole), and a sync job with [server] checkpoint_dir (it pushes whole);
+ * gradient's), and a sync job with [server] checkpoint_dir (it pushes whole);
  * DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. Memory: the ranges'
  * compressors together hold what one compressor of the whole model does
  * (their residuals tile it), plus n uint32 indices with push = topk;
@@ -199,6 +198,10 @@ int dcps_step_begin(dcps_step_t *s, int epoch);
  * compressor and sends its part of each shard's push without waiting for the
  * shards. grad is borrowed until dcps_step_end returns (a dense push sends it
  * as it is, and a resent part reads it again): do not change it meanwhile.
+ * Values in a shorter format ([compression] values, push = twobit) go as
+ * dcps_step_run sends them, each part encoded on its own (INT8's blocks count
+ * from the part's first value), and with error feedback what rounding took
+ * goes back into the range's residual.
  *
  * Refused with DCPS_E_INVAL and a sentence naming the range, nothing sent and
  * the step still open: a range that is empty or past the model, that is not
@@ -218,7 +221,8 @@ int dcps_step_push_range(dcps_step_t *s, size_t lo, size_t hi, float *grad);
  *  - ordered != 0: asked for at once, and taken on the step's own thread while
  *    the caller goes on. Each shard's dense reply comes in about as many parts
  *    as the ranges give that shard, front first (shard 0 holds the front of
- *    the model): dcps_step_wait_range says when a range has landed. params is
+ *    the model; a reply in a shorter format, [compression] values, comes
+ *    whole): dcps_step_wait_range says when a range has landed. params is
  *    the step's until the pull is complete: read only ranges that
  *    dcps_step_wait_range returned for, and write none; the next call of any
  *    other step function waits for the whole pull first.

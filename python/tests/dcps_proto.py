@@ -377,18 +377,24 @@ class Conn:
                                  g if g is not None else values, fmt, block, tau)
         return self.request(pb.PUSH, f, step=step, param_version=version, **kw)
 
-    def push_parts(self, step, version, g, bounds, lo, order=None, seq=None, **kw):
+    def push_parts(self, step, version, g, bounds, lo, order=None, seq=None, fmts=None,
+                   **kw):
         """PUSH of dense gradient g (the shard's range, which starts at global
         index lo) in parts (section 17): part i covers bounds[i] to bounds[i+1]
         (offsets in g) and has seq base + i. Sends them all in `order` (default
         0, 1, ...), then takes one reply per part; returns the replies by part.
-        base: `seq`, or the connection's next seq (which then moves past them)."""
+        base: `seq`, or the connection's next seq (which then moves past them).
+        fmts: part i's values in the format fmts[i] (section 18: (fmt, block)
+        or None, float32), its blocks counted from the part's first value."""
         n = len(bounds) - 1
         if seq is None:
             seq, self.seq = self.seq, self.seq + n
         for i in order if order is not None else range(n):
             a, b = bounds[i], bounds[i + 1]
-            self.send(pb.PUSH, dense(g[a:b]), seq=seq + i, step=step, param_version=version,
+            f = dense(g[a:b])
+            if fmts is not None and fmts[i] is not None:
+                f = [values_frame(pb.FRAME_DENSE, g[a:b], *fmts[i])]
+            self.send(pb.PUSH, f, seq=seq + i, step=step, param_version=version,
                       part=i, parts=n, part_lo=lo + a, part_hi=lo + b, **kw)
         replies = {}
         while len(replies) < len(order if order is not None else range(n)):

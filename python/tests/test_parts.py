@@ -5,8 +5,11 @@ shards) give the parameters, bit for bit, that numpy's float32 arithmetic gives
 for the same push sent whole; a retried part is applied once, a missing part
 sent again later is taken, a sync round waits for a rank's last part and goes on
 without the rank once it is declared dead; pull replies in parts hold the
-parameters of a whole reply; malformed parts are refused FIELD with the
-sentence section 17 gives, and the shard keeps serving. Exits 77 as
+parameters of a whole reply; parts in shorter formats (section 18, each its
+own, INT8 blocks from the part's first value) are applied (async) and summed
+(sync) as what numpy decodes; malformed parts are refused FIELD with the
+sentence section 17 gives (SIZE, FRAMELEN for an fp16 part of the wrong
+length), and the shard keeps serving. Exits 77 as
 test_protocol.py does."""
 import os
 import re
@@ -187,24 +190,69 @@ class Parts(Case):
         self.assertEqual(version, 1)
         np.testing.assert_array_equal(got, w - F32(LR) * g)
 
-    def test_sync_round_closes_on_complete_pushes_two_shards(self):
+    def test_parts_in_shorter_formats_are_decoded_over_their_own_range(self):
+        # Async: each part in its own format, INT8's blocks counted from the
+        # part's first value; the shard applies what the part decodes to.
+        a, w = self.job()
+        g = gradient(rng(8), N)
+        bounds, fmts = [0, 100, 300, N], [("fp16",), ("int8", 64), ("bf16",)]
+        acks = a.push_parts(0, 0, g, bounds, 0, order=[2, 0, 1], fmts=fmts)
+        self.assertTrue(all(r.type == pb.PUSH_ACK and r.h.flags == 0 for r in acks.values()))
+        dec = np.concatenate([P.encode(g[lo:hi], *f)[1]
+                              for lo, hi, f in zip(bounds, bounds[1:], fmts)])
+        got, version = self.params(a, 1)
+        self.assertEqual(version, 1)
+        np.testing.assert_array_equal(got, w - F32(LR) * dec)
+        # A part in fp16 whose length is not its range's is refused, and one
+        # whose bytes are not its count's; nothing of either is applied.
+        fp16 = [P.values_frame(pb.FRAME_DENSE, g[:9], "fp16")]
+        self.assertError(a.request(pb.PUSH, fp16, check=False, step=1, param_version=1, part=0,
+                                   parts=2, part_lo=0, part_hi=10), "SIZE",
+                         re.compile(r"dense frame of 9 elements, .*10"))
+        short = [(dict(kind=pb.FRAME_DENSE, dtype=4, count=10, bytes=19), bytes(19))]
+        self.assertError(a.request(pb.PUSH, short, check=False, step=1, param_version=1, part=0,
+                                   parts=2, part_lo=0, part_hi=10), "FRAMELEN",
+                         "frame 0: header says 10 elements in 19 bytes, frame has 19 bytes")
+        np.testing.assert_array_equal(self.params(a, 1)[0], got)
+
+    def sync_two(self, seed):
+        """A sync job of two shards and two ranks, rank 1's push of step 0 sent
+        whole; returns the workers, the initial parameters and both gradients."""
         self.start(shards=2, workers=2, job={"mode": "sync"})
         w0 = np.full(N, 0.5, F32)
         ws = [self.worker(r) for r in range(2)]
         for w in ws:
             w.hello()
         ws[0].init(w0)
-        g = [gradient(rng(20 + r), N) for r in range(2)]
+        g = [gradient(rng(seed + r), N) for r in range(2)]
         for s, (lo, hi) in enumerate(ws[0].ranges):
             ws[1].conns[s].push(0, 0, g=g[1][lo:hi])
-        for s, (lo, hi) in enumerate(ws[0].ranges):
-            c = ws[0].conns[s]
-            c.push_parts(0, 0, g[0][lo:hi], split(hi - lo, 3), lo)
-        mean = (g[0] + g[1]) * F32(0.5)
+        return ws, w0, g
+
+    def assertRoundApplied(self, ws, w0, mean):
+        """Round 0 closed on every shard: its parameters, pulled in 4 parts, are
+        w0 - lr · mean at version 1."""
         for s, (lo, hi) in enumerate(ws[0].ranges):
             vals, replies = ws[0].conns[s].pull_parts(1, 4, lo, hi)
             self.assertEqual(replies[0].h.param_version, 1)
             np.testing.assert_array_equal(vals, w0[lo:hi] - F32(LR) * mean[lo:hi])
+
+    def test_sync_parts_in_shorter_formats_add_their_decoded_values(self):
+        ws, w0, g = self.sync_two(30)
+        dec = [np.empty(N, F32), g[1]]
+        for s, (lo, hi) in enumerate(ws[0].ranges):
+            b, fmts = split(hi - lo, 3), [("int8", 64), ("fp16",), ("twobit", 0, 0.01)]
+            ws[0].conns[s].push_parts(0, 0, g[0][lo:hi], b, lo, fmts=fmts)
+            for (a, z), f in zip(zip(b, b[1:]), fmts):
+                dec[0][lo + a:lo + z] = P.encode(g[0][lo + a:lo + z], *f)[1]
+        self.assertRoundApplied(ws, w0, (dec[0] + dec[1]) * F32(0.5))
+
+    def test_sync_round_closes_on_complete_pushes_two_shards(self):
+        ws, w0, g = self.sync_two(20)
+        for s, (lo, hi) in enumerate(ws[0].ranges):
+            c = ws[0].conns[s]
+            c.push_parts(0, 0, g[0][lo:hi], split(hi - lo, 3), lo)
+        self.assertRoundApplied(ws, w0, (g[0] + g[1]) * F32(0.5))
 
     def test_sync_round_waits_for_the_last_part_then_goes_on_without_a_dead_rank(self):
         self.start_sync_alone(server={"heartbeat_ms": 100, "dead_after_ms": 800})

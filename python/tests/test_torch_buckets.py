@@ -3,7 +3,8 @@
 docs/pytorch.md, "Buckets"), one worker on real shards: with buckets, a dense
 sync job equals torch.optim.SGD to float32 rounding and the whole-gradient
 path bit for bit, with ordered pulls too, and the ordered pull's parameters are
-an exact pull's; each bucket has its own Top-k, which is not the whole
+an exact pull's; with [compression] values = fp16 buckets equal the whole
+fp16 step bit for bit; each bucket has its own Top-k, which is not the whole
 gradient's (a bucket of small gradients still sends its share); a parameter
 that gets no gradient (unused, or frozen) is pushed as zero at step(); what
 buckets cannot do is refused with a sentence."""
@@ -117,6 +118,34 @@ class Buckets(unittest.TestCase):
         self.assertTrue(bool((ordered == whole).all()), "ordered pulls vs the whole step")
         # What the ordered pull left in the model is the shards' parameters.
         self.assertTrue(bool((ordered == exact).all()), "ordered pull vs an exact pull")
+
+    def test_fp16_values_in_buckets_equal_the_whole_step_bit_for_bit(self):
+        """[compression] values = fp16 (dense, error feedback): each bucket's
+        parts go in fp16 and fp16 rounds value by value, so buckets, pushed
+        during backward, end where the whole fp16 step ends, bit for bit, with
+        the pull (whole, in fp16) ordered or not, in sync and async jobs; so
+        does one bucket over the model with Top-k in fp16."""
+        data = batches()
+        for mode, comp in (("sync", {"values": "fp16"}), ("async", {"values": "fp16"}),
+                           ("async", {"values": "fp16", "push": "topk", "density": 0.05})):
+            out = {}
+            for name, kw in (("whole", {}), ("buckets", {"bucket_mb": 0.0007}),
+                             ("ordered", {"bucket_mb": 0.0007, "ordered_pull": True}),
+                             ("one", {"bucket_mb": 1})):
+                j = job(mode, **comp)
+                try:
+                    out[name] = train(j, mlp(), data, **kw)[:2]
+                finally:
+                    j.close()
+            with self.subTest(mode=mode, **comp):
+                moved = (out["whole"][1] - torch_cat_init()).abs().max().item()
+                self.assertGreater(moved, 1e-3, "training did not move the model")
+                # The pulled parameters went through fp16: not the shards' own.
+                self.assertFalse(bool((out["whole"][0] == out["whole"][1]).all()))
+                for name in ("one",) if "push" in comp else ("buckets", "ordered", "one"):
+                    for k, what in enumerate(("pulled", "exact")):
+                        self.assertTrue(bool((out[name][k] == out["whole"][k]).all()),
+                                        f"{name} vs the whole step, {what}")
 
     def test_each_bucket_has_its_own_topk_unlike_the_whole_gradient(self):
         """Top-k at density 0.01 on a model whose last layer's gradients are

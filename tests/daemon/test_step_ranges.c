@@ -18,13 +18,15 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/shardmap.h"
+#include "proto/quant.h"
 #include "tests/harness.h"
 #include "worker/internal.h"
 
-#define N 100000 /* parameters: 2 shards of 50048 and 49952 */
+#define N 100000 /* parameters: 2 shards of 49984 and 50016 */
 #define STEPS 4
 
-/* Ranges that cross shard 0's end at 50048, of uneven sizes. */
+/* Ranges that cross shard 0's end at 49984, of uneven sizes. */
 static const size_t ENDS[] = {1000, 30000, 60000, 60001, N};
 #define N_RANGES (sizeof ENDS / sizeof ENDS[0])
 
@@ -86,9 +88,11 @@ static void init(float *w)
 enum how { WHOLE, RANGES, ORDERED };
 
 /* STEPS steps of job j pushed `how`, with `ends` (count ranges) for the ranges;
- * returns the parameters after the last pull, and the client's counters. */
-static float *train(const char *j, enum how how, const size_t *ends, size_t count,
-                    dcps_client_stats_t *st)
+ * returns the parameters after the last pull (with `exact`, then an exact pull:
+ * the shards' own, whatever format their replies have), and the client's
+ * counters. */
+static float *train_pulled(const char *j, enum how how, const size_t *ends, size_t count,
+                           dcps_client_stats_t *st, bool exact)
 {
     run_t r = open_run(j, NULL);
     float *w = malloc(N * sizeof *w), *g = malloc(N * sizeof *g);
@@ -117,9 +121,17 @@ static float *train(const char *j, enum how how, const size_t *ends, size_t coun
     }
     if (st)
         dcps_step_stats(r.step, st);
+    if (exact)
+        ck_assert_msg(dcps_step_pull(r.step, w) == 0, "%s", dcps_step_error(r.step));
     free(g);
     close_run(&r);
     return w;
+}
+
+static float *train(const char *j, enum how how, const size_t *ends, size_t count,
+                    dcps_client_stats_t *st)
+{
+    return train_pulled(j, how, ends, count, st, false);
 }
 
 START_TEST(dense_sync_steps_in_ranges_end_bit_for_bit_as_run)
@@ -250,6 +262,113 @@ START_TEST(one_range_is_runs_topk_and_several_send_their_own)
 }
 END_TEST
 
+/* fp16, bf16 and twobit are element-wise (twobit's one tau is the job's): a
+ * step in ranges, its parts encoded on their own, ends bit for bit where
+ * dcps_step_run ends, with the rounding kept in each range's residual, in
+ * async (parts applied on arrival) and sync (parts added to the round), its
+ * pull (whole, in the job's format) in order or not. */
+START_TEST(shorter_dense_values_in_ranges_end_bit_for_bit_as_run)
+{
+    static const char *const formats[] = {"values = fp16", "values = bf16",
+                                          "push = twobit\nthreshold = 0.002"};
+    static const char *const modes[] = {"async", "sync"};
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+        for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+            char j[512], c[128];
+            dcps_client_stats_t st;
+            snprintf(c, sizeof c, "%s%s", f < 2 ? "push = dense\n" : "", formats[f]);
+            snprintf(j, sizeof j, "%s", job("short.ini", modes[m], c));
+            float *whole = train(j, WHOLE, NULL, 0, NULL);
+            float *ranges = train(j, RANGES, ENDS, N_RANGES, &st);
+            float *ordered = train(j, ORDERED, ENDS, N_RANGES, NULL);
+            ck_assert_msg(memcmp(whole, ranges, N * sizeof *whole) == 0, "%s, %s", formats[f],
+                          modes[m]);
+            ck_assert_msg(memcmp(whole, ordered, N * sizeof *whole) == 0, "%s, %s", formats[f],
+                          modes[m]);
+            init(ordered); /* the job moved */
+            ck_assert_int_ne(memcmp(whole, ordered, N * sizeof *whole), 0);
+            /* The parts went in the short format: half the bytes of float32 or less. */
+            ck_assert_uint_gt(st.bytes_pushed_dense - st.bytes_pushed,
+                              (uint64_t)STEPS * N * 19 / 10);
+            free(whole);
+            free(ranges);
+            free(ordered);
+        }
+}
+END_TEST
+
+/* One range over the model is a part per shard, each a whole push's frame:
+ * dcps_step_run's push exactly, INT8 blocks and all, dense and Top-k (whose
+ * rounding goes back into the residual at the sent entries). */
+START_TEST(one_range_in_a_short_format_is_runs_push_exactly)
+{
+    static const char *const formats[] = {"push = dense\nvalues = int8",
+                                          "push = topk\ndensity = 0.01\nvalues = int8",
+                                          "push = topk\ndensity = 0.01\nvalues = fp16"};
+    const size_t all[] = {N};
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s", job("one.ini", "async", formats[f]));
+        float *whole = train_pulled(j, WHOLE, NULL, 0, NULL, true);
+        float *one = train_pulled(j, ORDERED, all, 1, NULL, true);
+        ck_assert_msg(memcmp(whole, one, N * sizeof *whole) == 0, "%s", formats[f]);
+        free(whole);
+        free(one);
+    }
+}
+END_TEST
+
+/* INT8 in several ranges: each part's blocks count from its own first value,
+ * so the shards end where a reference ends that encodes each part (a range's
+ * piece of a shard) on its own, with error feedback: what a part sends plus
+ * what its range's residual keeps is the gradient plus the residual before,
+ * bit for bit. */
+START_TEST(int8_parts_carry_their_own_blocks_and_keep_what_rounding_took)
+{
+    char j[512];
+    snprintf(j, sizeof j, "%s", job("int8.ini", "async", "push = dense\nvalues = int8"));
+    float *ranges = train_pulled(j, ORDERED, ENDS, N_RANGES, NULL, true);
+    float *whole = train_pulled(j, WHOLE, NULL, 0, NULL, true);
+    float *w = malloc(N * sizeof *w), *r = calloc(N, sizeof *r), *g = malloc(N * sizeof *g);
+    float *sent = malloc(N * sizeof *sent);
+    uint8_t *buf = malloc((size_t)dcps_quant_bytes(DCPS_DTYPE_I8, N, DCPS_QUANT_BLOCK));
+    ck_assert_ptr_nonnull(buf);
+    init(w);
+    const size_t cut = (size_t)dcps_shardmap_range(N, 2, 0).hi;
+    for (int t = 0; t < STEPS; t++) {
+        h_gradient(g, N, (uint64_t)(7 * t + 1));
+        for (size_t k = 0; k < N_RANGES; k++) {
+            const size_t lo = k ? ENDS[k - 1] : 0, hi = ENDS[k];
+            for (size_t a = lo; a < hi;) { /* the range's piece of each shard */
+                const size_t b = a < cut && hi > cut ? cut : hi, n = b - a;
+                for (size_t i = a; i < b; i++)
+                    r[i] += g[i]; /* the residual gains the gradient, all of it is sent */
+                dcps_quant_encode(DCPS_DTYPE_I8, n > DCPS_QUANT_BLOCK ? DCPS_QUANT_BLOCK : 0, 0,
+                                  r + a, n, buf, sent + a);
+                for (size_t i = a; i < b; i++) {
+                    const float before = r[i];
+                    r[i] = before - sent[i]; /* what rounding took stays */
+                    /* exact: a nonzero code is within a factor 2 of its value (Sterbenz) */
+                    ck_assert_float_eq(sent[i] + r[i], before);
+                    w[i] -= 0.05f * sent[i];
+                }
+                a = b;
+            }
+        }
+    }
+    ck_assert_int_eq(memcmp(w, ranges, N * sizeof *w), 0);
+    /* The whole push's blocks start at each shard's start: other codes. */
+    ck_assert_int_ne(memcmp(whole, ranges, N * sizeof *w), 0);
+    free(buf);
+    free(sent);
+    free(g);
+    free(r);
+    free(w);
+    free(whole);
+    free(ranges);
+}
+END_TEST
+
 START_TEST(an_ordered_pull_lands_range_by_range_as_an_exact_pull)
 {
     char j[512];
@@ -357,7 +476,6 @@ START_TEST(what_a_step_in_ranges_does_not_do_is_refused_naming_the_key)
     static const struct {
         const char *set, *says;
     } no[] = {
-        {"compression.values=fp16", "[compression] values other than fp32"},
         {"compression.clip_norm=1", "[compression] clip_norm > 0"},
         {"compression.pipeline=true", "[compression] pipeline = true"},
     };
@@ -382,6 +500,9 @@ int main(void)
     tcase_add_test(tc, dense_sync_steps_in_ranges_end_bit_for_bit_as_run);
     tcase_add_test(tc, a_sync_round_of_a_rank_in_ranges_and_a_whole_one_is_the_whole_rounds);
     tcase_add_test(tc, one_range_is_runs_topk_and_several_send_their_own);
+    tcase_add_test(tc, shorter_dense_values_in_ranges_end_bit_for_bit_as_run);
+    tcase_add_test(tc, one_range_in_a_short_format_is_runs_push_exactly);
+    tcase_add_test(tc, int8_parts_carry_their_own_blocks_and_keep_what_rounding_took);
     tcase_add_test(tc, an_ordered_pull_lands_range_by_range_as_an_exact_pull);
     tcase_add_test(tc, bad_ranges_are_refused_naming_the_range_and_the_step_goes_on);
     tcase_add_test(tc, what_a_step_in_ranges_does_not_do_is_refused_naming_the_key);
