@@ -410,6 +410,72 @@ END_TEST
                       (code), (says));                                                             \
     } while (0)
 
+/* Shard 0's pulls answered so far, as its /metrics page says once it shows
+ * more than `above` (the page is published every 500 ms), within 5 s. */
+static double pulls_above(int port, double above)
+{
+    double n = NAN;
+    for (int i = 0; i < 100; i++) {
+        n = h_metric(port, "dcps_pulls_total{shard=\"0\"}");
+        if (n > above)
+            break;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    return n;
+}
+
+/* A job of dense pulls: the shard's PULL goes as soon as its ranges were
+ * pushed, before dcps_step_end (the shard answers it meanwhile), and the end
+ * collects that reply instead of asking again; a job of delta pulls waits for
+ * the end (a delta moves the shard's mirror of the worker). */
+START_TEST(a_shards_pull_goes_once_its_ranges_were_pushed)
+{
+    static const char *comp[] = {"push = dense", "push = topk\ndensity = 0.01\npull = delta"};
+    for (int delta = 0; delta < 2; delta++) {
+        int port = h_free_port();
+        char text[1024], ep[256], shards[300], e[1024];
+        snprintf(text, sizeof text,
+                 "[job]\nname = ahead\nworkers = 1\nmode = async\n"
+                 "[servers]\nshards = tcp://127.0.0.1:*\n[model]\nparams = %d\n"
+                 "[optimizer]\nkind = sgd\nlr = 0.05\n[compression]\n%s\n"
+                 "[worker]\ntimeout_ms = 5000\n[server]\nmetrics_port = %d\n",
+                 N, comp[delta], port);
+        const char *j = h_write("ahead.ini", text);
+        pid_t s0 = h_server(j, 0, ep);
+        ck_assert_int_gt(s0, 0);
+        snprintf(shards, sizeof shards, "servers.shards=%s", ep);
+        const char *ov[] = {shards};
+        int rc;
+        dcps_step_t *s = dcps_step_open(j, 0, ov, 1, N, &rc, e, sizeof e);
+        ck_assert_msg(s != NULL, "step: %s", e);
+        float *w = malloc(N * sizeof *w), *g = malloc(N * sizeof *g);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_ptr_nonnull(g);
+        init(w);
+        h_gradient(g, N, 5);
+        ck_assert_int_eq(dcps_step_set_ranges(s, ENDS, N_RANGES), 0);
+        ck_assert_int_eq(dcps_step_start(s, w), 0);
+        double before = pulls_above(port, 0); /* the start's pull */
+        ck_assert_double_eq(before, 1);
+        ck_assert_int_eq(dcps_step_begin(s, 1), 0);
+        for (size_t k = N_RANGES; k-- > 0;) {
+            size_t lo = k ? ENDS[k - 1] : 0;
+            ck_assert_int_eq(dcps_step_push_range(s, lo, ENDS[k], g + lo), 0);
+        }
+        double during = pulls_above(port, before);
+        ck_assert_msg(during == (delta ? before : before + 1),
+                      "%s: %g pulls answered before the step's end, after %g",
+                      delta ? "delta pulls" : "dense pulls", during, before);
+        ck_assert_msg(dcps_step_end(s, w, 0) == 0, "%s", dcps_step_error(s));
+        ck_assert_double_eq(pulls_above(port, before), before + 1);
+        dcps_step_close(&s);
+        ck_assert_int_eq(h_stop(s0, 5000), 0);
+        free(w);
+        free(g);
+    }
+}
+END_TEST
+
 START_TEST(bad_ranges_are_refused_naming_the_range_and_the_step_goes_on)
 {
     char j[512];
@@ -504,6 +570,7 @@ int main(void)
     tcase_add_test(tc, one_range_in_a_short_format_is_runs_push_exactly);
     tcase_add_test(tc, int8_parts_carry_their_own_blocks_and_keep_what_rounding_took);
     tcase_add_test(tc, an_ordered_pull_lands_range_by_range_as_an_exact_pull);
+    tcase_add_test(tc, a_shards_pull_goes_once_its_ranges_were_pushed);
     tcase_add_test(tc, bad_ranges_are_refused_naming_the_range_and_the_step_goes_on);
     tcase_add_test(tc, what_a_step_in_ranges_does_not_do_is_refused_naming_the_key);
     suite_add_tcase(s, tc);
