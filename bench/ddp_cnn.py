@@ -5,7 +5,8 @@ SGD (DDP averages the gradients of the P ranks: synchronous SGD on P batches).
 
     ddp_cnn.py --world P --rank R --port PORT [--addr RANK0_ADDR] [--epochs E] [--lr LR]
                [--batch B] [--warmup-steps N] [--hook none|fp16|powersgd]
-               [--powersgd-rank R] [--powersgd-start STEPS]
+               [--powersgd-rank R] [--powersgd-start STEPS] [--model cnn|wide]
+               [--train-limit N] [--test-limit N]
 
 What DDP needs to be at its best against a larger global batch (32 P): --lr is the lr
 of the averaged gradient, so the linear scaling rule (Goyal et al. 2017, "Accurate, large
@@ -18,6 +19,9 @@ powerSGD_hook (Vogels et al. 2019) with error feedback and warm start, rank
 --powersgd-rank (default 1), plain all-reduce before update --powersgd-start (default
 234: the 10% of a 5-epoch run at P = 4 that torch's PowerSGDState documentation
 suggests to start from; it must be at least 2 and at least --warmup-steps).
+
+--model, --train-limit and --test-limit are fashion_cnn.py's: the model (cnn, the default,
+or wide) and the first N training and test examples (0: all).
 
 Rank r takes the same share of each epoch as a dcps.torch worker (dcps.share,
 seed 42), so both systems see the same batches. After every epoch each rank
@@ -37,7 +41,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "torch"))
 import dcps  # noqa: E402
-from fashion_cnn import DATA, FashionCNN, evaluate, load  # noqa: E402
+from fashion_cnn import DATA, MODELS, evaluate, limited, load  # noqa: E402
 
 
 def check(ap, args):
@@ -101,14 +105,18 @@ def main():
     ap.add_argument("--hook", choices=("none", "fp16", "powersgd"), default="none")
     ap.add_argument("--powersgd-rank", type=int, default=1)
     ap.add_argument("--powersgd-start", type=int, default=234)
+    ap.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    ap.add_argument("--train-limit", type=int, default=0)
+    ap.add_argument("--test-limit", type=int, default=0)
     args = ap.parse_args()
     check(ap, args)
     torch.set_num_threads(1)
     torch.manual_seed(1)
-    train, test = load(DATA, "train"), load(DATA, "t10k")
+    train = limited(load(DATA, "train"), args.train_limit, "train")
+    test = limited(load(DATA, "t10k"), args.test_limit, "test")
     dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}",
                             world_size=args.world, rank=args.rank)
-    model = torch.nn.parallel.DistributedDataParallel(FashionCNN())
+    model = torch.nn.parallel.DistributedDataParallel(MODELS[args.model]())
     hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     t0 = time.monotonic()

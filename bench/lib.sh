@@ -20,7 +20,7 @@
 # bench_ddp_args NAME P EPOCHS
 #     bench/ddp_cnn.py's tuning arguments for the DDP variant NAME at P ranks and
 #     EPOCHS epochs (bench/torch.sh and bench/netem.sh -x torch run them; fails on an
-#     unknown NAME). The global batch is 32 P, so the linear scaling rule gives lr
+#     unknown NAME) of BENCH_TRAIN_N examples (default 60,000). The global batch is 32 P, so the linear scaling rule gives lr
 #     0.1 P:
 #       ddp                lr 0.1 (not scaled: what bench/torch.sh ran until 2026-11-25)
 #       ddp_linear         lr 0.1 P
@@ -40,6 +40,7 @@ declare -gA BENCH_SCHEMES=(
     [topk001]="compression.push=topk compression.density=0.001 compression.pull=dense"
     [topk01_delta]="compression.push=topk compression.density=0.01 compression.pull=delta"
     [topk001_delta]="compression.push=topk compression.density=0.001 compression.pull=delta"
+    [fp16]="compression.push=dense compression.pull=dense compression.values=fp16"
 )
 
 bench_machine() {
@@ -50,7 +51,9 @@ bench_ddp_args() {
     local name=$1 p=$2 epochs=$3 lin sqrt per
     lin=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * p }')
     sqrt=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * sqrt(p) }')
-    per=$((60000 / p / 32)) # updates an epoch (bench/ddp_cnn.py: the shortest share's)
+    # updates an epoch (bench/ddp_cnn.py: the shortest share's) of BENCH_TRAIN_N examples
+    # (default 60,000; what its --train-limit leaves)
+    per=$((${BENCH_TRAIN_N:-60000} / p / 32))
     case $name in
     ddp) echo "--lr 0.1" ;;
     ddp_linear) echo "--lr $lin" ;;

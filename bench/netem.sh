@@ -38,6 +38,12 @@
 #             0's test accuracy after each epoch goes to OUT/torch_RATE.csv
 #             (system,P,epoch,elapsed_s,test_acc); bench/torch.sh -x netem plots it.
 #             Needs python3-torch and a build with the Python package.
+#             The environment may say more: DCPS_SYSTEMS, the dcps.torch runs
+#             (default "dense topk01_delta"), each a scheme of -k's list (or
+#             fp16: dense pushes and pulls of float16 values) with +buckets
+#             (Worker's bucket_mb, BUCKET_MB MiB, default 4) or +ordered (and
+#             ordered_pull); TORCH_ARGS, words for both scripts (fashion_cnn.py
+#             --model wide --train-limit N --test-limit N, say).
 #   overlap   bench/overlap.py (issue 30: buckets during backward, ordered
 #             pulls) with its one worker in namespace w0 and its two shards in
 #             s0 and s1, at each rate of -R, with the arguments of -O (default:
@@ -91,7 +97,7 @@ OUT=$root/bench/results/$(date +%F)/netem
 PFX=dcpsnet- SMOKE=0 CLEANUP=0 PLOT_ONLY=0
 SHARDCAP_ARGS="--params 12665216 --density 0.001 --rules dcasgd_a --encodings topk,topk_delta
     --sessions 1,2,4,8 --full-sweep --seconds 3"
-OVERLAP_ARGS=""
+OVERLAP_ARGS="" BUCKET_MB=${BUCKET_MB:-4}
 usage() { sed -n '/^# usage:/,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in -[oPrRdkxesScmCO] | --prefix) [ $# -ge 2 ] || usage ;; esac
@@ -449,7 +455,8 @@ if [ $PLOT_ONLY = 0 ]; then
                         # shellcheck disable=SC2086 # dargs: words from bench_ddp_args
                         ip netns exec "${PFX}w$r" env GLOO_SOCKET_IFNAME="${PFX}w$r" "$py" \
                             "$root/bench/ddp_cnn.py" --world "$p" --rank "$r" --addr "$(addr w0)" \
-                            --port 29500 --epochs "$EPOCHS" $dargs >"$OUT/.d$r.out" 2>"$OUT/.d$r.err" &
+                            --port 29500 --epochs "$EPOCHS" $dargs ${TORCH_ARGS:-} >"$OUT/.d$r.out" \
+                            2>"$OUT/.d$r.err" &
                         dpids+=($!)
                         PIDS+=($!)
                     done
@@ -461,15 +468,24 @@ if [ $PLOT_ONLY = 0 ]; then
                     rm -f "$OUT"/.d*.out "$OUT"/.d*.err
                     bench_epoch_rows "$d" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 done
-                for k in dense topk01_delta; do
-                    tag=torch-$rate-$k-p$p
+                for sys in ${DCPS_SYSTEMS:-dense topk01_delta}; do
+                    k=${sys%%+*} how=""
+                    [ "$k" = "$sys" ] || how=${sys#*+}
+                    tag=torch-$rate-${sys/+/-}-p$p
                     WORKER_CMD=("$py" "$root/examples/torch/fashion_cnn.py")
+                    case $how in
+                    "") ;;
+                    buckets) WORKER_CMD+=(--bucket-mb "$BUCKET_MB") ;;
+                    ordered) WORKER_CMD+=(--bucket-mb "$BUCKET_MB" --ordered-pull) ;;
+                    esac
+                    # shellcheck disable=SC2206 # TORCH_ARGS: words for both scripts
+                    WORKER_CMD+=(${TORCH_ARGS:-})
                     # shellcheck disable=SC2086
                     run "$tag" "$p" "$root/examples/torch/fashion_cnn.ini" ${scheme[$k]} $PATIENCE \
                         data.epochs=$EPOCHS || die "$tag failed"
                     WORKER_CMD=()
                     name=dcps_${k%01_delta} # as bench/torch.sh names them: dcps_dense, dcps_topk
-                    bench_epoch_rows "$name" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
+                    bench_epoch_rows "$name${how:+_$how}" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
                 done
             done
             echo "netem.sh: wrote $csv" >&2

@@ -64,6 +64,35 @@ class FashionCNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class FashionWide(FashionCNN):
+    """FashionCNN's convolutions under a wide head (1568-2048-2048-10): about
+    7.4 million parameters, 30 MiB of gradient a step for about the compute of
+    FashionCNN twice, so that on an ordinary link a step is mostly
+    communication (bench/netem.sh -x torch with --model wide, issue 30)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32 * 7 * 7, 2048)
+        self.fc2 = nn.Linear(2048, 2048)
+        self.fc3 = nn.Linear(2048, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x.flatten(1))))))
+
+
+MODELS = {"cnn": FashionCNN, "wide": FashionWide}
+
+
+def limited(data, limit, what):
+    """The first `limit` examples of a TensorDataset (0: all of them)."""
+    if limit < 0 or limit > len(data):
+        raise SystemExit(f"--{what}-limit {limit}: 0 (all) to {len(data)} examples")
+    return data if limit == 0 else torch.utils.data.TensorDataset(*(t[:limit] for t in
+                                                                     data.tensors))
+
+
 def evaluate(model, test):
     """(mean cross-entropy, accuracy) on the whole test set."""
     model.eval()
@@ -85,13 +114,27 @@ def main():
     ap.add_argument("--data", default=DATA, help="folder of the IDX files (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=1, help="torch seed of rank 0's initial model")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="cnn",
+                    help="cnn (default, 215,000 parameters) or wide (7.4 million)")
+    ap.add_argument("--train-limit", type=int, default=0, metavar="N",
+                    help="train on the first N training examples (default 0: all 60,000)")
+    ap.add_argument("--test-limit", type=int, default=0, metavar="N",
+                    help="evaluate on the first N test examples (default 0: all 10,000)")
+    ap.add_argument("--bucket-mb", type=float, default=0, metavar="MB",
+                    help="push the gradient in buckets of about MB MiB during backward "
+                         "(dcps.torch.Worker's bucket_mb; default 0: after backward, whole)")
+    ap.add_argument("--ordered-pull", action="store_true",
+                    help="with --bucket-mb, pull front layers first while the next forward "
+                         "starts (Worker's ordered_pull)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    train, test = load(args.data, "train"), load(args.data, "t10k")
-    model = FashionCNN()
-    worker = dt.Worker(model)  # job from DCPS_JOB, rank from DCPS_RANK
+    train = limited(load(args.data, "train"), args.train_limit, "train")
+    test = limited(load(args.data, "t10k"), args.test_limit, "test")
+    model = MODELS[args.model]()
+    # job from DCPS_JOB, rank from DCPS_RANK
+    worker = dt.Worker(model, bucket_mb=args.bucket_mb or None, ordered_pull=args.ordered_pull)
     t0 = time.monotonic()
     epoch = worker.epoch
     for x, y in dt.shard(train):
