@@ -18,7 +18,10 @@ buckets, fp16 is default_hooks.fp16_compress_hook (half the bytes), powersgd is
 powerSGD_hook (Vogels et al. 2019) with error feedback and warm start, rank
 --powersgd-rank (default 1), plain all-reduce before update --powersgd-start (default
 234: the 10% of a 5-epoch run at P = 4 that torch's PowerSGDState documentation
-suggests to start from; it must be at least 2 and at least --warmup-steps).
+suggests to start from; it must be at least 2 and at least --warmup-steps); with powersgd
+DDP keeps the whole gradient in one bucket, because on torch 1.13 over gloo the hook's
+chained allreduces of several buckets reach the ranks in different orders and gloo aborts
+(so PowerSGD's few bytes are not overlapped with backward).
 
 --model, --train-limit and --test-limit are fashion_cnn.py's: the model (cnn, the default,
 or wide) and the first N training and test examples (0: all).
@@ -116,7 +119,14 @@ def main():
     test = limited(load(DATA, "t10k"), args.test_limit, "test")
     dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}",
                             world_size=args.world, rank=args.rank)
-    model = torch.nn.parallel.DistributedDataParallel(MODELS[args.model]())
+    if args.hook == "powersgd":
+        # One bucket: torch 1.13's powerSGD_hook chains each bucket's allreduces
+        # through futures, and with several buckets gloo receives them in a
+        # different order on different ranks (it aborts: "op.preamble.length <=
+        # op.nbytes"); DDP makes a first bucket of 1 MiB whatever bucket_cap_mb says.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+    model = torch.nn.parallel.DistributedDataParallel(
+        MODELS[args.model](), bucket_cap_mb=1 << 20 if args.hook == "powersgd" else 25)
     hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     t0 = time.monotonic()

@@ -28,7 +28,7 @@
 #       ddp_sqrt           lr 0.1 sqrt(P)
 #       ddp_fp16           lr 0.1 P, fp16_compress_hook
 #       ddp_powersgd       lr 0.1 P, powerSGD_hook rank 2, after the first 10% of the
-#                          updates (torch's suggested start)
+#                          updates (torch's suggested start), one bucket (bench/ddp_cnn.py)
 # BENCH_SCHEMES   bench/netem.sh's compression schemes (also bench/sim/calibrate.sh's):
 #                 name -> the job file overrides.
 
