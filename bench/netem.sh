@@ -43,7 +43,8 @@
 #             fp16: dense pushes and pulls of float16 values) with +buckets
 #             (Worker's bucket_mb, BUCKET_MB MiB, default 4) or +ordered (and
 #             ordered_pull); TORCH_ARGS, words for both scripts (fashion_cnn.py
-#             --model wide --train-limit N --test-limit N, say).
+#             --model wide --train-limit N --test-limit N, say); DCPS_SETS, more
+#             section.key=value overrides of the dcps.torch job.
 #   overlap   bench/overlap.py (issue 30: buckets during backward, ordered
 #             pulls) with its one worker in namespace w0 and its two shards in
 #             s0 and s1, at each rate of -R, with the arguments of -O (default:
@@ -482,7 +483,7 @@ if [ $PLOT_ONLY = 0 ]; then
                     WORKER_CMD+=(${TORCH_ARGS:-})
                     # shellcheck disable=SC2086
                     run "$tag" "$p" "$root/examples/torch/fashion_cnn.ini" ${scheme[$k]} $PATIENCE \
-                        data.epochs=$EPOCHS || die "$tag failed"
+                        data.epochs=$EPOCHS ${DCPS_SETS:-} || die "$tag failed"
                     WORKER_CMD=()
                     name=dcps_${k%01_delta} # as bench/torch.sh names them: dcps_dense, dcps_topk
                     bench_epoch_rows "$name${how:+_$how}" "$p" "$EPOCHS" "$OUT/$tag.out" >>"$csv"
