@@ -185,11 +185,13 @@ fi
 
 # Ctrl-C: SIGINT to the launcher while its workers train. Job control gives it a
 # process group of its own, so that SIGINT is not ignored as it would be in a
-# background job. 10,000 epochs (the most a job file takes): 100 of this job ended
-# in 115 s once, under a loaded make check, before the second launch below was
-# refused and the SIGINT sent.
+# background job; env --default-signal gives it SIGINT's default disposition,
+# which a shell cannot restore for itself when it started with SIGINT ignored (a
+# make check run under nohup or from a background job): then the launcher could
+# not trap it, and ran its 100 epochs to the end (exit 0 after 115 s).
 set -m
-bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q -s data.epochs=10000 >"$tmp/out" 2>&1 &
+env --default-signal=INT bash "$launch" "$job" -b "$DCPS_BUILDDIR" -d "$tmp/run" -e -q \
+    -s data.epochs=100 >"$tmp/out" 2>&1 &
 lpid=$!
 set +m
 for _ in $(seq 200); do
