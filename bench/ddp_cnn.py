@@ -6,7 +6,7 @@ SGD (DDP averages the gradients of the P ranks: synchronous SGD on P batches).
     ddp_cnn.py --world P --rank R --port PORT [--addr RANK0_ADDR] [--epochs E] [--lr LR]
                [--batch B] [--warmup-steps N] [--hook none|fp16|powersgd]
                [--powersgd-rank R] [--powersgd-start STEPS] [--model cnn|wide]
-               [--train-limit N] [--test-limit N]
+               [--train-limit N] [--test-limit N] [--alone]
 
 What DDP needs to be at its best against a larger global batch (32 P): --lr is the lr
 of the averaged gradient, so the linear scaling rule (Goyal et al. 2017, "Accurate, large
@@ -23,13 +23,18 @@ DDP keeps the whole gradient in one bucket, because on torch 1.13 over gloo the 
 chained allreduces of several buckets reach the ranks in different orders and gloo aborts
 (so PowerSGD's few bytes are not overlapped with backward).
 
+--alone measures compute alone: no process group, no DDP, no communication; each rank
+trains its own copy of the model on its batches with the same SGD (the step's forward,
+backward and update, with P ranks sharing the machine as in the real runs).
+
 --model, --train-limit and --test-limit are fashion_cnn.py's: the model (cnn, the default,
 or wide) and the first N training and test examples (0: all).
 
 Rank r takes the same share of each epoch as a dcps.torch worker (dcps.share,
 seed 42), so both systems see the same batches. After every epoch each rank
 prints 'rank=R epoch=E done: test_loss= test_acc= elapsed_s=' (elapsed since the
-process group formed, evaluation included, as fashion_cnn.py counts it).
+process group formed, or with --alone the model was made; evaluation included, as
+fashion_cnn.py counts it).
 """
 import argparse
 import os
@@ -50,8 +55,8 @@ from fashion_cnn import DATA, MODELS, evaluate, limited, load  # noqa: E402
 def check(ap, args):
     """Refuses, through ap.error (exit 2 with the usage), what would run but not be what
     was asked: a world or rank out of range, a port no TCP store can take, a batch, lr or
-    epoch count that trains nothing, a negative warm-up, and PowerSGD settings the hook
-    refuses or that would compress during the warm-up."""
+    epoch count that trains nothing, a negative warm-up, a hook with --alone, and
+    PowerSGD settings the hook refuses or that would compress during the warm-up."""
     if args.world < 1:
         ap.error(f"--world must be at least 1, not {args.world}")
     if not 0 <= args.rank < args.world:
@@ -67,6 +72,8 @@ def check(ap, args):
         ap.error(f"--lr must be a positive finite number, not {args.lr}")
     if args.warmup_steps < 0:
         ap.error(f"--warmup-steps must be 0 (none) or more, not {args.warmup_steps}")
+    if args.alone and args.hook != "none":
+        ap.error(f"--alone communicates nothing: --hook {args.hook} has nothing to hook")
     if args.hook == "powersgd":
         if args.powersgd_rank < 1:
             ap.error(f"--powersgd-rank must be at least 1, not {args.powersgd_rank}")
@@ -111,12 +118,18 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), default="cnn")
     ap.add_argument("--train-limit", type=int, default=0)
     ap.add_argument("--test-limit", type=int, default=0)
+    ap.add_argument("--alone", action="store_true",
+                    help="compute alone: no process group and no communication")
     args = ap.parse_args()
     check(ap, args)
     torch.set_num_threads(1)
     torch.manual_seed(1)
     train = limited(load(DATA, "train"), args.train_limit, "train")
     test = limited(load(DATA, "t10k"), args.test_limit, "test")
+    if args.alone:
+        model = MODELS[args.model]()
+        train_loop(args, model, model, train, test)
+        return 0
     dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}",
                             world_size=args.world, rank=args.rank)
     if args.hook == "powersgd":
@@ -128,6 +141,14 @@ def main():
     model = torch.nn.parallel.DistributedDataParallel(
         MODELS[args.model](), bucket_cap_mb=1 << 20 if args.hook == "powersgd" else 25)
     hook(model, args)
+    train_loop(args, model, model.module, train, test)
+    dist.destroy_process_group()
+    return 0
+
+
+def train_loop(args, model, plain, train, test):
+    """Trains model (DDP's, or with --alone the plain one) with SGD on rank
+    args.rank's batches, evaluating plain after each epoch."""
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     t0 = time.monotonic()
     order = np.empty(len(train), dtype=np.uint32)
@@ -148,11 +169,9 @@ def main():
             F.cross_entropy(model(x_all[sel]), y_all[sel]).backward()
             opt.step()
             steps += 1
-        loss, acc = evaluate(model.module, test)
+        loss, acc = evaluate(plain, test)
         print(f"rank={args.rank} epoch={epoch} done: test_loss={loss:.4f} test_acc={acc:.4f} "
               f"elapsed_s={time.monotonic() - t0:.2f} steps={steps}", flush=True)
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

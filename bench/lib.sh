@@ -29,6 +29,10 @@
 #       ddp_fp16           lr 0.1 P, fp16_compress_hook
 #       ddp_powersgd       lr 0.1 P, powerSGD_hook rank 2, after the first 10% of the
 #                          updates (torch's suggested start), one bucket (bench/ddp_cnn.py)
+#       ddp_powersgd_rR_sS the same at rank R, from update S (each part optional:
+#                          ddp_powersgd_r4, ddp_powersgd_s2, ddp_powersgd_r1_s2)
+#       compute            compute alone: each rank trains its own copy with no
+#                          communication (bench/ddp_cnn.py --alone), lr 0.1 P
 # BENCH_SCHEMES   bench/netem.sh's compression schemes (also bench/sim/calibrate.sh's):
 #                 name -> the job file overrides.
 
@@ -48,7 +52,7 @@ bench_machine() {
 }
 
 bench_ddp_args() {
-    local name=$1 p=$2 epochs=$3 lin sqrt per
+    local name=$1 p=$2 epochs=$3 lin sqrt per rank=2 start
     lin=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * p }')
     sqrt=$(awk -v p="$p" 'BEGIN { printf "%g", 0.1 * sqrt(p) }')
     # updates an epoch (bench/ddp_cnn.py: the shortest share's) of BENCH_TRAIN_N examples
@@ -60,7 +64,13 @@ bench_ddp_args() {
     ddp_linear_warmup) echo "--lr $lin --warmup-steps $((per / 2))" ;;
     ddp_sqrt) echo "--lr $sqrt" ;;
     ddp_fp16) echo "--lr $lin --hook fp16" ;;
-    ddp_powersgd) echo "--lr $lin --hook powersgd --powersgd-rank 2 --powersgd-start $((per * epochs / 10 > 2 ? per * epochs / 10 : 2))" ;;
+    compute) echo "--lr $lin --alone" ;;
+    ddp_powersgd | ddp_powersgd_r[0-9]* | ddp_powersgd_s[0-9]*)
+        start=$((per * epochs / 10 > 2 ? per * epochs / 10 : 2))
+        [[ $name =~ ^ddp_powersgd(_r([0-9]+))?(_s([0-9]+))?$ ]] ||
+            { echo "bench_ddp_args: '$name' is not ddp_powersgd[_rRANK][_sSTART]" >&2; return 1; }
+        rank=${BASH_REMATCH[2]:-$rank} start=${BASH_REMATCH[4]:-$start}
+        echo "--lr $lin --hook powersgd --powersgd-rank $rank --powersgd-start $start" ;;
     *) echo "bench_ddp_args: no DDP variant '$name'" >&2; return 1 ;;
     esac
 }

@@ -42,7 +42,9 @@
 #             (default "dense topk01_delta"), each a scheme of -k's list (or
 #             fp16: dense pushes and pulls of float16 values) with +buckets
 #             (Worker's bucket_mb, BUCKET_MB MiB, default 4) or +ordered (and
-#             ordered_pull); TORCH_ARGS, words for both scripts (fashion_cnn.py
+#             ordered_pull) or +comm (communication alone: fashion_cnn.py
+#             --comm-only, no forward or backward; DDP_SYSTEMS' compute is
+#             compute alone, each rank training its own copy); TORCH_ARGS, words for both scripts (fashion_cnn.py
 #             --model wide --train-limit N --test-limit N, say); DCPS_SETS, more
 #             section.key=value overrides of the dcps.torch job.
 #   overlap   bench/overlap.py (issue 30: buckets during backward, ordered
@@ -80,6 +82,8 @@
 #      DENSE_STEPS 8, COMPUTE_MS 50, model 25M, no delay.
 #   -d adds DELAY_MS of delay on every node's upload (netem; the round trip
 #      between two nodes gains 2 DELAY_MS); needs the sch_netem qdisc.
+#   UPLOAD_QUEUE_MS (environment, default 20): the queue of each node's own
+#      upload, in ms at the link's rate (the switch's ports keep 20 ms).
 #   --smoke: P 1 2, dense and topk001_delta, 1gbit, small models and few steps:
 #      checks the machinery in under a minute.
 #   --cleanup: removes the namespaces a killed run left (names starting with
@@ -92,6 +96,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$root/build}
 P_LIST="1 2 4 8" RATES="1gbit 10gbit" ACC_RATES="1gbit" DELAY=0
+UPLOAD_QUEUE_MS=${UPLOAD_QUEUE_MS:-20}
+[[ $UPLOAD_QUEUE_MS =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: UPLOAD_QUEUE_MS must be a whole number of milliseconds, at least 1, not '$UPLOAD_QUEUE_MS'" >&2; exit 2; }
 SCHEMES="dense topk01 topk001 topk01_delta topk001_delta"
 EXPERIMENTS="accuracy scaling" EPOCHS=5 STEPS=60 DENSE_STEPS=8 COMPUTE_MS=50 MODEL=25M
 OUT=$root/bench/results/$(date +%F)/netem
@@ -218,7 +224,11 @@ net_up() { # the switch namespace exists already
     done
 }
 
-# Every link at RATE both ways, with DELAY on each node's upload.
+# Every link at RATE both ways, with DELAY on each node's upload. A link's queue
+# holds 20 ms of traffic at the switch's port (the node's download) and
+# UPLOAD_QUEUE_MS (default 20) at the node's own upload: past it the qdisc drops.
+# A host's own NIC queue drops less than a switch's port: txqueuelen's 1000
+# packets are 120 ms at 100 Mbit/s, 12 ms at 1 Gbit/s.
 shape() {
     local rate=$1 burst n
     burst=$(($(rate_bits "$rate") / 8000))
@@ -227,9 +237,9 @@ shape() {
         tc -n "$PFX$n" qdisc del dev "$PFX$n" root 2>/dev/null || true
         if [ "$DELAY" != 0 ]; then
             tc -n "$PFX$n" qdisc add dev "$PFX$n" root handle 1: netem delay "${DELAY}ms" limit 100000
-            tc -n "$PFX$n" qdisc add dev "$PFX$n" parent 1:1 handle 10: tbf rate "$rate" burst "$burst" latency 20ms
+            tc -n "$PFX$n" qdisc add dev "$PFX$n" parent 1:1 handle 10: tbf rate "$rate" burst "$burst" latency "${UPLOAD_QUEUE_MS}ms"
         else
-            tc -n "$PFX$n" qdisc add dev "$PFX$n" root tbf rate "$rate" burst "$burst" latency 20ms
+            tc -n "$PFX$n" qdisc add dev "$PFX$n" root tbf rate "$rate" burst "$burst" latency "${UPLOAD_QUEUE_MS}ms"
         fi
         tc -n "${PFX}sw" qdisc replace dev "$PFX${n}b" root tbf rate "$rate" burst "$burst" latency 20ms
     done
@@ -243,6 +253,16 @@ drops() {
         tc -n "${PFX}sw" -s qdisc show dev "$PFX${n}b"
     done | awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); d += $(i + 1) } }
         END { print d + 0 }'
+}
+
+# TCP segments retransmitted and retransmission timeouts so far, summed over the
+# nodes' namespaces (each has its own counters): "RETRANS TIMEOUTS".
+tcp_losses() {
+    local n
+    for n in "${NODES[@]}"; do
+        ip netns exec "$PFX$n" nstat -asz TcpRetransSegs TcpExtTCPTimeouts 2>/dev/null
+    done | awk '$1 == "TcpRetransSegs" { r += $2 } $1 == "TcpExtTCPTimeouts" { t += $2 }
+        END { print r + 0, t + 0 }'
 }
 
 # run TAG P JOB [section.key=value ...]: the job's shards and its first P
@@ -270,9 +290,10 @@ run() {
         rm -f "$ep"
     done
     t0=$(date +%s.%N)
-    local c0 d0 s0 k0
+    local c0 d0 s0 k0 rt0 to0 rt1 to1
     c0=$(cpu_ticks)
     d0=$(drops)
+    read -r rt0 to0 < <(tcp_losses)
     s0=$(pid_ticks "${PIDS[@]}")
     k0=$(child_ticks)
     if [ $failed = 0 ]; then
@@ -305,6 +326,9 @@ run() {
     WORKER_CPU=$(echo "$k0 $k1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $3 }')
     AVAIL=$(echo "$JOB_CORES $CPU $(nproc)" | awk '{ if ($2 != "") printf "%.2f", $1 + $3 * (1 - $2) }')
     DROPS=$(($(drops) - d0))
+    read -r rt1 to1 < <(tcp_losses)
+    RETRANS=$((rt1 - rt0)) TIMEOUTS=$((to1 - to0))
+    echo "netem.sh: $tag: ${WALL} s, $DROPS packets dropped by the links, $RETRANS TCP segments retransmitted, $TIMEOUTS retransmission timeouts" >&2
     teardown_programs
     FINALS=$(cat "$OUT"/.w*.out 2>/dev/null | grep '^final:' || true)
     [ -f "$OUT/.$tag.m0.csv" ] && cp "$OUT/.$tag.m0.csv" "$OUT/$tag.csv"
@@ -478,6 +502,8 @@ if [ $PLOT_ONLY = 0 ]; then
                     "") ;;
                     buckets) WORKER_CMD+=(--bucket-mb "$BUCKET_MB") ;;
                     ordered) WORKER_CMD+=(--bucket-mb "$BUCKET_MB" --ordered-pull) ;;
+                    comm) WORKER_CMD+=(--comm-only) ;;
+                    *) die "DCPS_SYSTEMS: $sys: after + comes buckets, ordered or comm" ;;
                     esac
                     # shellcheck disable=SC2206 # TORCH_ARGS: words for both scripts
                     WORKER_CMD+=(${TORCH_ARGS:-})

@@ -19,7 +19,11 @@ fresh job per configuration, in this order:
   buckets   Worker(bucket_mb=B): each bucket pushed during backward
   ordered   Worker(bucket_mb=B, ordered_pull=True): and the pull front first
             while the next forward starts
-Each timed over --steps steps after 2 untimed ones. Prints one CSV row per
+Each timed over --steps steps after 2 untimed ones. With --pin, the thread that
+computes runs on CPU 0 and everything else (the shards, libdcps's and ZeroMQ's
+threads, so mostly the kernel's network work too) on CPU 1, as on a node whose
+other cores and the shards' machines do that work: on a 2-core machine the
+shards, the links and the worker otherwise share the cores that compute. Prints one CSV row per
 configuration and repetition: rep,config,steps,ms_per_step,ratio_to_whole,
 ratio_to_max (ms_per_step over max(compute, comm) of the same repetition),load1 (the
 machine's 1-minute load average when the configuration ended),forward_ms,backward_ms,
@@ -31,6 +35,7 @@ DCPS_BUILDDIR names the build tree (dcps-server), PYTHONPATH its python/ folder.
 import argparse
 import os
 import sys
+import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -54,9 +59,20 @@ def batch_of(args):
     return torch.randn(args.batch, args.width, generator=g)
 
 
+def pin(args):
+    """--pin: this thread (the one that computes) on CPU 0, the process's
+    other threads on CPU 1; threads made later inherit from their maker."""
+    if not args.pin:
+        return
+    me = threading.get_native_id()
+    for tid in map(int, os.listdir("/proc/self/task")):
+        os.sched_setaffinity(tid, {0} if tid == me else {1})
+
+
 def timed(args, one):
     for _ in range(2):
         one()
+    pin(args)  # the untimed steps started every thread the step uses
     t0 = time.perf_counter()
     for _ in range(args.steps):
         one()
@@ -85,7 +101,8 @@ def with_worker(args, config):
         shards=2, workers=1, job={"mode": args.mode}, model={"layers": None, "params": "auto"},
         optimizer={"kind": "sgd", "lr": 1e-6}, compression=comp, servers=servers,
         worker={"log_every": 1000000000, "timeout_ms": 60000},
-        server={"dead_after_ms": 120000}), shards=2, netns=netns)
+        server={"dead_after_ms": 120000}), shards=2, netns=netns,
+        cpus="1" if args.pin else None)
     try:
         m, x = model_of(args), batch_of(args)
         kw = {}
@@ -138,13 +155,18 @@ def main():
     ap.add_argument("--push", choices=("dense", "topk"), default="dense")
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--netns", metavar="PFX", help="shards in bench/netem.sh's namespaces")
+    ap.add_argument("--pin", action="store_true",
+                    help="compute on CPU 0, the shards and the worker's other threads on CPU 1")
     args = ap.parse_args()
+    if args.pin and not {0, 1} <= os.sched_getaffinity(0):
+        ap.error(f"--pin needs CPUs 0 and 1; this process may use {sorted(os.sched_getaffinity(0))}")
     torch.set_num_threads(args.threads)
     n = sum(p.numel() for p in model_of(args).parameters())
     print(f"# {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
           f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
           f"{f' {args.density}' if args.push == 'topk' else ''}, values {args.values}, shards "
-          f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}, torch "
+          f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}"
+          f"{', compute on CPU 0, the rest on CPU 1' if args.pin else ''}, torch "
           f"{torch.__version__}",
           flush=True)
     print("rep,config,steps,ms_per_step,ratio_to_whole,ratio_to_max,load1,forward_ms,"

@@ -2,7 +2,8 @@
 # bench/netem.sh --smoke runs the shards and workers each in a network namespace
 # of its own, joined by rate-limited veth pairs: every run gives a row with
 # positive throughput and bytes per step, top-k sends far fewer bytes than
-# dense, gnuplot draws the PNGs, and no namespace or link is left behind.
+# dense, each run's packet losses are told, gnuplot draws the PNGs, and no
+# namespace or link is left behind; a bad UPLOAD_QUEUE_MS is refused.
 # Skips (77) without root or where network namespaces cannot be made.
 set -uo pipefail
 
@@ -10,6 +11,13 @@ set -uo pipefail
 status=0
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; status=1; }
+
+# A queue that is not a whole number of milliseconds is refused before anything
+# is made (so without root too), with what was wrong.
+msg=$(UPLOAD_QUEUE_MS=0 BUILD=$DCPS_BUILDDIR bash "$DCPS_SRCDIR/bench/netem.sh" --plot 2>&1)
+rc=$?
+[ $rc = 2 ] && [[ $msg == *"UPLOAD_QUEUE_MS must be a whole number of milliseconds, at least 1, not '0'"* ]] &&
+    pass "UPLOAD_QUEUE_MS=0 refused" || fail "UPLOAD_QUEUE_MS=0: exit $rc, $msg"
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, veth, tc)"; exit 77; }
 for c in ip tc; do command -v $c >/dev/null || { echo "SKIP: no $c (iproute2)"; exit 77; }; done
@@ -36,6 +44,10 @@ if ! BUILD=$DCPS_BUILDDIR bash "$DCPS_SRCDIR/bench/netem.sh" --smoke --prefix "$
     cat "$tmp/log"
     fail "bench/netem.sh --smoke"
 fi
+
+n=$(grep -cE '^netem\.sh: scaling-1gbit-dense-p2: [0-9.]+ s, [0-9]+ packets dropped by the links, [0-9]+ TCP segments retransmitted, [0-9]+ retransmission timeouts$' "$tmp/log")
+[ "$n" = 1 ] && pass "a run's losses on the links are told" ||
+    fail "no line of scaling-1gbit-dense-p2's drops and retransmissions: $(grep -m3 dropped "$tmp/log")"
 
 # Nothing named after the prefix is left: namespaces, and links in this one.
 left=$( (ip netns list; ip -o link) | grep -F "$pfx")

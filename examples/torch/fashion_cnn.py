@@ -126,6 +126,9 @@ def main():
     ap.add_argument("--ordered-pull", action="store_true",
                     help="with --bucket-mb, pull front layers first while the next forward "
                          "starts (Worker's ordered_pull)")
+    ap.add_argument("--comm-only", action="store_true",
+                    help="measure communication alone: no forward or backward pass, each "
+                         "step pushes a zero gradient and pulls (bench/netem.sh's +comm)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -144,6 +147,9 @@ def main():
             print(f"rank={worker.rank} epoch={epoch} done: test_loss={loss:.4f} "
                   f"test_acc={acc:.4f} elapsed_s={time.monotonic() - t0:.2f}", flush=True)
             epoch = worker.epoch
+        if args.comm_only:  # the gradient stays zero: the step's messages, no compute
+            worker.step()
+            continue
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         worker.step(loss)

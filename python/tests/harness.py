@@ -58,11 +58,13 @@ def job_text(shards=2, workers=2, **sections):
 class Job:
     """A job file in a scratch directory and its running shards."""
 
-    def __init__(self, text, shards=2, netns=None):
+    def __init__(self, text, shards=2, netns=None, cpus=None):
         """netns: a network namespace per shard (bench/netem.sh's), each shard
         run in its own through `ip netns exec` (the job's servers.shards then
-        names addresses of those namespaces)."""
+        names addresses of those namespaces). cpus: the CPUs the shards may run
+        on (taskset -c's list, "1" say), all of their threads."""
         self.netns = netns
+        self.cpus = cpus
         self.dir = tempfile.mkdtemp(prefix="dcps-py-")
         if _made is not None:
             _made.append(self.dir)
@@ -91,6 +93,8 @@ class Job:
             argv = ["--endpoint-file", ep, "--set", self.shards]
         log = open(os.path.join(self.dir, f"shard{s}.log"), "a")
         wrap = ["ip", "netns", "exec", self.netns[s]] if self.netns else []
+        if self.cpus is not None:
+            wrap += ["taskset", "-c", self.cpus]
         p = subprocess.Popen([*wrap, os.path.join(BUILD, "dcps-server"), "--config", self.path,
                               "--shard", str(s), *argv], stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
