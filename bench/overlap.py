@@ -22,8 +22,10 @@ fresh job per configuration, in this order:
 Each timed over --steps steps after 2 untimed ones. With --pin, the thread that
 computes runs on CPU 0 and everything else (the shards, libdcps's and ZeroMQ's
 threads, so mostly the kernel's network work too) on CPU 1, as on a node whose
-other cores and the shards' machines do that work: on a 2-core machine the
-shards, the links and the worker otherwise share the cores that compute. Prints one CSV row per
+other cores and the shards' machines do that work (on a 2-core machine the
+shards, the links and the worker otherwise share the cores that compute; on
+this project's VM the 2 vCPUs are not independent, and work on CPU 1 still
+slows CPU 0: bench/results/2026-11-26/overlap-netem/pinned/). Prints one CSV row per
 configuration and repetition: rep,config,steps,ms_per_step,ratio_to_whole,
 ratio_to_max (ms_per_step over max(compute, comm) of the same repetition),load1 (the
 machine's 1-minute load average when the configuration ended),forward_ms,backward_ms,
