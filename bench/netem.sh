@@ -44,8 +44,9 @@
 #             (Worker's bucket_mb, BUCKET_MB MiB, default 4) or +ordered (and
 #             ordered_pull) or +comm (communication alone: fashion_cnn.py
 #             --comm-only, no forward or backward; DDP_SYSTEMS' compute is
-#             compute alone, each rank training its own copy); TORCH_ARGS, words for both scripts (fashion_cnn.py
-#             --model wide --train-limit N --test-limit N, say); DCPS_SETS, more
+#             compute alone, each rank training its own copy); TORCH_ARGS,
+#             words for both scripts (fashion_cnn.py --model wide
+#             --train-limit N --test-limit N, say); DCPS_SETS, more
 #             section.key=value overrides of the dcps.torch job.
 #   overlap   bench/overlap.py (issue 30: buckets during backward, ordered
 #             pulls) with its one worker in namespace w0 and its two shards in
