@@ -101,8 +101,9 @@ class Worker:
     (``True``: 25, DDP's default), each pushed as soon as autograd has produced
     all its gradients while backward goes on (libdcps's step in ranges), each
     with its own Top-k and error-feedback residual. ``None`` or 0 (the
-    default): the whole gradient at ``step()``. One backward pass a step; a CPU
-    model. ``ordered_pull``: with buckets, ``step()`` returns once its pushes
+    default): the whole gradient at ``step()``. One backward pass a step, and
+    no change to the gradients after it (clip_grad_norm_ is refused at
+    ``step()``); a CPU model. ``ordered_pull``: with buckets, ``step()`` returns once its pushes
     are acknowledged, and the pull goes on front first while the next forward
     pass starts: a hook before each module's forward waits only for that
     module's own parameters.
@@ -258,6 +259,7 @@ class Worker:
         self._trained = [p.requires_grad for p in self._params]
         self._sent = [False] * len(self._buckets)
         self._left = self._to_come()
+        self._grad_version = self._grad._version  # the last write autograd made
         self._g_np = self._grad.numpy()
         ref = weakref.ref(self)
 
@@ -311,6 +313,9 @@ class Worker:
         self._left[b] -= 1
         if self._left[b] == 0:
             self._push_bucket(b)
+        # Every write into the gradient buffer bumps its version (views share
+        # it): the last one dcps knows of is autograd's, just before this hook.
+        self._grad_version = self._grad._version
 
     def _push_bucket(self, b):
         """Pushes bucket b (the step begins with its first bucket)."""
@@ -337,6 +342,8 @@ class Worker:
                 f"{self._names[i]}.requires_grad became {trained[i]} after dcps.torch.Worker("
                 "model, bucket_mb=...), which hooks the parameters that require a gradient "
                 "when it is made: set requires_grad before making the Worker")
+        if any(self._sent):
+            self._check_unchanged()
         for b, sent in enumerate(self._sent):
             if not sent:
                 self._push_bucket(b)
@@ -346,6 +353,32 @@ class Worker:
         self._sent = [False] * len(self._buckets)
         self._left = self._to_come()
         self._grad.zero_()  # the step read it until end() returned
+
+    def _check_unchanged(self):
+        """Refuses a step whose gradients changed after autograd wrote its last
+        one (clip_grad_norm_, an in-place op on .grad, .grad replaced): their
+        buckets went during the backward pass, so the change would be lost.
+        The buffer's version counts every in-place write through any view;
+        a replaced .grad is no longer a view of it."""
+        where = None
+        for b, sent in enumerate(self._sent):
+            for i in self._buckets[b][2] if sent else ():
+                g = self._params[i].grad
+                if g is None or g.data_ptr() != self._slices[i].data_ptr():
+                    where = (f"{self._names[i]}.grad was "
+                             f"{'set to None' if g is None else 'replaced'}")
+                    break
+            if where:
+                break
+        if where is None and self._grad._version != self._grad_version:
+            where = "a gradient was changed in place (torch.nn.utils.clip_grad_norm_ does)"
+        if where is None:
+            return
+        raise StateError(
+            f"{where} after the backward pass of step {self._step.clock + 1}, whose buckets "
+            "were pushed as autograd produced them (bucket_mb): the change would be lost. "
+            "Change gradients before they are accumulated (a hook on the tensor), or leave "
+            "bucket_mb out to change them between backward() and step()")
 
     def _buffers_setup(self, mode, every):
         """The model's buffers, floating-point and integer ones apart, and one

@@ -6,8 +6,9 @@ path bit for bit, with ordered pulls too, and the ordered pull's parameters are
 an exact pull's; with [compression] values = fp16 buckets equal the whole
 fp16 step bit for bit; each bucket has its own Top-k, which is not the whole
 gradient's (a bucket of small gradients still sends its share); a parameter
-that gets no gradient (unused, or frozen) is pushed as zero at step(); what
-buckets cannot do is refused with a sentence."""
+that gets no gradient (unused, or frozen) is pushed as zero at step(); a
+gradient changed after its bucket went is refused; what buckets cannot do is
+refused with a sentence."""
 import os
 import sys
 import unittest
@@ -270,6 +271,61 @@ class Buckets(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "more than 64 of the ranges.*give a larger "
                                         "bucket_mb"):
                 dt.Worker(deep, job=j.path, rank=0, overrides=[j.shards], bucket_mb=1e-9)
+        finally:
+            j.close()
+
+    def test_a_gradient_changed_after_its_bucket_went_is_refused(self):
+        """clip_grad_norm_ between backward() and step(), an in-place op on a
+        .grad, or a .grad replaced or set to None: the buckets went during
+        backward, so step() refuses rather than lose the change. Reading the
+        gradients changes nothing; without buckets clipping still works."""
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        changes = {
+            "changed in place": lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3),
+            "b.bias.grad was replaced": lambda m: setattr(m.b.bias, "grad", m.b.bias.grad * 2),
+            "c.weight.grad was set to None": lambda m: setattr(m.c.weight, "grad", None),
+            "in place": lambda m: m.a.weight.grad.add_(1.0),
+        }
+        data = batches(2)
+        for what, change in changes.items():
+            j = job()
+            try:
+                m = mlp()
+                w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards], bucket_mb=0.0007)
+                (x, y), (x2, y2) = data
+                loss_of(m, x, y).backward()
+                norm = sum(float(p.grad.norm()) ** 2 for p in m.parameters())  # reads only
+                self.assertGreater(norm, 0)
+                w.step()
+                loss_of(m, x2, y2).backward()
+                change(m)
+                with self.assertRaisesRegex(dcps.StateError,
+                                            f"{what}.*step 2.*the change would be lost"):
+                    w.step()
+                w.close()
+            finally:
+                j.close()
+        # Without buckets the same clipping is pushed: the step moves the
+        # parameters by lr x 1e-3 in norm (float32 rounding of parameters near
+        # 0.2 aside), not by lr x the gradient's norm.
+        j = job()
+        try:
+            m = mlp()
+            before = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards])
+            x, y = data[0]
+            loss_of(m, x, y).backward()
+            norm = float(torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3))
+            self.assertGreater(norm, 0.1)
+            w.step()
+            w.wait()
+            after = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            self.assertAlmostEqual(float((after - before).norm()) / (LR * 1e-3), 1.0, delta=0.01)
+            w.close()
         finally:
             j.close()
 
