@@ -19,7 +19,11 @@ fresh job per configuration, in this order:
   buckets   Worker(bucket_mb=B): each bucket pushed during backward
   ordered   Worker(bucket_mb=B, ordered_pull=True): and the pull front first
             while the next forward starts
-Each timed over --steps steps after 2 untimed ones. With --pin, the thread that
+Each timed over --steps steps after 2 untimed ones. With --device cuda the
+model and the batch are on the GPU and every step ends with
+torch.cuda.synchronize(): comm, whole and whole_c take the device path
+(Step.use_stream), buckets and ordered the staged one (host buffers, a
+pushing thread: docs/pytorch.md, "Buckets"). With --pin, the thread that
 computes runs on CPU 0 and everything else (the shards, libdcps's and ZeroMQ's
 threads, so mostly the kernel's network work too) on CPU 1, as on a node whose
 other cores and the shards' machines do that work (on a 2-core machine the
@@ -53,12 +57,19 @@ def model_of(args):
     layers = []
     for _ in range(args.layers):
         layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers[:-1])
+    return torch.nn.Sequential(*layers[:-1]).to(args.device)
 
 
 def batch_of(args):
     g = torch.Generator().manual_seed(1)
-    return torch.randn(args.batch, args.width, generator=g)
+    return torch.randn(args.batch, args.width, generator=g).to(args.device)
+
+
+def synced(args):
+    """--device cuda: waits for the device's queued work (each step ends so,
+    as a script that reads its loss does)."""
+    if args.device == "cuda":
+        torch.cuda.synchronize()
 
 
 def pin(args):
@@ -87,6 +98,7 @@ def compute_alone(args):
     def one():
         m.zero_grad(set_to_none=False)
         m(x).square().mean().backward()
+        synced(args)
 
     return timed(args, one)
 
@@ -130,6 +142,7 @@ def with_worker(args, config):
                 w._grad.zero_()
             else:
                 w.step()
+            synced(args)
             t3 = time.perf_counter()
             for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2)):
                 phase[i] += d
@@ -157,6 +170,8 @@ def main():
     ap.add_argument("--push", choices=("dense", "topk"), default="dense")
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--netns", metavar="PFX", help="shards in bench/netem.sh's namespaces")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="the model and the batch on the GPU")
     ap.add_argument("--pin", action="store_true",
                     help="compute on CPU 0, the shards and the worker's other threads on CPU 1")
     args = ap.parse_args()
@@ -168,7 +183,8 @@ def main():
           f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
           f"{f' {args.density}' if args.push == 'topk' else ''}, values {args.values}, shards "
           f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}"
-          f"{', compute on CPU 0, the rest on CPU 1' if args.pin else ''}, torch "
+          f"{', compute on CPU 0, the rest on CPU 1' if args.pin else ''}, device "
+          f"{torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}, torch "
           f"{torch.__version__}",
           flush=True)
     print("rep,config,steps,ms_per_step,ratio_to_whole,ratio_to_max,load1,forward_ms,"

@@ -1350,23 +1350,29 @@ static int push(dcps_client_t *c, slot_t *slots)
     return push_sent(c, slots, false);
 }
 
-/* The parts a dense message of shard s's range goes in: [compression] parts
- * (at most one per parameter), or by size: one per DCPS_PART_FLOATS of the
- * range, 1 to DCPS_PARTS_AUTO; whole in a sync job with checkpoints (a
- * restored shard keeps no record of parts: common/config.c refuses more). */
 #define DCPS_PART_FLOATS 524288
 #define DCPS_PARTS_AUTO 16
+
+uint32_t dcps_parts_for(const dcps_config_t *cfg, uint64_t len, uint64_t shard_len)
+{
+    uint64_t p = cfg->parts > 0 ? ((uint64_t)cfg->parts * len + shard_len / 2) / shard_len
+                                : len / DCPS_PART_FLOATS;
+    if (cfg->parts == 0 && p > DCPS_PARTS_AUTO)
+        p = DCPS_PARTS_AUTO;
+    if (p > len)
+        p = len;
+    return p < 1 ? 1 : (uint32_t)p;
+}
+
+/* The parts a dense message of shard s's range goes in (dcps_parts_for the
+ * whole range); whole in a sync job with checkpoints (a restored shard keeps no
+ * record of parts: common/config.c refuses more). */
 static uint32_t parts_of(const dcps_client_t *c, int s)
 {
     const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
     if (c->cfg.parts == 0 && c->cfg.mode == DCPS_MODE_SYNC && c->cfg.checkpoint_dir[0])
         return 1;
-    uint64_t p = c->cfg.parts > 0 ? (uint64_t)c->cfg.parts : n / DCPS_PART_FLOATS;
-    if (c->cfg.parts == 0 && p > DCPS_PARTS_AUTO)
-        p = DCPS_PARTS_AUTO;
-    if (p > n)
-        p = n;
-    return p < 1 ? 1 : (uint32_t)p;
+    return dcps_parts_for(&c->cfg, n, n);
 }
 
 /* dcps_client_set_reply_parts's count for shard s: at most one part per

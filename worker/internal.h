@@ -88,6 +88,11 @@ typedef struct {
     float tau;           /* TWOBIT: the threshold, above 0 */
     float *lost;         /* NULL, or a float per value: what rounding took from it */
 } dcps_push_part_t;
+/* The parts a dense message over len of a shard's shard_len values goes in:
+ * [compression] parts' share of it (parts × len / shard_len, rounded), or by
+ * size, one per 524,288 values, 1 to 16; at least 1, at most one per value. A
+ * message over the whole range (len = shard_len) goes in [compression] parts. */
+uint32_t dcps_parts_for(const dcps_config_t *cfg, uint64_t len, uint64_t shard_len);
 int dcps_client_parts_begin(dcps_client_t *c, const uint32_t *parts, uint32_t pull_parts);
 int dcps_client_parts_send(dcps_client_t *c, int s, uint32_t i, const dcps_push_part_t *p);
 int dcps_client_parts_end(dcps_client_t *c);

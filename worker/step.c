@@ -62,7 +62,8 @@ struct dcps_step {
     uint64_t resumed;
     double t0;      /* when dcps_step_start returned */
     /* A step in ranges (dcps_step_set_ranges): range j is [ends[j - 1], ends[j])
-     * (ends[-1] = 0), encoded by its own compressor; its first piece is part
+     * (ends[-1] = 0), encoded by its own compressor; its piece of a shard's
+     * range goes as piece_parts() parts: the first piece's from part
      * first_part[j] of its first shard's push, and every further shard it
      * covers starts with it (part 0). A sparse range's global indices go to
      * ridx at its own offset (k <= its length). pushed[j]: range j was pushed
@@ -71,6 +72,7 @@ struct dcps_step {
     size_t *ends;
     dcps_compress_t **rcomp;
     uint32_t *first_part, *ridx;
+    bool split; /* pieces go in parts by size (dcps_parts_for), not one each */
     uint32_t parts[DCPS_MAX_SHARDS];
     dcps_range_t shard[DCPS_MAX_SHARDS];
     unsigned char *pushed;
@@ -789,6 +791,39 @@ static int check_ends(dcps_step_t *s, const size_t *ends, size_t count)
     return 0;
 }
 
+/* The parts a range's piece [lo, hi) of shard sh's range goes in: by its
+ * size, as a whole push's parts (dcps_parts_for), or one. */
+static uint32_t piece_parts(const dcps_step_t *s, bool split, int sh, uint64_t lo, uint64_t hi)
+{
+    return split ? dcps_parts_for(&s->cfg, hi - lo, s->shard[sh].hi - s->shard[sh].lo) : 1;
+}
+
+/* Numbers the pieces of the ranges `ends` (count of them) as parts of each
+ * shard's push: parts[sh] in all, first[j] the first part of range j's first
+ * piece. 0, or the first range that makes a shard's parts exceed
+ * DCPS_PARTS_MAX, plus one, and that shard in *over. */
+static size_t number_parts(const dcps_step_t *s, const size_t *ends, size_t count, bool split,
+                           uint32_t *parts, uint32_t *first, int *over)
+{
+    const int S = s->cfg.n_shards;
+    memset(parts, 0, (size_t)S * sizeof *parts);
+    for (size_t j = 0; j < count; j++) {
+        size_t lo = j ? ends[j - 1] : 0;
+        int sh = dcps_shardmap_owner(s->n, S, lo);
+        first[j] = parts[sh];
+        for (; sh < S && s->shard[sh].lo < ends[j]; sh++) {
+            uint64_t plo = lo > s->shard[sh].lo ? lo : s->shard[sh].lo;
+            uint64_t phi = ends[j] < s->shard[sh].hi ? ends[j] : s->shard[sh].hi;
+            parts[sh] += piece_parts(s, split, sh, plo, phi);
+            if (parts[sh] > DCPS_PARTS_MAX) {
+                *over = sh;
+                return j + 1;
+            }
+        }
+    }
+    return 0;
+}
+
 int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
 {
     int rc = 0;
@@ -828,20 +863,25 @@ int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
         goto fail;
     }
     memcpy(e, ends, count * sizeof *e);
+    /* Large pieces in parts by size, as a whole push's, while every shard's
+     * parts fit in a push; else one part a piece. */
+    int sh = 0;
+    bool split = true;
+    size_t bad = number_parts(s, ends, count, split, parts, first, &sh);
+    if (bad)
+        bad = number_parts(s, ends, count, split = false, parts, first, &sh);
+    if (bad) {
+        size_t j = bad - 1, lo = j ? ends[j - 1] : 0;
+        rc = dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                      "shard %d's range [%" PRIu64 ", %" PRIu64 ") would take more than %d of the "
+                      "ranges (range %zu, [%zu, %zu), is one too many): a push has at most %d "
+                      "parts a shard; give fewer, larger ranges",
+                      sh, s->shard[sh].lo, s->shard[sh].hi, DCPS_PARTS_MAX, j, lo, ends[j],
+                      DCPS_PARTS_MAX);
+        goto fail;
+    }
     for (size_t j = 0; j < count; j++) {
         size_t lo = j ? ends[j - 1] : 0;
-        int sh = dcps_shardmap_owner(s->n, S, lo);
-        first[j] = parts[sh];
-        for (; sh < S && s->shard[sh].lo < ends[j]; sh++)
-            if (++parts[sh] > DCPS_PARTS_MAX) {
-                rc = dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
-                              "shard %d's range [%" PRIu64 ", %" PRIu64 ") would take more than "
-                              "%d of the ranges (range %zu, [%zu, %zu), is one too many): a "
-                              "push has at most %d parts a shard; give fewer, larger ranges",
-                              sh, s->shard[sh].lo, s->shard[sh].hi, DCPS_PARTS_MAX, j, lo, ends[j],
-                              DCPS_PARTS_MAX);
-                goto fail;
-            }
         if (!(comp[j] = dcps_compress_new(&s->cfg, ends[j] - lo, &rc))) {
             dcps_say(s->err, sizeof s->err, rc, "range %zu's compressor: %s", j, dcps_strerror(rc));
             goto fail;
@@ -850,6 +890,7 @@ int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
     free_ranges(s);
     s->ends = e;
     s->first_part = first;
+    s->split = split;
     s->pushed = pushed;
     s->rcomp = comp;
     s->ridx = ridx;
@@ -916,10 +957,10 @@ static size_t range_of(const dcps_step_t *s, size_t i)
     return lo;
 }
 
-/* Sends range j's encoding e: its piece of each shard it covers, a part of
- * that shard's push, in e's value format. What rounding took from each piece's
- * values lands at the piece's own offset in e->lost, the whole range's loss
- * once every piece is sent (dcps_compress_keep). */
+/* Sends range j's encoding e: its piece of each shard it covers, in the
+ * piece's parts of that shard's push (piece_parts), in e's value format. What
+ * rounding took from each part's values lands at the part's own offset in
+ * e->lost, the whole range's loss once every part is sent (dcps_compress_keep). */
 static int send_range(dcps_step_t *s, size_t j, const dcps_encoded_t *e)
 {
     const size_t lo = range_lo(s, j), hi = s->ends[j];
@@ -933,18 +974,23 @@ static int send_range(dcps_step_t *s, size_t j, const dcps_encoded_t *e)
     for (int sh = first; sh < s->cfg.n_shards && s->shard[sh].lo < hi; sh++) {
         const uint64_t plo = lo > s->shard[sh].lo ? lo : s->shard[sh].lo;
         const uint64_t phi = hi < s->shard[sh].hi ? hi : s->shard[sh].hi;
-        dcps_push_part_t p = {plo, phi, NULL, NULL, 0, e->dtype, e->tau, NULL};
-        size_t at = plo - lo; /* the piece's first value in e */
-        if (!e->dense) {
-            at = dcps_lower_bound(idx, e->k, plo);
-            p.idx = idx + at;
-            p.k = dcps_lower_bound(idx, e->k, phi) - at;
+        const uint32_t k = piece_parts(s, s->split, sh, plo, phi);
+        const uint32_t part0 = sh == first ? s->first_part[j] : 0;
+        for (uint32_t i = 0; i < k; i++) { /* bounds as a whole push's parts */
+            dcps_push_part_t p = {plo + (phi - plo) * i / k, plo + (phi - plo) * (i + 1) / k,
+                                  NULL, NULL, 0, e->dtype, e->tau, NULL};
+            size_t at = p.lo - lo; /* the part's first value in e */
+            if (!e->dense) {
+                at = dcps_lower_bound(idx, e->k, p.lo);
+                p.idx = idx + at;
+                p.k = dcps_lower_bound(idx, e->k, p.hi) - at;
+            }
+            p.val = e->values + at;
+            p.lost = e->lost ? e->lost + at : NULL;
+            int rc = dcps_client_parts_send(s->client, sh, part0 + i, &p);
+            if (rc != 0)
+                return fail(s, rc, "push");
         }
-        p.val = e->values + at;
-        p.lost = e->lost ? e->lost + at : NULL;
-        int rc = dcps_client_parts_send(s->client, sh, sh == first ? s->first_part[j] : 0, &p);
-        if (rc != 0)
-            return fail(s, rc, "push");
     }
     return 0;
 }

@@ -22,8 +22,11 @@ buffers on that device and libdcps's device path (``Step.use_stream``): error
 feedback and the Top-k selection run on the GPU, only the k pushed pairs and
 what the pull brings cross PCIe, and the step works on the device's current
 stream (``torch.cuda.current_stream``) at each call, so it is ordered with the
-script's own work there.
+script's own work there. With ``bucket_mb`` a CUDA model's buckets go through
+pinned host buffers instead (_Staging): libdcps's step in ranges takes host
+arrays.
 """
+import concurrent.futures
 import contextlib
 import math
 import os
@@ -103,10 +106,12 @@ class Worker:
     with its own Top-k and error-feedback residual. ``None`` or 0 (the
     default): the whole gradient at ``step()``. One backward pass a step, and
     no change to the gradients after it (clip_grad_norm_ is refused at
-    ``step()``); a CPU model. ``ordered_pull``: with buckets, ``step()`` returns once its pushes
-    are acknowledged, and the pull goes on front first while the next forward
-    pass starts: a hook before each module's forward waits only for that
-    module's own parameters.
+    ``step()``). A CUDA model's buckets are copied to host memory as autograd
+    hands them over and pushed by a thread of their own. ``ordered_pull``: with
+    buckets, ``step()`` returns once its pushes are acknowledged, and the pull
+    goes on front first while the next forward pass starts: a hook before each
+    module's forward waits only for that module's own parameters (and, on a
+    CUDA model, copies them to the device).
     """
 
     def __init__(self, model, job=None, rank=None, overrides=(), param_groups=None,
@@ -185,19 +190,24 @@ class Worker:
             self._step.set_groups(ranges, options)
         self._buckets = None
         self._pulling = False  # an ordered pull is in flight
+        # A CUDA model with buckets: the step in ranges takes host arrays, so
+        # the gradients are staged through host buffers (_Staging).
+        self._staging = None
+        if bucket_mb and (self._cuda or _STAGE_CPU):
+            self._staging = _Staging(n, self._cuda)
         if bucket_mb:
-            if self._cuda:
-                raise ConfigError("bucket_mb takes a model on the CPU in this version (the step "
-                                  "in ranges has no device path); leave bucket_mb out for a "
-                                  "CUDA model")
             self._buckets_setup(model, offsets, bucket_mb, ordered_pull)
-        if self._cuda:
+        if self._staging is not None:
+            self._p_arg, self._g_arg = self._staging.p_np, self._staging.g_np
+            self._staging.p.copy_(self._flat)  # rank 0's initial parameters
+        elif self._cuda:
             # Device pointers on the current stream; the buffers never move.
             self._stream = None
             self._use_current_stream()
             self._p_arg, self._g_arg = self._flat.data_ptr(), self._grad.data_ptr()
         else:
             self._p_arg, self._g_arg = self._flat.numpy(), self._grad.numpy()
+        self._device_step = self._cuda and self._staging is None
         job_values = self._step.job
         self.rank = job_values["rank"]
         self.workers = job_values["workers"]
@@ -216,6 +226,7 @@ class Worker:
         self._t_win, self._win_samples = time.monotonic(), 0
         with self._on_device():
             self._step.start(self._p_arg)
+        self._landed()
         self._t_start = time.monotonic()  # training time counts from here (final:)
         self.resumed = self._step.resumed
         self._buffers_setup(buffers, job_values["buffer_every"])
@@ -260,7 +271,7 @@ class Worker:
         self._sent = [False] * len(self._buckets)
         self._left = self._to_come()
         self._grad_version = self._grad._version  # the last write autograd made
-        self._g_np = self._grad.numpy()
+        self._g_np = None if self._staging is not None else self._grad.numpy()
         ref = weakref.ref(self)
 
         def grad_ready(i):
@@ -292,6 +303,8 @@ class Worker:
                 w = ref()
                 if w is not None and w._pulling:
                     w._step.wait_range(lo, hi)
+                    if w._staging is not None:
+                        w._staging.land_range(w._flat, lo, hi)
 
             self._hooks.append(m.register_forward_pre_hook(before_forward))
 
@@ -321,13 +334,17 @@ class Worker:
         """Pushes bucket b (the step begins with its first bucket)."""
         lo, hi, members = self._buckets[b]
         if not self._in_step:
+            if self._pulling:
+                self.wait()  # the last pull is the model's before this step's pull ahead
             self._step.begin(self.epoch)
             self._in_step = True
-            self._pulling = False
         for i in members:
             self._gather_one(i)
         self._sent[b] = True
-        self._step.push_range(lo, hi, self._g_np[lo:hi])
+        if self._staging is not None:
+            self._staging.push(self._step, lo, hi, self._grad)
+        else:
+            self._step.push_range(lo, hi, self._g_np[lo:hi])
 
     def _step_in_buckets(self):
         """The step's end: the buckets that no gradient completed (parameters
@@ -347,7 +364,11 @@ class Worker:
         for b, sent in enumerate(self._sent):
             if not sent:
                 self._push_bucket(b)
+        if self._staging is not None:
+            self._staging.drain()
         self._step.end(self._p_arg, ordered=self._ordered)
+        if not self._ordered:
+            self._landed()  # ordered: range by range, as the next forward needs them
         self._in_step = False
         self._pulling = self._ordered
         self._sent = [False] * len(self._buckets)
@@ -429,6 +450,12 @@ class Worker:
         """The model's CUDA device as the current one (libdcps launches its
         kernels there); nothing for a CPU model."""
         return torch.cuda.device(self.device) if self._cuda else contextlib.nullcontext()
+
+    def _landed(self):
+        """The parameters the step just wrote into the host buffer go to the
+        model on the device (staged buckets; nothing otherwise)."""
+        if self._staging is not None:
+            self._staging.land(self._flat)
 
     def _use_current_stream(self):
         """Hands the device's current stream to the Step when it changed."""
@@ -569,6 +596,8 @@ class Worker:
         ``ordered_pull``: waits until the whole pull has landed (before
         reading the parameters outside a forward pass)."""
         self._step.wait()
+        if self._staging is not None and self._pulling:
+            self._staging.land_rest(self._flat)
         self._pulling = False
 
     def finish(self, evaluate=None, test_acc=None, test_loss=None, out=sys.stdout):
@@ -577,15 +606,19 @@ class Worker:
         given (returning accuracy, or (loss, accuracy)), prints the ``final:``
         line (as dcps-worker's) and closes. Returns the line's values as a dict."""
         global _current
-        if self._cuda:
+        if self._device_step:
             self._use_current_stream()
         self._check_bound()
         # Buffers: published before the final barrier, taken after it, so that
         # every rank takes the same final ones.
         if self._buffers_publishes():
             self._buffers_exchange(True)
+        if self._staging is not None:
+            self._staging.drain()
         with self._on_device():
             self._step.finish(self._p_arg)
+        self._pulling = False  # finish() waited for it, then pulled exactly
+        self._landed()
         trained = time.monotonic() - self._t_start  # before evaluate(): final: counts training
         if self.buffers != "local":
             self._buffers_exchange(False)
@@ -613,6 +646,8 @@ class Worker:
     def close(self):
         """Says BYE and frees the worker (finish() does it)."""
         self._live = False
+        if self._staging is not None:
+            self._staging.close()
         self._step.close()
 
     def __enter__(self):
@@ -633,8 +668,11 @@ class Worker:
         the job's buffers)."""
         if self._finished:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        flat = torch.empty(self.n, dtype=torch.float32, device=self.device)
-        if self._cuda:  # device arrays: a pointer, on the current stream
+        if self._staging is not None:  # staged: host arrays, to the device below
+            self._staging.drain()
+        flat = torch.empty(self.n, dtype=torch.float32,
+                           device=self.device if self._device_step else "cpu")
+        if self._device_step:  # device arrays: a pointer, on the current stream
             self._use_current_stream()
             with self._on_device():
                 self._step.pull(flat.data_ptr())
@@ -680,6 +718,96 @@ class Worker:
         if getattr(self, "_shim", None) is None:
             self._shim = _StepOptimizer(self)
         return self._shim
+
+
+# The tests set this to stage a CPU model's buckets as a CUDA model's are.
+_STAGE_CPU = False
+
+
+class _Staging:
+    """A CUDA model's buckets (bucket_mb) go through host buffers, since the
+    step in ranges takes host arrays. A bucket's gradient is copied to the host
+    on the current stream as autograd hands it over, and pushed by a thread of
+    its own once that copy is done: neither the backward pass nor its kernels
+    wait for a push. The step's pull lands in the host buffer and goes to the
+    device on the current stream: whole (land), or with ordered pulls a
+    module's range as its forward hook finds it landed (land_range) and the
+    rest once the pull is done (land_rest). A CPU model staged so (_STAGE_CPU)
+    copies at once."""
+
+    def __init__(self, n, cuda):
+        self.cuda = cuda
+        self.p = torch.empty(n, dtype=torch.float32, pin_memory=cuda)
+        self.g = torch.zeros(n, dtype=torch.float32, pin_memory=cuda)
+        self.p_np, self.g_np = self.p.numpy(), self.g.numpy()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dcps-push")
+        self._pending = []
+        self._landing = None  # recorded after the last copy of p to the device
+        self._landed = set()  # the ranges of an ordered pull copied so far
+
+    def _event(self):
+        """An event behind the work queued on the current stream (CUDA)."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def push(self, step, lo, hi, grad):
+        """Copies grad[lo:hi] to the host behind the kernels that made it, and
+        has the pushing thread push it once the copy is done (and once p, which
+        the pull ahead that a push may send writes, has gone to the device)."""
+        self.g[lo:hi].copy_(grad[lo:hi], non_blocking=self.cuda)
+        copied, landing = self._event(), self._landing
+
+        def send():
+            for event in (landing, copied):
+                if event is not None:
+                    event.synchronize()
+            step.push_range(lo, hi, self.g_np[lo:hi])
+
+        self._pending.append(self._pool.submit(send))
+
+    def drain(self):
+        """Waits for every push given, and for p's last copy to the device
+        (the step's next call may write p); raises the first push's error."""
+        pending, self._pending = self._pending, []
+        if self._landing is not None:
+            self._landing.synchronize()
+        errors = [f.exception() for f in pending]
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
+
+    def land(self, flat):
+        """The parameters the step wrote into p, to the model's flat buffer."""
+        flat.copy_(self.p, non_blocking=self.cuda)
+        self._landing = self._event()
+        self._landed = set()
+
+    def land_range(self, flat, lo, hi):
+        """[lo, hi) of an ordered pull, landed in p, to the model's flat
+        buffer (once a pull: a module called twice takes it once)."""
+        if (lo, hi) in self._landed:
+            return
+        flat[lo:hi].copy_(self.p[lo:hi], non_blocking=self.cuda)
+        self._landing = self._event()
+        self._landed.add((lo, hi))
+
+    def land_rest(self, flat):
+        """Once an ordered pull has landed whole in p: what no forward hook
+        took (modules the forward pass did not call), to the flat buffer."""
+        at = 0
+        for lo, hi in sorted(self._landed) + [(flat.numel(), flat.numel())]:
+            if lo > at:
+                flat[at:lo].copy_(self.p[at:lo], non_blocking=self.cuda)
+            at = max(at, hi)
+        self._landing = self._event()
+        self._landed = set()
+
+    def close(self):
+        self._pool.shutdown(wait=True)
+        self._pending = []
 
 
 def _binding(params):

@@ -260,6 +260,21 @@ def _cuda():
     return torch.cuda.is_available()
 
 
+def _twins(comp, mode="async"):
+    """Two jobs of one worker each (comp: their [compression]), and a small
+    model on the CPU with its copy on the GPU."""
+    import copy
+
+    import torch
+
+    text = harness.job_text(workers=1, model={"layers": None, "params": "auto"},
+                            job={"mode": mode}, compression=comp)
+    jobs = [harness.Job(text, shards=2), harness.Job(text, shards=2)]
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.ReLU(), torch.nn.Linear(300, 10))
+    return jobs, cpu, copy.deepcopy(cpu).cuda()
+
+
 class CudaModel(unittest.TestCase):
     @unittest.skipUnless(_cuda(), "no CUDA device")
     def test_a_cuda_model_ends_bit_identical_to_the_same_model_on_the_cpu(self):
@@ -267,7 +282,6 @@ class CudaModel(unittest.TestCase):
         kernel of torch's differs), each the one worker of its own job: the
         device path (Top-k + error feedback on the GPU, deltas scattered there)
         and the host path push the same bytes and hold the same bits."""
-        import copy
         import io
 
         import torch
@@ -276,14 +290,8 @@ class CudaModel(unittest.TestCase):
 
         comp = {"push": "topk", "density": 0.05, "pull": "delta", "warmup_steps": 1,
                 "correction_every": 4}
-        text = harness.job_text(workers=1, model={"layers": None, "params": "auto"},
-                                compression=comp)
-        jobs = [harness.Job(text, shards=2), harness.Job(text, shards=2)]
+        jobs, cpu, gpu = _twins(comp)
         try:
-            torch.manual_seed(0)
-            cpu = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.ReLU(),
-                                      torch.nn.Linear(300, 10))
-            gpu = copy.deepcopy(cpu).cuda()
             wc = dt.Worker(cpu, job=jobs[0].path, rank=0, overrides=[jobs[0].shards])
             wg = dt.Worker(gpu, job=jobs[1].path, rank=0, overrides=[jobs[1].shards])
             for t in range(10):
@@ -308,6 +316,66 @@ class CudaModel(unittest.TestCase):
             for j in jobs:
                 j.close()
 
+    @unittest.skipUnless(_cuda(), "no CUDA device")
+    def test_cuda_buckets_end_bit_identical_to_cpu_buckets(self):
+        """Buckets on a CUDA model (staged through host buffers, each pushed
+        by its own thread once its copy is done): the same gradients, made by
+        a backward pass that gives them exactly (p * c summed, plus 0 times the
+        model's output, so that the forward's hooks run), pushed during
+        backward on both devices, hold the same bits after every step: dense
+        in sync, Top-k with delta pulls in async, and dense with ordered pulls
+        (compared after the next forward pass, whose hooks landed them); the
+        state_dict and finish() too."""
+        import io
+
+        import torch
+
+        import dcps.torch as dt
+
+        dense = {"push": "dense", "pull": "dense"}
+        topk = {"push": "topk", "density": 0.05, "pull": "delta", "warmup_steps": 1}
+        for comp, mode, ordered in ((dense, "sync", False), (topk, "async", False),
+                                    (dense, "sync", True)):
+            jobs, cpu, gpu = _twins(comp, mode)
+            try:
+                x = torch.randn(4, 40)
+                ws = [dt.Worker(m, job=j.path, rank=0, overrides=[j.shards], bucket_mb=0.01,
+                                ordered_pull=ordered) for m, j in ((cpu, jobs[0]), (gpu, jobs[1]))]
+                wc, wg = ws
+                self.assertTrue(wg._staging.cuda)
+                self.assertGreaterEqual(len(wg._buckets), 2)
+                what = f"{comp['push']} {mode} ordered={ordered}"
+                for t in range(8):
+                    gen = torch.Generator().manual_seed(t)
+                    cs = [torch.randn(p.shape, generator=gen) for p in cpu.parameters()]
+                    out_c, out_g = cpu(x), gpu(x.cuda())
+                    for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                        self.assertTrue(torch.equal(pc.detach(), pg.detach().cpu()),
+                                        f"{what}: step {t}")
+                    (sum((p * c).sum() for p, c in zip(cpu.parameters(), cs))
+                     + 0 * out_c.sum()).backward()
+                    (sum((p * c.cuda()).sum() for p, c in zip(gpu.parameters(), cs))
+                     + 0 * out_g.sum()).backward()
+                    self.assertEqual(wg._sent, [True] * len(wg._buckets))  # during backward
+                    wc.step()
+                    wg.step()
+                    self.assertEqual(wc.stats()["bytes_pushed"], wg.stats()["bytes_pushed"])
+                wc.wait()
+                wg.wait()
+                for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                    self.assertTrue(torch.equal(pc.detach(), pg.detach().cpu()), f"{what}: last")
+                sd_c, sd_g = wc.state_dict(), wg.state_dict()
+                for k in sd_c:
+                    self.assertEqual(sd_g[k].device.type, "cuda")
+                    self.assertTrue(torch.equal(sd_c[k], sd_g[k].cpu()), f"{what}: {k}")
+                self.assertEqual(wg.finish(out=io.StringIO())["device"], "gpu")
+                wc.finish(out=io.StringIO())
+                for pc, pg in zip(cpu.parameters(), gpu.parameters()):
+                    self.assertTrue(torch.equal(pc.detach(), pg.detach().cpu()),
+                                    f"{what}: final pull")
+            finally:
+                for j in jobs:
+                    j.close()
 
 if __name__ == "__main__":
     harness.main()

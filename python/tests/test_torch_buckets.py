@@ -330,6 +330,102 @@ class Buckets(unittest.TestCase):
             j.close()
 
 
+class Staged(unittest.TestCase):
+    """A CUDA model's buckets go through host buffers, each pushed by a thread
+    of its own once its copy to the host is done, and the pull goes back to the
+    device whole, or with ordered pulls range by range as the next forward's
+    hooks find them landed (the rest at the next step or wait()). Forced on a
+    CPU model (dt._STAGE_CPU) the same code runs here: it must end bit for bit
+    where the buckets pushed in place end, with dense and Top-k pushes, whole
+    and ordered pulls, an unused layer (which no forward hook copies),
+    state_dict() and finish(); a non-finite gradient is raised at step(). On a
+    GPU, test_torch.py's CudaModel runs it on the device."""
+
+    def setUp(self):
+        import dcps.torch as dt
+
+        dt._STAGE_CPU = True
+        self.addCleanup(setattr, dt, "_STAGE_CPU", False)
+
+    def test_staged_buckets_end_where_buckets_in_place_end(self):
+        import dcps.torch as dt
+
+        data = batches()
+        for mode, comp, ordered in (("sync", {}, False), ("sync", {}, True),
+                                    ("async", {"push": "topk", "density": 0.05}, False),
+                                    ("async", {"push": "topk", "density": 0.05}, True)):
+            out = {}
+            for staged in (False, True):
+                dt._STAGE_CPU = staged
+                # weight decay moves the layer the forward does not call, which
+                # only the rest of an ordered pull (land_rest) takes to the model
+                j = harness.Job(harness.job_text(
+                    shards=2, workers=1, job={"mode": mode},
+                    model={"layers": None, "params": "auto"},
+                    optimizer={"kind": "sgd", "lr": LR, "weight_decay": 0.5},
+                    compression=comp), shards=2)
+                try:
+                    flat, exact, w = train(j, mlp(unused=True), data, bucket_mb=0.0007,
+                                           ordered_pull=ordered)
+                    self.assertEqual(w._staging is not None, staged)
+                    out[staged] = flat, exact
+                finally:
+                    j.close()
+            with self.subTest(mode=mode, ordered=ordered, **comp):
+                m = mlp(unused=True)
+                init = torch_cat_init_of(m)
+                moved = (out[True][0] - init).abs().max().item()
+                self.assertGreater(moved, 1e-3, "training did not move the model")
+                lo = sum(p.numel() for p in (m.a.weight, m.a.bias, m.b.weight, m.b.bias))
+                hi = lo + m.idle.weight.numel() + m.idle.bias.numel()
+                if not comp:  # dense: the decay reached the idle layer
+                    self.assertFalse(bool((out[True][0][lo:hi] == init[lo:hi]).all()))
+                for k, what in enumerate(("pulled", "state_dict")):
+                    self.assertTrue(bool((out[True][k] == out[False][k]).all()),
+                                    f"staged vs in place, {what}")
+
+    def test_staged_finish_and_a_nonfinite_gradient(self):
+        import io
+
+        import torch
+
+        import dcps
+        import dcps.torch as dt
+
+        j = job()
+        try:
+            m = mlp()
+            w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards], bucket_mb=0.0007)
+            x, y = batches(1)[0]
+            loss_of(m, x, y).backward()
+            w.step()
+            pulled = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            final = w.finish(out=io.StringIO())
+            self.assertEqual(final["steps"], 1)
+            after = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            self.assertTrue(bool((after == pulled).all()), "finish()'s exact pull in the model")
+        finally:
+            j.close()
+        j = job()
+        try:
+            m = mlp()
+            w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards], bucket_mb=0.0007)
+            m.b.weight.register_hook(lambda g: g * float("inf"))
+            x, y = batches(1)[0]
+            loss_of(m, x, y).backward()  # the pushing thread meets it
+            with self.assertRaisesRegex(dcps.NonFiniteError, "b.weight"):
+                w.step()
+            w.close()
+        finally:
+            j.close()
+
+
+def torch_cat_init_of(model):
+    import torch
+
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
 def torch_cat_init():
     import torch
 

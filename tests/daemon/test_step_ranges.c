@@ -537,6 +537,39 @@ START_TEST(bad_ranges_are_refused_naming_the_range_and_the_step_goes_on)
 }
 END_TEST
 
+/* [compression] parts = 8: a range's piece of a shard goes in its share of
+ * the shard's 8 parts (dcps_parts_for), so one range over the model sends
+ * exactly the whole push's messages (the same bytes), and several end bit for
+ * bit as the whole push; with parts = 64, shard 1's pieces would need 65 parts
+ * (13 + 1 + 51): each piece goes in one part instead, and the step still ends
+ * as the whole push. */
+START_TEST(large_pieces_go_in_parts_as_a_whole_push_does)
+{
+    static const size_t ONE[] = {N};
+    char j[512], j64[512];
+    snprintf(j, sizeof j, "%s", job("parts8.ini", "sync", "push = dense\nparts = 8"));
+    snprintf(j64, sizeof j64, "%s", job("parts64.ini", "sync", "push = dense\nparts = 64"));
+    dcps_client_stats_t st_whole, st_one, st_ranges;
+    float *whole = train(j, WHOLE, NULL, 0, &st_whole);
+    float *one = train(j, RANGES, ONE, 1, &st_one);
+    float *ranges = train(j, ORDERED, ENDS, N_RANGES, &st_ranges);
+    float *whole64 = train(j64, WHOLE, NULL, 0, NULL);
+    float *ranges64 = train(j64, RANGES, ENDS, N_RANGES, NULL);
+    ck_assert_int_eq(memcmp(whole, one, N * sizeof *whole), 0);
+    ck_assert_int_eq(memcmp(whole, ranges, N * sizeof *whole), 0);
+    ck_assert_int_eq(memcmp(whole, whole64, N * sizeof *whole), 0);
+    ck_assert_int_eq(memcmp(whole, ranges64, N * sizeof *whole), 0);
+    ck_assert_uint_eq(st_one.bytes_pushed, st_whole.bytes_pushed);
+    /* 9 parts a shard (1 + 5 + 3, 2 + 1 + 6), each with its part fields */
+    ck_assert_uint_gt(st_ranges.bytes_pushed, st_whole.bytes_pushed);
+    free(whole);
+    free(one);
+    free(ranges);
+    free(whole64);
+    free(ranges64);
+}
+END_TEST
+
 START_TEST(what_a_step_in_ranges_does_not_do_is_refused_naming_the_key)
 {
     static const struct {
@@ -572,6 +605,7 @@ int main(void)
     tcase_add_test(tc, an_ordered_pull_lands_range_by_range_as_an_exact_pull);
     tcase_add_test(tc, a_shards_pull_goes_once_its_ranges_were_pushed);
     tcase_add_test(tc, bad_ranges_are_refused_naming_the_range_and_the_step_goes_on);
+    tcase_add_test(tc, large_pieces_go_in_parts_as_a_whole_push_does);
     tcase_add_test(tc, what_a_step_in_ranges_does_not_do_is_refused_naming_the_key);
     suite_add_tcase(s, tc);
     return dcps_test_run(s);

@@ -10,7 +10,8 @@
 # default shared+static, so that the convenience archives .libs/libdcpsclient.a
 # and .libs/libdcpscore.a hold PIC objects (the extension is linked from them on
 # the device, against the device's Python headers). OUT: the bundle folder
-# (run.sh, run_tests.py and diag_cuda.py are copied next to bundle.tar.xz).
+# (run.sh, run_tests.py and diag_cuda.py are copied next to bundle.tar.xz; with
+# PHASES=FILE, FILE too, as phases.sh, which run.sh then runs instead of its own).
 # Run from the repository's root. PY312_INCLUDE (optional): a Python 3.12
 # include folder to carry, used only if the device's Python has no Python.h.
 set -eu
@@ -25,8 +26,7 @@ mkdir -p "$T/src/python/dcps" "$T/src/python/tests" "$T/src/examples/torch" "$T/
 cp -p configure.ac "$T/src/"
 cp -p python/_dcps.c "$T/src/python/"
 cp -p python/dcps/*.py "$T/src/python/dcps/"
-cp -p python/tests/harness.py python/tests/test_torch.py python/tests/test_extension.py \
-    python/tests/mlp_worker.py "$T/src/python/tests/"
+cp -p python/tests/*.py "$T/src/python/tests/"
 cp -p examples/torch/fashion_cnn.py "$T/src/examples/torch/"
 # the headers _dcps.c includes (gcc -MM), config.h from the build tree
 for h in $(gcc -MM -I. -I"$B" -I"$B/proto" -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" python/_dcps.c |
@@ -80,4 +80,6 @@ tar -cJf "$O/bundle.tar.xz" -C "$T" .
 rm -rf "$T"
 cp -p "$H/run.sh" "$O/run.sh"
 cp -p "$H/run_tests.py" "$H/diag_cuda.py" "$O/"
+# PHASES (optional): a file of phases that run.sh runs instead of its own
+[ -z "${PHASES:-}" ] || cp -p "$PHASES" "$O/phases.sh"
 du -sh "$O"

@@ -106,6 +106,9 @@ phase() {  # phase NAME LIMIT COMMAND...
     echo "$name,$rc,$((ms / 1000)).$(printf %03d $((ms % 1000)))" >>"$W/phases.csv"
 }
 TD=$W/src/python/tests
+if [ -e "$H/phases.sh" ]; then  # another run's phases (make_bundle.sh PHASES=)
+    . "$H/phases.sh"
+else
 # 1. the CUDA cases
 phase gpu-tests 150 "$PY" "$H/run_tests.py" test_torch.CudaModel test_extension.DeviceArrays
 # 2. the same comparison measured, more settings
@@ -116,6 +119,7 @@ phase cpu-sanity 90 "$PY" "$H/run_tests.py" test_torch.Refusals test_torch.SyncE
 # 4. with the time left, the suites whole, as make check runs them
 [ "$(left)" -gt 30 ] && phase test_extension.py 30 "$PY" "$TD/test_extension.py"
 [ "$(left)" -gt 90 ] && phase test_torch.py 200 "$PY" "$TD/test_torch.py"
+fi
 echo "== phases:"
 cat "$W/phases.csv"
 cp "$W/phases.csv" "$OUT/phases.csv"
