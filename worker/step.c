@@ -824,6 +824,27 @@ static size_t number_parts(const dcps_step_t *s, const size_t *ends, size_t coun
     return 0;
 }
 
+/* The parts of every shard's push for the ranges `ends` (number_parts), large
+ * pieces in parts by size (*split) while every shard's parts fit in a push,
+ * else one part a piece: 0, or DCPS_E_INVAL naming the range one too many. */
+static int number_ranges(dcps_step_t *s, const size_t *ends, size_t count, uint32_t *parts,
+                         uint32_t *first, bool *split)
+{
+    int sh = 0;
+    size_t bad = number_parts(s, ends, count, *split = true, parts, first, &sh);
+    if (bad)
+        bad = number_parts(s, ends, count, *split = false, parts, first, &sh);
+    if (!bad)
+        return 0;
+    size_t j = bad - 1, lo = j ? ends[j - 1] : 0;
+    return dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
+                    "shard %d's range [%" PRIu64 ", %" PRIu64 ") would take more than %d of the "
+                    "ranges (range %zu, [%zu, %zu), is one too many): a push has at most %d "
+                    "parts a shard; give fewer, larger ranges",
+                    sh, s->shard[sh].lo, s->shard[sh].hi, DCPS_PARTS_MAX, j, lo, ends[j],
+                    DCPS_PARTS_MAX);
+}
+
 int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
 {
     int rc = 0;
@@ -851,8 +872,6 @@ int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
         return rc;
     for (int sh = 0; sh < S; sh++)
         s->shard[sh] = dcps_shardmap_range(s->n, S, sh);
-    /* Each range is a part of every shard it covers; a shard's parts are
-     * numbered in the order of their ranges. */
     uint32_t *first = malloc(count * sizeof *first);
     size_t *e = malloc(count * sizeof *e);
     unsigned char *pushed = calloc(count, 1);
@@ -863,23 +882,9 @@ int dcps_step_set_ranges(dcps_step_t *s, const size_t *ends, size_t count)
         goto fail;
     }
     memcpy(e, ends, count * sizeof *e);
-    /* Large pieces in parts by size, as a whole push's, while every shard's
-     * parts fit in a push; else one part a piece. */
-    int sh = 0;
-    bool split = true;
-    size_t bad = number_parts(s, ends, count, split, parts, first, &sh);
-    if (bad)
-        bad = number_parts(s, ends, count, split = false, parts, first, &sh);
-    if (bad) {
-        size_t j = bad - 1, lo = j ? ends[j - 1] : 0;
-        rc = dcps_say(s->err, sizeof s->err, DCPS_E_INVAL,
-                      "shard %d's range [%" PRIu64 ", %" PRIu64 ") would take more than %d of the "
-                      "ranges (range %zu, [%zu, %zu), is one too many): a push has at most %d "
-                      "parts a shard; give fewer, larger ranges",
-                      sh, s->shard[sh].lo, s->shard[sh].hi, DCPS_PARTS_MAX, j, lo, ends[j],
-                      DCPS_PARTS_MAX);
+    bool split;
+    if ((rc = number_ranges(s, ends, count, parts, first, &split)) != 0)
         goto fail;
-    }
     for (size_t j = 0; j < count; j++) {
         size_t lo = j ? ends[j - 1] : 0;
         if (!(comp[j] = dcps_compress_new(&s->cfg, ends[j] - lo, &rc))) {

@@ -6,9 +6,11 @@ same data order (dcps.torch.shard is dcps-worker's share) and the same pixels
 
     mlp_worker.py --layers 784,256,128,10 --images F --labels F [--limit N]
                   [--test-images F --test-labels F] [--params-out FILE]
+                  [--bucket-mb MB [--ordered-pull]]
 
 Job and rank come from DCPS_JOB and DCPS_RANK (deploy/launch-local.sh sets them).
 --params-out writes the final parameters (float32, raw) for comparison.
+--bucket-mb and --ordered-pull are dcps.torch.Worker's bucket_mb and ordered_pull.
 """
 import argparse
 import os
@@ -49,6 +51,8 @@ def main():
     ap.add_argument("--test-images")
     ap.add_argument("--test-labels")
     ap.add_argument("--params-out")
+    ap.add_argument("--bucket-mb", type=float, default=0)
+    ap.add_argument("--ordered-pull", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     layers = [int(v) for v in args.layers.split(",")]
@@ -76,7 +80,7 @@ def main():
         return torch.utils.data.TensorDataset(x, torch.from_numpy(y.astype(np.int64)))
 
     train = dataset(args.images, args.labels, args.limit)
-    worker = dt.Worker(model)
+    worker = dt.Worker(model, bucket_mb=args.bucket_mb or None, ordered_pull=args.ordered_pull)
     for x, y in dt.shard(train):
         loss = F.cross_entropy(model(x), y)
         loss.backward()

@@ -16,11 +16,15 @@ and started again (sync: every shard goes back to the checkpoint both hold),
 and the two shards reloading a new lr at different moments (sync: one round
 for both).
 Async and ssp jobs push and pull in 4 parts, so a fault can land between the
-parts of one push.
+parts of one push. The same faults hit dcps.torch workers with buckets pushed
+during backward and ordered pulls (a step in ranges: a fault lands between
+the buckets of one step too), in jobs without checkpoints: a worker stopped
+or killed and started again, a shard stopped, sync and async.
 
 make check runs SEEDS seeds of each fault in each mode (short jobs);
 bench/faults.sh runs many more through run_fault() and records them.
 """
+import importlib.util
 import os
 import random
 import re
@@ -33,22 +37,25 @@ import harness
 
 SEEDS = int(os.environ.get("DCPS_FAULT_SEEDS", "2"))
 DEAD_AFTER_MS = 600
+# dcps.torch workers with buckets: 4 epochs (about 200 steps a worker), the
+# fault once torch has started and before the job's end
+BUCKETS = {"buckets": True, "epochs": 4, "earliest": 1.8, "latest": 3.5}
 
 
-def fault_job(mode, epochs=2, limit=4800, **extra):
+def fault_job(mode, epochs=2, limit=4800, checkpoints=True, **extra):
     """A job of about 100 steps a worker (3 workers, batch 32), slowed to last
     a few seconds so that a fault lands inside it; checkpoints every second
-    (a kill of everything resumes from them)."""
+    (a kill of everything resumes from them), unless not `checkpoints`."""
     worker = {"log_every": 10, "timeout_ms": 300, "retries": 20, "delay_ms": 15}
     worker.update(extra.pop("worker", {}))
+    server = {"heartbeat_ms": 100, "dead_after_ms": DEAD_AFTER_MS}
+    if checkpoints:
+        server.update(checkpoint_dir="@DIR@/ckpt", checkpoint_every=1)
     return harness.job_text(
         shards=2, workers=3,
         job={"mode": mode, "staleness": 3},
         data={"epochs": epochs, "train_limit": limit},
-        worker=worker,
-        server={"heartbeat_ms": 100, "dead_after_ms": DEAD_AFTER_MS,
-                "checkpoint_dir": "@DIR@/ckpt", "checkpoint_every": 1},
-        **extra)
+        worker=worker, server=server, **extra)
 
 
 def shard_end(log):
@@ -59,20 +66,31 @@ def shard_end(log):
 
 
 def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2, earliest=0.4,
-              latest=2.5, optimizer=None):
+              latest=2.5, optimizer=None, buckets=False):
     """One job with one fault; returns a dict: finished (every worker exited
     0), shards (each shard's end), accuracy (each rank's final test_acc),
-    fault (what was done, when), and the worker logs' complaints."""
+    fault (what was done, when), and the worker logs' complaints. `buckets`:
+    the workers are dcps.torch's (python/tests/mlp_worker.py) with buckets
+    pushed during backward and ordered pulls, in a job without checkpoints
+    (a sync job with them pushes whole)."""
     rng = random.Random(seed)
     # Async and ssp pushes and replies go in 4 parts (docs/protocol.md section 17), so
     # that a fault can land between the parts of a push; sync jobs with checkpoints
     # send whole.
-    parts = 1 if mode == "sync" else 4
-    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
+    parts = 1 if mode == "sync" and not buckets else 4
+    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit, checkpoints=not buckets,
                                 compression={"pull": pull, "parts": parts},
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
+
+    def spawn(rank, tag=None):
+        if buckets:  # 50,890 parameters in buckets of about 13,000
+            return job.spawn_mlp_worker(rank, "784,64,10", limit, "--bucket-mb", "0.05",
+                                        "--ordered-pull", "--test-images", harness.TEST[0],
+                                        "--test-labels", harness.TEST[1], tag=tag)
+        return job.spawn_c_worker(rank, tag=tag)
+
     try:
-        procs = [job.spawn_c_worker(r) for r in range(3)]
+        procs = [spawn(r) for r in range(3)]
         # The short jobs run 3 to 5 s here; a fault lands in the first half or so
         # (earliest, latest: the range of moments, for longer jobs).
         at = rng.uniform(earliest, latest)
@@ -97,7 +115,7 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
                 # Started again unless the job ended meanwhile: a worker that
                 # comes after the end is told so (it exits 1, see below).
                 if any(p.poll() is None for p in procs):
-                    procs[rank] = job.spawn_c_worker(rank, tag=f"worker{rank}b")
+                    procs[rank] = spawn(rank, tag=f"worker{rank}b")
                     what["restarted"] = True
                 else:
                     what["late"] = True
@@ -120,7 +138,7 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
             time.sleep(hold)
             for sh in range(2):
                 job.servers[sh] = job.start_shard(sh)
-            procs = [job.spawn_c_worker(r, tag=f"worker{r}b") for r in range(3)]
+            procs = [spawn(r, tag=f"worker{r}b") for r in range(3)]
             what["restarted"] = "all"
         elif fault == "kill_shard":
             s = rng.randrange(2)
@@ -188,10 +206,13 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
 
 class FaultsAtRandomMoments(unittest.TestCase):
     def check(self, mode, fault, **kw):
+        if kw.get("buckets") and importlib.util.find_spec("torch") is None:
+            self.skipTest("dcps.torch's buckets need PyTorch (python3-torch)")
         for seed in range(SEEDS):
             with self.subTest(seed=seed):
                 r = run_fault(mode, fault, 1000 * seed + zlib.crc32(f"{mode} {fault}".encode()) % 997,
                               **kw)
+                r["buckets"] = kw.get("buckets", False)
                 self.assertTrue(r["finished"], f"a worker did not finish: {r}")
                 (v0, d0), (v1, d1) = r["shards"]
                 self.assertIsNotNone(v0, r)
@@ -205,7 +226,8 @@ class FaultsAtRandomMoments(unittest.TestCase):
                 elif len(acc) > 1:  # a rank declared dead missed the final barrier: it says so
                     self.assertTrue(r["told_late"], f"the ranks ended on different models and "
                                     f"none was told why: {r}")
-                print(f"  {mode} {fault} seed {r['seed']}: at {r['at_s']} s for "
+                print(f"  {mode} {fault}{' (buckets)' if r['buckets'] else ''} seed {r['seed']}: "
+                      f"at {r['at_s']} s for "
                       f"{r['hold_s']} s: versions {v0}, {v1}; rounds {d0}; "
                       f"accuracy {r['accuracy']}", flush=True)
 
@@ -238,6 +260,21 @@ class FaultsAtRandomMoments(unittest.TestCase):
     def test_ssp_shard_stopped(self):
         self.check("ssp", "stop_shard")
 
+    def test_buckets_sync_worker_stopped(self):
+        self.check("sync", "stop_worker", **BUCKETS)
+
+    def test_buckets_sync_worker_killed_and_restarted(self):
+        self.check("sync", "kill_worker", **BUCKETS)
+
+    def test_buckets_sync_shard_stopped(self):
+        self.check("sync", "stop_shard", **BUCKETS)
+
+    def test_buckets_async_worker_stopped(self):
+        self.check("async", "stop_worker", **BUCKETS)
+
+    def test_buckets_async_shard_stopped(self):
+        self.check("async", "stop_shard", **BUCKETS)
+
 
 if __name__ == "__main__":
-    harness.main(need_torch=False)
+    harness.main(need_torch=False)  # the bucket cases skip without torch
