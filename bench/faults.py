@@ -22,7 +22,12 @@ not apart). Writes OUT/runs.csv (one
 row a run), OUT/summary.txt (hangs, runs whose shards ended apart, runs more
 than 1 point of test accuracy off their twin) and prints the summary.
 
-usage: python3 bench/faults.py N OUT [FIRST_SEED]   (DCPS_BUILDDIR: the build)
+With --buckets the workers are dcps.torch's (python/tests/mlp_worker.py) with
+buckets pushed during backward and ordered pulls, in jobs without checkpoints (a
+sync job with them pushes whole): async and sync, a worker stopped or killed and
+started again, or a shard stopped.
+
+usage: python3 bench/faults.py N OUT [FIRST_SEED] [--buckets]   (DCPS_BUILDDIR: the build)
 """
 import csv
 import os
@@ -35,6 +40,7 @@ import test_faults as T  # noqa: E402
 
 MODES = ("async", "sync", "ssp")
 FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard", "kill_all")
+BUCKET_FAULTS = ("stop_worker", "kill_worker", "stop_shard")
 LIMIT, EPOCHS = 12000, 4
 
 
@@ -46,26 +52,30 @@ def schedule(mode):
 
 
 def main():
-    n, out = int(sys.argv[1]), sys.argv[2]
-    first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    args = [a for a in sys.argv[1:] if a != "--buckets"]
+    buckets = len(args) < len(sys.argv) - 1
+    n, out = int(args[0]), args[1]
+    first = int(args[2]) if len(args) > 2 else 1
+    modes, faults = (("async", "sync"), BUCKET_FAULTS) if buckets else (MODES, FAULTS)
     os.makedirs(out, exist_ok=True)
     rng = random.Random(first)
     twins = {}
-    for mode in MODES:
-        for pull in ("dense", "delta"):
+    for mode in modes:
+        for pull in ("dense",) if buckets else ("dense", "delta"):
             accs = []
             for k in range(1 if mode == "sync" else 3):
                 r = T.run_fault(mode, "none", k, pull=pull, limit=LIMIT, epochs=EPOCHS,
-                                optimizer=schedule(mode))
+                                optimizer=schedule(mode), buckets=buckets)
                 accs.append(float(r["accuracy"][0]))
             twins[mode, pull] = sum(accs) / len(accs)
             print(f"twin {mode} {pull}: {accs}", flush=True)
     rows, hangs, apart, off = [], 0, 0, 0
     for i in range(n):
-        mode, fault = rng.choice(MODES), rng.choice(FAULTS)
+        mode, fault = rng.choice(modes), rng.choice(faults)
         pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 else "dense"
         r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, epochs=EPOCHS,
-                        earliest=1.0, latest=8.0, optimizer=schedule(mode))
+                        earliest=1.0 + 2 * buckets, latest=8.0, optimizer=schedule(mode),
+                        buckets=buckets)
         (v0, d0), (v1, d1) = r["shards"]
         accs = [float(a) for a in r["accuracy"] if a is not None]
         twin = twins[mode, pull]

@@ -6,16 +6,19 @@ same data order (dcps.torch.shard is dcps-worker's share) and the same pixels
 
     mlp_worker.py --layers 784,256,128,10 --images F --labels F [--limit N]
                   [--test-images F --test-labels F] [--params-out FILE]
-                  [--bucket-mb MB [--ordered-pull]]
+                  [--bucket-mb MB [--ordered-pull]] [--delay-ms MS]
 
 Job and rank come from DCPS_JOB and DCPS_RANK (deploy/launch-local.sh sets them).
 --params-out writes the final parameters (float32, raw) for comparison.
---bucket-mb and --ordered-pull are dcps.torch.Worker's bucket_mb and ordered_pull.
+--bucket-mb and --ordered-pull are dcps.torch.Worker's bucket_mb and ordered_pull;
+--delay-ms sleeps that long between each forward and backward pass (as
+dcps-worker's [worker] delay_ms, a slower model's compute).
 """
 import argparse
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import torch
@@ -53,6 +56,7 @@ def main():
     ap.add_argument("--params-out")
     ap.add_argument("--bucket-mb", type=float, default=0)
     ap.add_argument("--ordered-pull", action="store_true")
+    ap.add_argument("--delay-ms", type=float, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
     layers = [int(v) for v in args.layers.split(",")]
@@ -83,6 +87,8 @@ def main():
     worker = dt.Worker(model, bucket_mb=args.bucket_mb or None, ordered_pull=args.ordered_pull)
     for x, y in dt.shard(train):
         loss = F.cross_entropy(model(x), y)
+        if args.delay_ms:
+            time.sleep(args.delay_ms / 1000)
         loss.backward()
         worker.step(loss)
 

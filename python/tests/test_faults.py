@@ -37,9 +37,9 @@ import harness
 
 SEEDS = int(os.environ.get("DCPS_FAULT_SEEDS", "2"))
 DEAD_AFTER_MS = 600
-# dcps.torch workers with buckets: 4 epochs (about 200 steps a worker), the
-# fault once torch has started and before the job's end
-BUCKETS = {"buckets": True, "epochs": 4, "earliest": 1.8, "latest": 3.5}
+# dcps.torch workers with buckets: about 100 steps a worker, as dcps-worker's,
+# the fault once torch has started (about 1.5 s) and before the job's end
+BUCKETS = {"buckets": True, "earliest": 1.8, "latest": 3.5}
 
 
 def fault_job(mode, epochs=2, limit=4800, checkpoints=True, **extra):
@@ -83,9 +83,10 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
 
     def spawn(rank, tag=None):
-        if buckets:  # 50,890 parameters in buckets of about 13,000
+        if buckets:  # 50,890 parameters in buckets of about 13,000; the job's delay_ms
             return job.spawn_mlp_worker(rank, "784,64,10", limit, "--bucket-mb", "0.05",
-                                        "--ordered-pull", "--test-images", harness.TEST[0],
+                                        "--ordered-pull", "--delay-ms", "15",
+                                        "--test-images", harness.TEST[0],
                                         "--test-labels", harness.TEST[1], tag=tag)
         return job.spawn_c_worker(rank, tag=tag)
 
