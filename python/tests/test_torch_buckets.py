@@ -205,8 +205,6 @@ class Buckets(unittest.TestCase):
         """A layer with requires_grad=False has no gradient hook: its bucket
         goes at step() as zeros, the layer stays, the rest trains as SGD does.
         Unfreezing it after Worker(...) is refused at the next step."""
-        import torch
-
         import dcps
         import dcps.torch as dt
 
@@ -315,7 +313,7 @@ class Buckets(unittest.TestCase):
         j = job()
         try:
             m = mlp()
-            before = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            before = torch_cat_init_of(m)
             w = dt.Worker(m, job=j.path, rank=0, overrides=[j.shards])
             x, y = data[0]
             loss_of(m, x, y).backward()
@@ -323,7 +321,7 @@ class Buckets(unittest.TestCase):
             self.assertGreater(norm, 0.1)
             w.step()
             w.wait()
-            after = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            after = torch_cat_init_of(m)
             self.assertAlmostEqual(float((after - before).norm()) / (LR * 1e-3), 1.0, delta=0.01)
             w.close()
         finally:
@@ -387,8 +385,6 @@ class Staged(unittest.TestCase):
     def test_staged_finish_and_a_nonfinite_gradient(self):
         import io
 
-        import torch
-
         import dcps
         import dcps.torch as dt
 
@@ -399,10 +395,10 @@ class Staged(unittest.TestCase):
             x, y = batches(1)[0]
             loss_of(m, x, y).backward()
             w.step()
-            pulled = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            pulled = torch_cat_init_of(m)
             final = w.finish(out=io.StringIO())
             self.assertEqual(final["steps"], 1)
-            after = torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+            after = torch_cat_init_of(m)
             self.assertTrue(bool((after == pulled).all()), "finish()'s exact pull in the model")
         finally:
             j.close()
@@ -421,15 +417,14 @@ class Staged(unittest.TestCase):
 
 
 def torch_cat_init_of(model):
+    """The model's parameters now, as one tensor."""
     import torch
 
     return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
 
 
 def torch_cat_init():
-    import torch
-
-    return torch.cat([p.detach().reshape(-1).clone() for p in mlp().parameters()])
+    return torch_cat_init_of(mlp())
 
 
 if __name__ == "__main__":
