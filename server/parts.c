@@ -142,3 +142,56 @@ void dcps_parts_drop_open(dcps_parts_t *p)
     p->dropped |= p->applied;
     p->applied = 0;
 }
+
+/* Adds [lo, hi) to c's ranges, joining those it overlaps or touches. */
+static bool carry(dcps_carried_t *c, uint64_t lo, uint64_t hi)
+{
+    uint32_t i = 0, j;
+    while (i < c->n && c->hi[i] < lo)
+        i++;
+    for (j = i; j < c->n && c->lo[j] <= hi; j++) {
+        lo = c->lo[j] < lo ? c->lo[j] : lo;
+        hi = c->hi[j] > hi ? c->hi[j] : hi;
+    }
+    if (i == j && c->n == DCPS_CARRIED_MAX)
+        return false;
+    /* [lo, hi) replaces ranges i .. j − 1 (none: it goes in before range i). */
+    memmove(c->lo + i + 1, c->lo + j, (c->n - j) * sizeof *c->lo);
+    memmove(c->hi + i + 1, c->hi + j, (c->n - j) * sizeof *c->hi);
+    c->lo[i] = lo;
+    c->hi[i] = hi;
+    c->n = c->n - (j - i) + 1;
+    return true;
+}
+
+bool dcps_carried_take(dcps_carried_t *c, const dcps_parts_t *p)
+{
+    if (!dcps_parts_open(p))
+        return true;
+    if (c->any && c->step != p->step)
+        memset(c, 0, sizeof *c);
+    c->any = true;
+    c->step = p->step;
+    for (uint32_t i = 0; i < p->parts; i++)
+        if ((p->applied >> i & 1) && !carry(c, p->lo[i], p->hi[i])) {
+            memset(c, 0, sizeof *c);
+            return false;
+        }
+    return true;
+}
+
+size_t dcps_carried_rest(const dcps_carried_t *c, uint64_t lo, uint64_t hi, uint64_t *rest_lo,
+                         uint64_t *rest_hi)
+{
+    size_t n = 0;
+    uint64_t at = lo;
+    for (uint32_t i = 0; i < c->n && c->lo[i] < hi; i++) {
+        if (c->lo[i] > at)
+            rest_lo[n] = at, rest_hi[n++] = c->lo[i];
+        if (c->hi[i] > at)
+            at = c->hi[i];
+    }
+    if (at < hi)
+        rest_lo[n] = at, rest_hi[n++] = hi;
+    return n;
+}

@@ -94,4 +94,30 @@ bool dcps_parts_record(dcps_parts_t *p, const dcps_part_t *q, bool applied);
  * round closed without the rank, and they were taken back out of the sum). */
 void dcps_parts_drop_open(dcps_parts_t *p);
 
+/* Async, ssp: what came of a rank's push in parts whose session ended before
+ * its other parts came (a worker killed between them and started again). The
+ * ranges its parts covered were applied; the new session, whose WELCOME step is
+ * still that push's step, pushes the step again, and the shard applies that
+ * push only over the rest, so that every parameter takes exactly one gradient
+ * of the step (docs/protocol.md, 17). Ranges ascending and apart. */
+#define DCPS_CARRIED_MAX (2 * DCPS_PARTS_MAX)
+typedef struct {
+    bool any;
+    uint64_t step;
+    uint32_t n;
+    uint64_t lo[DCPS_CARRIED_MAX], hi[DCPS_CARRIED_MAX]; /* global */
+} dcps_carried_t;
+
+/* At a new session of the rank: adds what came of p's latest push, if it has
+ * parts to come, to c (which then holds that push's step: a record of another
+ * step is dropped first). Returns false, and c forgets everything, when the
+ * ranges do not fit (more than DCPS_CARRIED_MAX apart: the parts that came then
+ * count again). */
+bool dcps_carried_take(dcps_carried_t *c, const dcps_parts_t *p);
+
+/* The ranges of [lo, hi) that c does not cover, ascending, into rest_lo and
+ * rest_hi (room for DCPS_CARRIED_MAX + 1 each); returns how many. */
+size_t dcps_carried_rest(const dcps_carried_t *c, uint64_t lo, uint64_t hi, uint64_t *rest_lo,
+                         uint64_t *rest_hi);
+
 #endif

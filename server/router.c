@@ -64,6 +64,7 @@ struct dcps_router {
     dcps_consistency_t cons;
     wait_t *waits;         /* one per rank */
     dcps_parts_t *parts;   /* one per rank: its session's latest push (server/parts.h) */
+    dcps_carried_t *carried; /* one per rank: what came of an earlier session's push */
     bool *counted;         /* one per rank: BUFFERS' scratch, whose values count in a mean */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
@@ -543,6 +544,7 @@ static void reloaded(dcps_router_t *r)
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         drop_waits(r, i);
         dcps_parts_reset(&r->parts[i]);
+        memset(&r->carried[i], 0, sizeof r->carried[i]);
     }
     r->barrier_waiting = 0;
     r->rounds.closed_any = false;
@@ -1086,9 +1088,16 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
         else
             DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
         drop_waits(r, m->rank); /* what the old session waited for is not answered */
-        /* Parts of an incomplete push of the old session leave the open round. */
+        /* Parts of an incomplete push of the old session leave the open round
+         * (sync); in async and ssp they stay applied, and the new session's
+         * push of that step is applied over the rest only (push_apply). */
         if (!r->cons.m[m->rank].contributed)
             dcps_shard_round_remove(r->shard, m->rank);
+        if (r->cfg->mode != DCPS_MODE_SYNC && dcps_parts_open(&r->parts[m->rank]) &&
+            !dcps_carried_take(&r->carried[m->rank], &r->parts[m->rank]))
+            DCPS_WARN("rank %u's push of step %llu came in parts too scattered to keep: the "
+                      "new session's push of that step counts for all of it",
+                      m->rank, (unsigned long long)r->parts[m->rank].step);
         dcps_parts_reset(&r->parts[m->rank]);
         dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {
@@ -1449,6 +1458,59 @@ static int push_round_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
     return ANSWERED;
 }
 
+/* Hands the push (or part) to the shard. The first push of a step that an
+ * earlier session of the rank pushed in parts it did not complete (async,
+ * ssp: r->carried) goes only over the ranges those parts did not cover: dense,
+ * as a part per range (a dense part gives each parameter what the whole push
+ * gives it); sparse, as one part of its entries there. Its dense values are
+ * checked first, so that a refusal comes before any range is applied. */
+static int push_apply(dcps_router_t *r, push_t *p, bool sync, bool last, char *why,
+                      size_t whylen)
+{
+    static const uint32_t none[1];
+    dcps_shard_t *s = r->shard;
+    const dcps_msg_t *m = p->m;
+    const dcps_carried_t *c = &r->carried[m->rank];
+    const uint64_t push = m->seq - p->q.part;
+    if (sync || !c->any || c->step != m->step)
+        return p->q.parts == 1
+                   ? dcps_shard_push(s, sync, m->rank, m->seq, p->based_on, p->idx, p->v, p->k,
+                                     why, whylen)
+                   : dcps_shard_push_part(s, sync, m->rank, m->seq, push, p->based_on, p->q.lo,
+                                          p->q.hi, p->idx, p->v, p->k, last, why, whylen);
+    uint64_t lo[DCPS_CARRIED_MAX + 1], hi[DCPS_CARRIED_MAX + 1];
+    const size_t n = dcps_carried_rest(c, p->q.lo, p->q.hi, lo, hi);
+    int rc = values_first(p, why, whylen);
+    if (rc != 0)
+        return rc;
+    if (p->idx || n == 0) {
+        uint32_t *idx = p->k ? malloc(p->k * sizeof *idx) : NULL;
+        float *v = p->k ? malloc(p->k * sizeof *v) : NULL;
+        size_t k = 0;
+        if (p->k && (!idx || !v)) {
+            free(idx);
+            free(v);
+            return dcps_say(why, whylen, DCPS_E_NOMEM, "no room for a push's %zu entries", p->k);
+        }
+        for (size_t e = 0, i = 0; p->idx && e < p->k; e++) {
+            while (i < n && hi[i] <= p->idx[e])
+                i++;
+            if (i < n && lo[i] <= p->idx[e])
+                idx[k] = p->idx[e], v[k++] = p->v[e];
+        }
+        rc = dcps_shard_push_part(s, false, m->rank, m->seq, push, p->based_on, p->q.lo, p->q.hi,
+                                  idx ? idx : none, v, k, last, why, whylen);
+        free(idx);
+        free(v);
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = dcps_shard_push_part(s, false, m->rank, m->seq, push, p->based_on, lo[i], hi[i],
+                                  NULL, p->v + (lo[i] - p->q.lo), hi[i] - lo[i],
+                                  last && i == n - 1, why, whylen);
+    return rc;
+}
+
 /* Applies the push (async, ssp) or adds it to the round (sync), refused
  * (NONFINITE) if a parameter or the sync sum would not be finite: then nothing
  * changes, and neither does the rank's clock. */
@@ -1457,18 +1519,21 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
     dcps_shard_t *s = r->shard;
     const dcps_msg_t *m = p->m;
     dcps_parts_t *latest = &r->parts[m->rank];
-    const bool sync = r->cfg->mode == DCPS_MODE_SYNC, whole = p->q.parts == 1;
-    const bool last = whole || dcps_parts_completes(latest, &p->q);
+    dcps_carried_t *carried = &r->carried[m->rank];
+    const bool sync = r->cfg->mode == DCPS_MODE_SYNC;
+    const bool last = p->q.parts == 1 || dcps_parts_completes(latest, &p->q);
     uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
-    int rc = whole ? dcps_shard_push(s, sync, m->rank, m->seq, p->based_on, p->idx, p->v, p->k,
-                                     why, whylen)
-                   : dcps_shard_push_part(s, sync, m->rank, m->seq, m->seq - p->q.part,
-                                          p->based_on, p->q.lo, p->q.hi, p->idx, p->v, p->k,
-                                          last, why, whylen);
+    int rc = push_apply(r, p, sync, last, why, whylen);
     if (rc == DCPS_E_NONFINITE) /* the gradient's own sentence, if its values are to blame */
         values_first(p, why, whylen);
     if (rc != 0)
         return rc;
+    if (carried->any && carried->step != m->step)
+        DCPS_NOTICE("rank %u's push of step %llu, in parts of which an earlier session sent "
+                    "some, stays incomplete: a push of step %llu came first",
+                    m->rank, (unsigned long long)carried->step, (unsigned long long)m->step);
+    if (carried->any && (carried->step != m->step || last))
+        memset(carried, 0, sizeof *carried);
     if (p->verdict == DCPS_PART_OTHER && dcps_parts_open(latest))
         DCPS_NOTICE("rank %u's push of step %llu in %u parts from seq %llu stays incomplete: "
                     "a push of step %llu came before its other parts",
@@ -1886,7 +1951,8 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
         !(r->members = calloc((size_t)cfg->workers, sizeof *r->members)) ||
         !(r->passed = calloc((size_t)cfg->workers, sizeof *r->passed)) ||
         !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks)) ||
-        !(r->parts = calloc((size_t)cfg->workers, sizeof *r->parts))) {
+        !(r->parts = calloc((size_t)cfg->workers, sizeof *r->parts)) ||
+        !(r->carried = calloc((size_t)cfg->workers, sizeof *r->carried))) {
         *err = DCPS_E_NOMEM;
         goto fail_waits;
     }
@@ -1902,6 +1968,7 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
 
 fail_bridge:
 fail_waits:
+    free(r->carried);
     free(r->parts);
     free(r->passed);
     free(r->ranks);
@@ -1933,6 +2000,7 @@ void dcps_router_destroy(dcps_router_t **rp)
     dcps_rounds_free(&r->rounds);
     free(r->decoded);
     free(r->follower);
+    free(r->carried);
     free(r->parts);
     free(r->passed);
     free(r->ranks);

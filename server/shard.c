@@ -1130,7 +1130,8 @@ void dcps_shard_settle(dcps_shard_t *s)
 static int apply_part(dcps_shard_t *s, uint32_t rank, uint64_t push, size_t a, size_t m,
                       const uint32_t *idx, const float *v, size_t k)
 {
-    if (s->staging && (idx || s->stage_rank != rank || s->stage_push != push))
+    if (s->staging && (idx || s->stage_rank != rank || s->stage_push != push ||
+                       s->stage_n == DCPS_PARTS_MAX))
         dcps_shard_settle(s);
     if (idx)
         return k == 0 ? 0 : sparse_update(s, rank, idx, v, k);

@@ -3,7 +3,9 @@
 client (dcps_proto.py): pushes in parts in async, ssp and sync mode (one and two
 shards) give the parameters, bit for bit, that numpy's float32 arithmetic gives
 for the same push sent whole; a retried part is applied once, a missing part
-sent again later is taken, a sync round waits for a rank's last part and goes on
+sent again later is taken, a push cut between its parts by a new session of
+the rank is completed by that session's push of the step over the rest only
+(every parameter takes one gradient of the step), a sync round waits for a rank's last part and goes on
 without the rank once it is declared dead; pull replies in parts hold the
 parameters of a whole reply; parts in shorter formats (section 18, each its
 own, INT8 blocks from the part's first value) are applied (async) and summed
@@ -128,6 +130,51 @@ class Parts(Case):
         got, version = self.params(a, 1)
         self.assertEqual(version, 1)
         np.testing.assert_array_equal(got, w - F32(LR) * g)
+
+    def next_session(self, old, step):
+        """Rank 0's old session says BYE (a worker killed and started again: the
+        shard takes a silent one the same way), a new one says HELLO: its
+        WELCOME's step is `step`, the step whose push in parts was cut."""
+        self.assertEqual(old.bye().type, pb.BYE)
+        c = self.conn(0)
+        w = c.hello(0, N)
+        self.assertEqual((w.type, w.h.step), (pb.WELCOME, step))
+        return c
+
+    def test_a_push_cut_between_parts_is_completed_by_the_next_session_once(self):
+        a, w = self.job()
+        g = [gradient(rng(20 + i), N) for i in range(3)]
+        four, three = split(N, 4), split(N, 3)
+        a.push_parts(0, 0, g[0], four, 0, order=[0, 2])  # cut: parts 1 and 3 never come
+        b = self.next_session(a, 0)
+        got, version = self.params(b, 0)  # parts of an incomplete push are not pulled
+        self.assertEqual(version, 0)
+        np.testing.assert_array_equal(got, w)
+        b.push_parts(0, 0, g[1], three, 0, order=[0])  # cut again, another layout
+        c = self.next_session(b, 0)
+        ack = c.push(0, 0, g=g[2])  # the step again, whole
+        self.assertEqual((ack.h.flags, ack.h.param_version), (0, 1))
+        # Every parameter took one gradient of step 0: the first that reached it.
+        took = np.full(N, 2)
+        took[four[0]:four[1]] = took[four[2]:four[3]] = 0
+        took[four[1]:three[1]] = 1
+        want = w - F32(LR) * np.choose(took, g)
+        got, version = self.params(c, 1)
+        self.assertEqual(version, 1)
+        np.testing.assert_array_equal(got, want)
+        self.assertEqual(c.push(0, 0, g=g[2]).h.flags, pb.FLAG_DUPLICATE)  # step 0 is done
+        # A sparse push completing a cut one takes its entries outside the parts that came.
+        c.push_parts(1, 1, g[0], three, 0, order=[1])
+        d = self.next_session(c, 1)
+        idx = np.arange(0, N, 7, dtype=np.uint32)
+        vals = gradient(rng(30), len(idx))
+        self.assertEqual(d.push(1, 1, idx=idx, values=vals).h.param_version, 2)
+        want[three[1]:three[2]] -= F32(LR) * g[0][three[1]:three[2]]
+        out = (idx < three[1]) | (idx >= three[2])
+        want[idx[out]] -= F32(LR) * vals[out]
+        got, version = self.params(d, 2)
+        self.assertEqual(version, 2)
+        np.testing.assert_array_equal(got, want)
 
     def test_malformed_parts_are_refused_and_the_shard_serves_on(self):
         a, w = self.job()
