@@ -1093,11 +1093,18 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
          * push of that step is applied over the rest only (push_apply). */
         if (!r->cons.m[m->rank].contributed)
             dcps_shard_round_remove(r->shard, m->rank);
-        if (r->cfg->mode != DCPS_MODE_SYNC && dcps_parts_open(&r->parts[m->rank]) &&
-            !dcps_carried_take(&r->carried[m->rank], &r->parts[m->rank]))
-            DCPS_WARN("rank %u's push of step %llu came in parts too scattered to keep: the "
-                      "new session's push of that step counts for all of it",
-                      m->rank, (unsigned long long)r->parts[m->rank].step);
+        const dcps_parts_t *cut = &r->parts[m->rank];
+        if (r->cfg->mode != DCPS_MODE_SYNC && dcps_parts_open(cut)) {
+            if (dcps_carried_take(&r->carried[m->rank], cut))
+                DCPS_NOTICE("rank %u's push of step %llu was cut after %llu of its parameters: "
+                            "the new session's push of that step goes over the rest only",
+                            m->rank, (unsigned long long)cut->step,
+                            (unsigned long long)cut->covered);
+            else
+                DCPS_WARN("rank %u's push of step %llu came in parts too scattered to keep: "
+                          "the new session's push of that step counts for all of it",
+                          m->rank, (unsigned long long)cut->step);
+        }
         dcps_parts_reset(&r->parts[m->rank]);
         dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {

@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "torch"))
-import dcps  # noqa: E402
 import dcps.torch as dt  # noqa: E402
 from fashion_cnn import read_idx  # noqa: E402
 

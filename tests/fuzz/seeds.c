@@ -8,7 +8,8 @@
  * DIR/router/ (whole conversations of a 1- or 2-worker job in each mode: HELLO,
  * INIT, PULL, dense and sparse PUSH, delta pulls, HEARTBEAT, BARRIER, DONE, BYE,
  * a worker that falls silent and comes back, dense pushes and replies in
- * parts with a part out of order and one retried, and jobs with [compression]
+ * parts with a part out of order and one retried, a push cut between its parts
+ * and completed by the next session's, and jobs with [compression]
  * values whose workers push in the shorter formats), in the input formats of
  * tests/fuzz/fuzz_codec.c and tests/fuzz/fuzz_router.c. `make fuzz-seeds` writes
  * them into the source tree's tests/fuzz/corpus/, where they are kept. */
@@ -358,6 +359,74 @@ static void conversation(const char *dir, const char *name, const job_t *j, int 
     save(dir, "router", name, &c.o);
 }
 
+/* Rank 0 of a 1-worker job of 64 parameters cut between the parts of its push
+ * of step 0 twice (parts 2 and 0 of 3; then part 1 of 2), each time starting
+ * again in a new session (BYE, HELLO), whose push of the step goes over what
+ * the cut ones did not cover (async, ssp: docs/protocol.md 17); the last
+ * session pushes it whole, then cuts step 1 after part 0 of 2, which a fourth
+ * session pushes sparse. */
+static void cut_conversation(const char *dir, const char *name, int mode)
+{
+    conv_t c = {.o = {.len = 0}, .first = true};
+    uint64_t seq = 0;
+    dcps_msg_t m;
+    put_byte(&c.o, (uint8_t)(mode + 3 * 1)); /* momentum: a rule with state */
+    put_byte(&c.o, 0);                       /* 1 worker, sizes[0] */
+    put_byte(&c.o, 0);
+    for (uint64_t session = 0; session < 3; session++) {
+        const uint32_t parts = session == 0 ? 3 : 2;
+        m = msg(DCPS_MSG_HELLO, 0, 0);
+        m.session += 16 * session, m.n_params = 64, m.shard = 0;
+        say(&c, 0, 1, &m);
+        if (session == 0) {
+            m = msg(DCPS_MSG_INIT, 0, ++seq);
+            dense(&m, 64);
+            say(&c, 0, 1, &m);
+        }
+        m = msg(DCPS_MSG_PULL, 0, ++seq);
+        m.session += 16 * session;
+        say(&c, 0, 2, &m);
+        const uint64_t base = seq + 1;
+        for (uint32_t i = 0; i < parts; i++) {
+            if (session < 2 && (session == 0 ? i == 1 : i == 0))
+                continue; /* cut: never sent */
+            m = msg(DCPS_MSG_PUSH, 0, base + i);
+            m.session += 16 * session;
+            if (session < 2) {
+                m.has = DCPS_HAS_PART, m.part = i, m.parts = parts;
+                m.part_lo = 64 * i / parts, m.part_hi = 64 * (i + 1) / parts;
+            }
+            dense(&m, session < 2 ? m.part_hi - m.part_lo : 64);
+            say(&c, 0, 1, &m);
+            if (session == 2)
+                break; /* whole */
+        }
+        seq = base + parts;
+        if (session < 2) {
+            m = msg(DCPS_MSG_BYE, 0, ++seq);
+            m.session += 16 * session;
+            say(&c, 0, 1, &m);
+        }
+    }
+    /* Step 1: part 0 of 2, cut; the next session pushes it sparse. */
+    m = msg(DCPS_MSG_PUSH, 0, ++seq);
+    m.session += 32, m.step = 1, m.param_version = 1;
+    m.has = DCPS_HAS_PART, m.part = 0, m.parts = 2, m.part_lo = 0, m.part_hi = 32;
+    dense(&m, 32);
+    say(&c, 0, 1, &m);
+    m = msg(DCPS_MSG_BYE, 0, seq += 2);
+    m.session += 32;
+    say(&c, 0, 1, &m);
+    m = msg(DCPS_MSG_HELLO, 0, 0);
+    m.session += 48, m.n_params = 64, m.shard = 0;
+    say(&c, 0, 1, &m);
+    m = msg(DCPS_MSG_PUSH, 0, 1);
+    m.session += 48, m.step = 1, m.param_version = 1;
+    sparse(&m, 0, 64);
+    say(&c, 0, 1, &m);
+    save(dir, "router", name, &c.o);
+}
+
 static void router_seeds(const char *dir)
 {
     static const char *const modes[3] = {"async", "sync", "ssp"};
@@ -403,6 +472,8 @@ static void router_seeds(const char *dir)
     conversation(dir, "values_bf16_ssp_1w_delta",
                  &(job_t){.mode = 2, .opt = 1, .delta = true, .workers = 1, .size = 1, .values = 2},
                  4, false);
+    cut_conversation(dir, "parts_cut_async_1w", 0);
+    cut_conversation(dir, "parts_cut_ssp_1w", 2);
     conversation(dir, "silent_sync_2w",
                  &(job_t){.mode = 1, .opt = 0, .workers = 2, .size = 1, .fast = true}, 3, true);
     conversation(
