@@ -849,9 +849,9 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                    "%s: [optimizer] lr (%g) times weight_decay (%g) must be below 1: adamw "
                    "multiplies every parameter by 1 - lr * weight_decay each update",
                    src, cfg->lr, dcps_config_weight_decay(cfg));
-    /* A sync shard's checkpoint can fall between a push's parts, and a restored
-     * shard keeps no record of parts (docs/protocol.md section 17): the rank's
-     * push could never complete its round there. */
+    /* A sync shard's checkpoint can fall between a push's parts, and the open
+     * round's sum is not in it (docs/protocol.md section 17): the rank's push
+     * could never complete its round after a restore. */
     if (cfg->mode == DCPS_MODE_SYNC && cfg->parts > 1 && cfg->checkpoint_dir[0])
         return say(err, errlen,
                    "%s: [compression] parts = %d with mode = sync and [server] checkpoint_dir: "

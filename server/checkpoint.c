@@ -200,6 +200,15 @@ static size_t buffers_bytes(const dcps_shard_t *s, uint32_t format)
     return format >= 3 ? 8 * (1 + dcps_buffers_words(dcps_shard_buffers(s))) : 0;
 }
 
+/* After the buffers, format 3 ends with every rank's record of its latest push
+ * in parts and of a cut one it carries (server/parts.h): a word count w, then
+ * w words of dcps_shard_parts_save. A file written before they were kept ends
+ * after the buffers: no rank has any. */
+static size_t parts_bytes(const dcps_shard_t *s, uint32_t format)
+{
+    return format >= 3 ? 8 * (1 + dcps_shard_parts_words(s)) : 0;
+}
+
 /* The most bytes a group table may take in a file of a shard of n parameters. */
 static size_t groups_bytes_max(size_t n)
 {
@@ -439,7 +448,8 @@ uint64_t dcps_checkpoint_bytes(const dcps_shard_t *s)
     const dcps_shard_stats_t st = dcps_shard_stats(s);
     return HEADER_SIZE + (uint64_t)st.floats * sizeof(float) +
            tail_size(st.workers, DCPS_CHECKPOINT_FORMAT) + groups_bytes(s, DCPS_CHECKPOINT_FORMAT) +
-           buffers_bytes(s, DCPS_CHECKPOINT_FORMAT) + sizeof(uint32_t);
+           buffers_bytes(s, DCPS_CHECKPOINT_FORMAT) + parts_bytes(s, DCPS_CHECKPOINT_FORMAT) +
+           sizeof(uint32_t);
 }
 
 /* Writes tmp, a new file: the header, the shard's floats, the tail and the
@@ -500,6 +510,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
     const size_t tsize = tail_size(st.workers, DCPS_CHECKPOINT_FORMAT);
     const size_t gbytes = groups_bytes(s, DCPS_CHECKPOINT_FORMAT);
     const size_t bbytes = buffers_bytes(s, DCPS_CHECKPOINT_FORMAT);
+    const size_t pbytes = parts_bytes(s, DCPS_CHECKPOINT_FORMAT);
     char name[96], final[DCPS_PATH_MAX + 128], tmp[DCPS_PATH_MAX + 128];
     uint64_t *tail = NULL;
     entry_t *e;
@@ -518,7 +529,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
      * the new one is in place: a crash or a full disk must not leave none. */
     n = prune(dir, e, n, keep > 1 ? (size_t)keep - 1 : 1, hold);
     header_of(&h, cfg, &st, cons->mode, DCPS_CHECKPOINT_FORMAT);
-    h.payload_len += gbytes + bbytes;
+    h.payload_len += gbytes + bbytes + pbytes;
     h.seq = n ? e[0].seq + 1 : 1;
     h.created = (uint64_t)time(NULL);
     snprintf(name, sizeof name, "shard-%d-%010" PRIu64 "-v%012" PRIu64 ".ckpt", st.index, h.seq,
@@ -528,7 +539,7 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         rc = dcps_say(err, errlen, DCPS_E_INVAL, "checkpoint path in %s is too long", dir);
         goto out;
     }
-    if (!(tail = malloc(tsize + gbytes + bbytes))) {
+    if (!(tail = malloc(tsize + gbytes + bbytes + pbytes))) {
         rc = dcps_say(err, errlen, DCPS_E_NOMEM, "%s: out of memory", final);
         goto out;
     }
@@ -539,7 +550,9 @@ int dcps_checkpoint_save(const char *dir, const dcps_config_t *cfg, const dcps_s
         dcps_groups_save(dcps_shard_groups(s), tail + tsize / 8 + 1);
     tail[(tsize + gbytes) / 8] = bbytes / 8 - 1;
     dcps_buffers_save(dcps_shard_buffers(s), tail + (tsize + gbytes) / 8 + 1);
-    if ((rc = write_tmp(tmp, &h, s, tail, tsize + gbytes + bbytes, err, errlen)) != 0 ||
+    tail[(tsize + gbytes + bbytes) / 8] = pbytes / 8 - 1;
+    dcps_shard_parts_save(s, tail + (tsize + gbytes + bbytes) / 8 + 1);
+    if ((rc = write_tmp(tmp, &h, s, tail, tsize + gbytes + bbytes + pbytes, err, errlen)) != 0 ||
         (rc = publish(dir, tmp, final, path, pathlen, err, errlen)) != 0)
         goto out;
     /* The new one is newer than all listed: keep it and the keep - 1 newest. */
@@ -725,7 +738,8 @@ static bool fits(const header_t *h, off_t size, const dcps_config_t *cfg, const 
         want.payload_len = base;
         if (h->payload_len >= base &&
             h->payload_len - base <=
-                groups_bytes_max(st.n) + 8 * (1 + dcps_buffers_words_max(st.workers)) &&
+                groups_bytes_max(st.n) + 8 * (1 + dcps_buffers_words_max(st.workers)) +
+                    8 * (1 + (uint64_t)st.workers * DCPS_PARTS_WORDS_MAX) &&
             (h->payload_len - base) % 8 == 0)
             want.payload_len = h->payload_len;
     }
@@ -765,8 +779,8 @@ static int load_groups(dcps_shard_t *s, const uint64_t *w, size_t words, char *w
 }
 
 /* The tables at the end of a format 3 file (`words` words): the groups, then
- * the buffers (absent in a file written before they were kept). Returns as
- * load_groups. */
+ * the buffers and the records of pushes in parts (each absent in a file
+ * written before it was kept). Returns as load_groups. */
 static int load_tables(dcps_shard_t *s, const uint64_t *w, size_t words, char *why, size_t n)
 {
     if (w[0] >= words)
@@ -776,9 +790,16 @@ static int load_tables(dcps_shard_t *s, const uint64_t *w, size_t words, char *w
     if (rc != 0 || gwords == words)
         return rc;
     w += gwords, words -= gwords;
-    if (w[0] != words - 1)
+    if (w[0] >= words)
         return dcps_say(why, n, 1, "its buffers' length does not fit the file");
-    return dcps_buffers_load(dcps_shard_buffers(s), w + 1, words - 1, why, n);
+    const size_t bwords = 1 + (size_t)w[0];
+    if ((rc = dcps_buffers_load(dcps_shard_buffers(s), w + 1, bwords - 1, why, n)) != 0 ||
+        bwords == words)
+        return rc;
+    w += bwords, words -= bwords;
+    if (w[0] != words - 1)
+        return dcps_say(why, n, 1, "its records of pushes in parts do not fit the file");
+    return dcps_shard_parts_load(s, w + 1, words - 1, why, n);
 }
 
 /* Loads one file into s and c if it is usable. Returns 0; 1 if it is not, with

@@ -28,7 +28,11 @@
  *       its last push's seq, and flags 1 pushed, 2 applied), the push and
  *       pull counters, the staleness histogram, then the consistency model's round, contributions,
  *       max_ahead and every rank's clock and contributed flag, then (format 3) the
- *       parameter groups: a word count w and w words of dcps_groups_save (0: none);
+ *       parameter groups: a word count w and w words of dcps_groups_save (0: none),
+ *       the model's buffers (a word count, dcps_buffers_save), and every rank's
+ *       record of its latest push in parts and of a cut push it carries (a word
+ *       count, dcps_shard_parts_save; server/parts.h), each of the last two
+ *       absent from a file written before it was kept;
  *   trailer: a CRC-32C (Castagnoli) of header and payload.
  *
  * Format 2 is format 3 written before the rules were apart from delay

@@ -120,4 +120,21 @@ bool dcps_carried_take(dcps_carried_t *c, const dcps_parts_t *p);
 size_t dcps_carried_rest(const dcps_carried_t *c, uint64_t lo, uint64_t hi, uint64_t *rest_lo,
                          uint64_t *rest_hi);
 
+/* A rank's two records in a checkpoint (server/checkpoint.h), in 8-byte words:
+ * a word of flags (1: a latest push, 2: it is sparse, 4: a carried push; the
+ * latest push's part count in bits 8 to 15); with a latest push, its base, step,
+ * applied and dropped bits, covered count, then [lo, hi) of each part that came,
+ * in part order; with a carried push, its step, its range count, then the
+ * ranges. At most DCPS_PARTS_WORDS_MAX words. */
+#define DCPS_PARTS_WORDS_MAX (1 + 5 + 2 * DCPS_PARTS_MAX + 2 + 2 * DCPS_CARRIED_MAX)
+size_t dcps_parts_words(const dcps_parts_t *p, const dcps_carried_t *c);
+void dcps_parts_save(const dcps_parts_t *p, const dcps_carried_t *c, uint64_t *w);
+
+/* Reads a rank's records saved by dcps_parts_save from the `words` words at w,
+ * for a shard of the range [lo, hi); *used: the words they took. Returns 0, or
+ * 1 with a sentence in why if they are not records of such a shard (p and c
+ * then hold nothing). */
+int dcps_parts_load(dcps_parts_t *p, dcps_carried_t *c, uint64_t lo, uint64_t hi,
+                    const uint64_t *w, size_t words, size_t *used, char *why, size_t whylen);
+
 #endif

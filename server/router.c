@@ -63,8 +63,6 @@ struct dcps_router {
     double last_tick; /* ms, when it last ran */
     dcps_consistency_t cons;
     wait_t *waits;         /* one per rank */
-    dcps_parts_t *parts;   /* one per rank: its session's latest push (server/parts.h) */
-    dcps_carried_t *carried; /* one per rank: what came of an earlier session's push */
     bool *counted;         /* one per rank: BUFFERS' scratch, whose values count in a mean */
     uint64_t barrier_step; /* valid while barrier_waiting > 0 */
     int barrier_waiting;
@@ -350,7 +348,7 @@ static void close_round(dcps_router_t *r, const bool *members)
             DCPS_NOTICE("round %llu: rank %u's push in parts is taken back out: the round "
                         "closed before all its parts came",
                         (unsigned long long)round, i);
-            dcps_parts_drop_open(&r->parts[i]);
+            dcps_parts_drop_open(dcps_shard_parts(r->shard, i));
         } else if (!held && members[i])
             DCPS_WARN("round %llu: rank %u's push is not here (lost with this shard's "
                       "previous process); the round's mean goes without it on this shard",
@@ -543,8 +541,8 @@ static void reloaded(dcps_router_t *r)
 {
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         drop_waits(r, i);
-        dcps_parts_reset(&r->parts[i]);
-        memset(&r->carried[i], 0, sizeof r->carried[i]);
+        dcps_parts_reset(dcps_shard_parts(r->shard, i));
+        memset(dcps_shard_carried(r->shard, i), 0, sizeof(dcps_carried_t));
     }
     r->barrier_waiting = 0;
     r->rounds.closed_any = false;
@@ -1093,9 +1091,9 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
          * push of that step is applied over the rest only (push_apply). */
         if (!r->cons.m[m->rank].contributed)
             dcps_shard_round_remove(r->shard, m->rank);
-        const dcps_parts_t *cut = &r->parts[m->rank];
+        dcps_parts_t *cut = dcps_shard_parts(r->shard, m->rank);
         if (r->cfg->mode != DCPS_MODE_SYNC && dcps_parts_open(cut)) {
-            if (dcps_carried_take(&r->carried[m->rank], cut))
+            if (dcps_carried_take(dcps_shard_carried(r->shard, m->rank), cut))
                 DCPS_NOTICE("rank %u's push of step %llu was cut after %llu of its parameters: "
                             "the new session's push of that step goes over the rest only",
                             m->rank, (unsigned long long)cut->step,
@@ -1105,7 +1103,7 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
                           "the new session's push of that step counts for all of it",
                           m->rank, (unsigned long long)cut->step);
         }
-        dcps_parts_reset(&r->parts[m->rank]);
+        dcps_parts_reset(cut);
         dcps_shard_open_session(r->shard, m->rank, m->session);
     } else if (!mb->joined) {
         DCPS_INFO("worker %u joined again (session %s\u2026)", m->rank, new);
@@ -1313,7 +1311,7 @@ static int push_sized(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
     const dcps_range_t range = shard_now(r).range;
-    const dcps_parts_t *latest = &r->parts[p->m->rank];
+    const dcps_parts_t *latest = dcps_shard_parts(r->shard, p->m->rank);
     p->q = dcps_part_of(p->m, range.lo, range.hi);
     const int f = p->m->nframes - 1;
     int rc;
@@ -1460,14 +1458,14 @@ static int push_round_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
     DCPS_INFO("push of rank %u for step %llu dropped: the open round is %llu", p->m->rank,
               (unsigned long long)p->m->step, (unsigned long long)r->cons.round);
     dcps_shard_drop(r->shard, p->m->rank, p->m->seq);
-    dcps_parts_record(&r->parts[p->m->rank], &p->q, false);
+    dcps_parts_record(dcps_shard_parts(r->shard, p->m->rank), &p->q, false);
     send_stale(r, p->id, p->m);
     return ANSWERED;
 }
 
 /* Hands the push (or part) to the shard. The first push of a step that an
  * earlier session of the rank pushed in parts it did not complete (async,
- * ssp: r->carried) goes only over the ranges those parts did not cover: dense,
+ * ssp: dcps_shard_carried) goes only over the ranges those parts did not cover: dense,
  * as a part per range (a dense part gives each parameter what the whole push
  * gives it); sparse, as one part of its entries there. Its dense values are
  * checked first, so that a refusal comes before any range is applied. */
@@ -1477,7 +1475,7 @@ static int push_apply(dcps_router_t *r, push_t *p, bool sync, bool last, char *w
     static const uint32_t none[1];
     dcps_shard_t *s = r->shard;
     const dcps_msg_t *m = p->m;
-    const dcps_carried_t *c = &r->carried[m->rank];
+    const dcps_carried_t *c = dcps_shard_carried(s, m->rank);
     const uint64_t push = m->seq - p->q.part;
     if (sync || !c->any || c->step != m->step)
         return p->q.parts == 1
@@ -1525,8 +1523,8 @@ static int push_update_act(dcps_router_t *r, push_t *p, int outcome, char *why, 
 {
     dcps_shard_t *s = r->shard;
     const dcps_msg_t *m = p->m;
-    dcps_parts_t *latest = &r->parts[m->rank];
-    dcps_carried_t *carried = &r->carried[m->rank];
+    dcps_parts_t *latest = dcps_shard_parts(s, m->rank);
+    dcps_carried_t *carried = dcps_shard_carried(s, m->rank);
     const bool sync = r->cfg->mode == DCPS_MODE_SYNC;
     const bool last = p->q.parts == 1 || dcps_parts_completes(latest, &p->q);
     uint64_t t0 = dcps_now_ns(), pushes = dcps_shard_stats(s).pushes;
@@ -1957,9 +1955,7 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
         !(r->counted = calloc((size_t)cfg->workers, sizeof *r->counted)) ||
         !(r->members = calloc((size_t)cfg->workers, sizeof *r->members)) ||
         !(r->passed = calloc((size_t)cfg->workers, sizeof *r->passed)) ||
-        !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks)) ||
-        !(r->parts = calloc((size_t)cfg->workers, sizeof *r->parts)) ||
-        !(r->carried = calloc((size_t)cfg->workers, sizeof *r->carried))) {
+        !(r->ranks = calloc((size_t)cfg->workers, sizeof *r->ranks))) {
         *err = DCPS_E_NOMEM;
         goto fail_waits;
     }
@@ -1975,8 +1971,6 @@ dcps_router_t *dcps_router_new(uv_loop_t *loop, void *sock, const dcps_config_t 
 
 fail_bridge:
 fail_waits:
-    free(r->carried);
-    free(r->parts);
     free(r->passed);
     free(r->ranks);
     free(r->members);
@@ -2007,8 +2001,6 @@ void dcps_router_destroy(dcps_router_t **rp)
     dcps_rounds_free(&r->rounds);
     free(r->decoded);
     free(r->follower);
-    free(r->carried);
-    free(r->parts);
     free(r->passed);
     free(r->ranks);
     free(r->members);

@@ -90,6 +90,8 @@ struct dcps_shard {
     dcps_session_t *session; /* per rank: its session and last push; this store is their
                                 one owner (server/session.h): the router reads them and
                                 binds one at HELLO, the functions below record pushes */
+    dcps_parts_t *parts;     /* per rank: its latest push's parts, and what it carries of */
+    dcps_carried_t *carried; /* a cut one (server/parts.h): the router's to keep */
     double lr;               /* from [optimizer] lr: the schedule's base, kept in double
                                 as torch.optim keeps a Python float (adam's step size is
                                 computed from it in double, then rounded once) */
@@ -171,8 +173,10 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->dtype = dcps_config_values_dtype(cfg);
     s->session = calloc((size_t)cfg->workers, sizeof *s->session);
     s->behind = calloc((size_t)cfg->workers, sizeof *s->behind);
+    s->parts = calloc((size_t)cfg->workers, sizeof *s->parts);
+    s->carried = calloc((size_t)cfg->workers, sizeof *s->carried);
     s->buffers = dcps_buffers_new(cfg->workers);
-    if (!s->session || !s->behind || !s->buffers || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
+    if (!s->session || !s->behind || !s->parts || !s->carried || !s->buffers || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
         goto fail;
     *err = 0;
     return s;
@@ -302,6 +306,8 @@ void dcps_shard_destroy(dcps_shard_t **sp)
     free(s->kept);
     free(s->gr);
     free(s->behind);
+    free(s->carried);
+    free(s->parts);
     free(s->session);
     free(s);
     *sp = NULL;
@@ -342,6 +348,51 @@ bool dcps_shard_behind(const dcps_shard_t *s, uint32_t rank)
 const dcps_session_t *dcps_shard_session(const dcps_shard_t *s, uint32_t rank)
 {
     return &s->session[rank];
+}
+
+dcps_parts_t *dcps_shard_parts(dcps_shard_t *s, uint32_t rank)
+{
+    return &s->parts[rank];
+}
+
+dcps_carried_t *dcps_shard_carried(dcps_shard_t *s, uint32_t rank)
+{
+    return &s->carried[rank];
+}
+
+size_t dcps_shard_parts_words(const dcps_shard_t *s)
+{
+    size_t n = 0;
+    for (int r = 0; r < s->workers; r++)
+        n += dcps_parts_words(&s->parts[r], &s->carried[r]);
+    return n;
+}
+
+void dcps_shard_parts_save(const dcps_shard_t *s, uint64_t *w)
+{
+    for (int r = 0; r < s->workers; r++) {
+        dcps_parts_save(&s->parts[r], &s->carried[r], w);
+        w += dcps_parts_words(&s->parts[r], &s->carried[r]);
+    }
+}
+
+int dcps_shard_parts_load(dcps_shard_t *s, const uint64_t *w, size_t words, char *why,
+                          size_t whylen)
+{
+    size_t used = 0;
+    int rc = 0;
+    for (int r = 0; r < s->workers && rc == 0; r++) {
+        rc = dcps_parts_load(&s->parts[r], &s->carried[r], s->range.lo, s->range.hi, w, words,
+                             &used, why, whylen);
+        w += used, words -= used;
+    }
+    if (rc == 0 && words != 0)
+        rc = dcps_say(why, whylen, 1, "its records of pushes in parts do not fit the file");
+    if (rc != 0) {
+        memset(s->parts, 0, (size_t)s->workers * sizeof *s->parts);
+        memset(s->carried, 0, (size_t)s->workers * sizeof *s->carried);
+    }
+    return rc;
 }
 
 void dcps_shard_open_session(dcps_shard_t *s, uint32_t rank, uint64_t id)
@@ -1310,7 +1361,8 @@ void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out)
     out->reply_buffers = (s->spare ? vec * DCPS_SHARD_REPLY_BUFFERS : 0) +
                          (s->reply_q ? (size_t)dcps_quant_bytes(s->dtype, s->n, DCPS_QUANT_BLOCK)
                                      : 0);
-    out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind);
+    out->sequence_numbers = (size_t)s->workers * (sizeof *s->session + sizeof *s->behind +
+                                                  sizeof *s->parts + sizeof *s->carried);
 }
 
 size_t dcps_shard_memory(const dcps_shard_t *s)

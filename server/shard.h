@@ -95,6 +95,7 @@
 #include "server/buffers.h"
 #include "server/groups.h"
 #include "server/optimizer.h"
+#include "server/parts.h"
 #include "server/session.h"
 
 /* Buffers of n floats beyond w and the update buffer, so that pull replies
@@ -169,6 +170,20 @@ const dcps_session_t *dcps_shard_session(const dcps_shard_t *s, uint32_t rank);
 /* Binds rank to session id (nonzero) with no push seen yet: the router's
  * HELLO, which decides whether it may (server/router.h). */
 void dcps_shard_open_session(dcps_shard_t *s, uint32_t rank, uint64_t id);
+
+/* Rank's latest push in parts and what it carries of a cut one (server/parts.h):
+ * kept here, with the sessions, so that a checkpoint holds them; the router
+ * reads and records them. */
+dcps_parts_t *dcps_shard_parts(dcps_shard_t *s, uint32_t rank);
+dcps_carried_t *dcps_shard_carried(dcps_shard_t *s, uint32_t rank);
+
+/* Every rank's records in a checkpoint's words (dcps_parts_save, rank by rank):
+ * how many, writing them, and reading them back (0, or 1 with why: no rank then
+ * holds any). */
+size_t dcps_shard_parts_words(const dcps_shard_t *s);
+void dcps_shard_parts_save(const dcps_shard_t *s, uint64_t *w);
+int dcps_shard_parts_load(dcps_shard_t *s, const uint64_t *w, size_t words, char *why,
+                          size_t whylen);
 
 /* Counts a retry of a push that was applied already: acknowledged DUPLICATE,
  * not applied again. */
@@ -431,7 +446,8 @@ typedef struct {
                                 update is written beside it: n floats per
                                 DCPS_SHARD_REPLY_BUFFERS; with [compression] values
                                 and dense pulls, w as sent too */
-    size_t sequence_numbers; /* every rank's session, last push and restore flag */
+    size_t sequence_numbers; /* every rank's session, last push, restore flag and records
+                                of pushes in parts */
 } dcps_shard_memory_t;
 
 void dcps_shard_memory_kinds(const dcps_shard_t *s, dcps_shard_memory_t *out);

@@ -25,9 +25,12 @@
 #include "tests/harness.h"
 
 #define MAXN 512
-/* Format 3's tables of a shard without groups and buffers: the groups' word count,
- * then the buffers' word count and their five words of a table nobody published. */
-#define TABLES3 (8 + 8 * (1 + 5))
+/* Format 3's tables of a shard of 3 workers without groups, buffers and pushes
+ * in parts: the groups' word count, the buffers' word count and their five
+ * words of a table nobody published, then the parts records' word count and
+ * each rank's word saying it has none. */
+#define PARTS3 (8 * (1 + 3))
+#define TABLES3 (8 + 8 * (1 + 5) + PARTS3)
 
 static char err[2048];
 
@@ -496,6 +499,64 @@ START_TEST(buffers_are_saved_and_restored)
 }
 END_TEST
 
+/* Ranks' records of pushes in parts (the router's, kept by the shard) go into
+ * format 3 after the buffers and come back; a file written before they were
+ * kept restores with none; a record that does not hold together is refused. */
+START_TEST(records_of_pushes_in_parts_are_saved_and_restored)
+{
+    box_t a, b;
+    char p[1024];
+    box_new(&a, NULL, 0);
+    box_init(&a);
+    const uint64_t lo = dcps_shard_stats(a.s).range.lo, hi = dcps_shard_stats(a.s).range.hi;
+    dcps_parts_t *latest = dcps_shard_parts(a.s, 1);
+    for (uint32_t i = 0; i < 3; i += 2) { /* parts 0 and 2 of 3 came; part 1 did not */
+        const dcps_part_t q = {.seq = 20 + i, .step = 4, .part = i, .parts = 3,
+                               .lo = lo + (hi - lo) * i / 3, .hi = lo + (hi - lo) * (i + 1) / 3,
+                               .fields = true};
+        dcps_parts_record(latest, &q, true);
+    }
+    ck_assert(dcps_carried_take(dcps_shard_carried(a.s, 2), latest));
+    save(&a, 3, p);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    for (uint32_t r = 0; r < 3; r++) {
+        ck_assert_mem_eq(dcps_shard_parts(b.s, r), dcps_shard_parts(a.s, r), sizeof *latest);
+        ck_assert_mem_eq(dcps_shard_carried(b.s, r), dcps_shard_carried(a.s, r),
+                         sizeof(dcps_carried_t));
+    }
+    ck_assert(dcps_parts_open(dcps_shard_parts(b.s, 1)));
+    box_free(&b);
+    /* Without the records (a file written before they were kept): none. */
+    FILE *f = fopen(p, "rb");
+    static uint8_t all[1 << 16];
+    size_t size = fread(all, 1, sizeof all, f);
+    fclose(f);
+    const size_t words = dcps_shard_parts_words(a.s), cut = 8 * (1 + words);
+    uint64_t payload;
+    memcpy(&payload, all + 104, 8);
+    payload -= cut;
+    memcpy(all + 104, &payload, 8);
+    put32(all, 124, dcps_checkpoint_crc32c(0, all, 124));
+    size -= cut;
+    put32(all, size - 4, dcps_checkpoint_crc32c(0, all, size - 4));
+    f = fopen(p, "wb");
+    ck_assert_uint_eq(fwrite(all, 1, size, f), size);
+    fclose(f);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), 1);
+    ck_assert(!dcps_shard_parts(b.s, 1)->any && !dcps_shard_carried(b.s, 2)->any);
+    box_free(&b);
+    /* Parts that overlap: the file is no checkpoint of a shard that took them. */
+    latest->hi[0] = latest->lo[2] + 1;
+    latest->covered = (latest->hi[0] - latest->lo[0]) + (latest->hi[2] - latest->lo[2]);
+    ck_assert_int_eq(remove(p), 0);
+    save(&a, 3, p);
+    ck_assert_int_eq(restore(&b, NULL, 0, NULL), DCPS_E_DATA);
+    ck_assert_msg(strstr(err, "its record of a push in parts has parts that overlap"), "%s", err);
+    box_free(&b);
+    box_free(&a);
+}
+END_TEST
+
 /* A shard's parameter groups go into format 3 and come back: the restored
  * shard has the same table and applies it (the same w after the same pushes). */
 START_TEST(parameter_groups_are_saved_and_restored)
@@ -909,6 +970,7 @@ int main(void)
     tcase_add_test(tc, format_2_checkpoint_restores_exactly);
     tcase_add_test(tc, parameter_groups_are_saved_and_restored);
     tcase_add_test(tc, buffers_are_saved_and_restored);
+    tcase_add_test(tc, records_of_pushes_in_parts_are_saved_and_restored);
     tcase_add_test(tc, checkpoint_of_another_job_shard_size_or_rule_is_refused);
     tcase_add_test(tc, unsized_shard_is_sized_by_the_checkpoint_it_restores);
     tcase_add_test(tc, a_file_that_is_no_checkpoint_is_refused);

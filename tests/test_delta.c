@@ -322,9 +322,11 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
     dcps_shard_t *a = delta_shard("async", "sgd", "0.01"), *y = delta_shard("sync", "sgd", "0.01");
     /* async: w, P mirrors, diff, a tag per mirror; sync: w, sum, the shared
      * mirror, diff, one tag. Both: the update and reply buffers, P session
-     * records, P restore flags (behind), k = 10 index/value pairs and the
-     * selection's workspace (n bytes). */
-    size_t extra = 2 * N * 4 + P * sizeof(dcps_session_t) + P * sizeof(bool) + 10 * 8 + N;
+     * records, P restore flags (behind), P records of pushes in parts, k = 10
+     * index/value pairs and the selection's workspace (n bytes). */
+    size_t extra = 2 * N * 4 + P * (sizeof(dcps_session_t) + sizeof(bool) + sizeof(dcps_parts_t) +
+                                     sizeof(dcps_carried_t)) +
+                   10 * 8 + N;
     ck_assert_uint_eq(dcps_shard_memory(a), (1 + P + 1) * N * 4 + extra + P * 8);
     ck_assert_uint_eq(dcps_shard_memory(y), (1 + 1 + 1 + 1) * N * 4 + extra + 8);
     /* By kind (the server's log and /metrics): the same bytes, each once. */
@@ -336,7 +338,8 @@ START_TEST(memory_counts_the_mirror_and_the_delta)
     ck_assert_uint_eq(ka.worker_backups, P * N * 4);
     ck_assert_uint_eq(ka.sync_sum, 0);
     ck_assert_uint_eq(ka.delta_pull, N * 4 + P * 8 + 10 * 8 + N);
-    ck_assert_uint_eq(ka.sequence_numbers, P * (sizeof(dcps_session_t) + sizeof(bool)));
+    ck_assert_uint_eq(ka.sequence_numbers, P * (sizeof(dcps_session_t) + sizeof(bool) +
+                                                sizeof(dcps_parts_t) + sizeof(dcps_carried_t)));
     ck_assert_uint_eq(ky.worker_backups, 0);
     ck_assert_uint_eq(ky.sync_sum, N * 4);
     ck_assert_uint_eq(ky.delta_pull, 2 * N * 4 + 8 + 10 * 8 + N);

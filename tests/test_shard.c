@@ -268,17 +268,22 @@ START_TEST(sparse_push_equals_dense_push_of_the_same_vector)
 }
 END_TEST
 
+/* What a shard holds per worker beside the floats: its session record, restore
+ * flag and records of pushes in parts. */
+#define PER_WORKER                                                                                \
+    (sizeof(dcps_session_t) + sizeof(bool) + sizeof(dcps_parts_t) + sizeof(dcps_carried_t))
+
 START_TEST(memory_counts_parameters_and_per_worker_state)
 {
     /* SGD: n floats of parameters, n of the update buffer, n of the reply
-     * buffer, and per worker a session record (its session and last push) and
-     * a restore flag. */
+     * buffer, and per worker a session record (its session and last push), a
+     * restore flag and records of pushes in parts. */
     dcps_shard_t *s0 = shard(0), *s1 = shard(1);
-    const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool);
+    const size_t per_worker = PER_WORKER;
     ck_assert_int_eq(DCPS_SHARD_REPLY_BUFFERS, 1);
     ck_assert_uint_eq(dcps_shard_memory(s0), 3 * 64 * sizeof(float) + 3 * per_worker);
     ck_assert_uint_eq(dcps_shard_memory(s1), 3 * 8 * sizeof(float) + 3 * per_worker);
-    ck_assert_uint_eq(dcps_shard_memory(s1), 171); /* 3 · 32 + 3 · (24 + 1) */
+    ck_assert_uint_eq(dcps_shard_memory(s1), 9627); /* 3 · 32 + 3 · (24 + 1 + 1080 + 2072) */
     dcps_shard_memory_t k;
     dcps_shard_memory_kinds(s1, &k);
     ck_assert_uint_eq(k.parameters, 32);
@@ -347,7 +352,7 @@ START_TEST(memory_of_dcasgd_is_four_plus_p_times_the_shard)
     /* w, MS, P backups, the update buffer and the reply buffer; constant λ:
      * no MS. */
     dcps_shard_t *s = dc_shard(true);
-    const size_t per_worker = sizeof(dcps_session_t) + sizeof(bool); /* session, restore flag */
+    const size_t per_worker = PER_WORKER;
     ck_assert_uint_eq(dcps_shard_memory(s), (4 + 2) * 72 * sizeof(float) + 2 * per_worker);
     dcps_shard_destroy(&s);
     s = dc_shard(false);

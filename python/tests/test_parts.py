@@ -5,7 +5,8 @@ shards) give the parameters, bit for bit, that numpy's float32 arithmetic gives
 for the same push sent whole; a retried part is applied once, a missing part
 sent again later is taken, a push cut between its parts by a new session of
 the rank is completed by that session's push of the step over the rest only
-(every parameter takes one gradient of the step), a sync round waits for a rank's last part and goes on
+(every parameter takes one gradient of the step), a shard restarted from its
+checkpoint between the parts of a push answers their retries as before, a sync round waits for a rank's last part and goes on
 without the rank once it is declared dead; pull replies in parts hold the
 parameters of a whole reply; parts in shorter formats (section 18, each its
 own, INT8 blocks from the part's first value) are applied (async) and summed
@@ -175,6 +176,26 @@ class Parts(Case):
         got, version = self.params(d, 2)
         self.assertEqual(version, 2)
         np.testing.assert_array_equal(got, want)
+
+    def test_a_shard_restarted_between_parts_answers_their_retries_as_before(self):
+        job = self.start(shards=1, workers=2, optimizer={"kind": "momentum", "lr": LR,
+                                                         "momentum": 0.9},
+                         server={"checkpoint_dir": "@DIR@", "checkpoint_every": 3600})
+        w = gradient(rng(1), N, 0.01) + F32(1)
+        a = self.joined(0, 0, init=w)
+        self.joined(1, 0)
+        g, bounds = gradient(rng(2), N), split(N, 3)
+        base = a.seq
+        a.push_parts(0, 0, g, bounds, 0, order=[1, 0])
+        job.restart(0)  # SIGTERM: its checkpoint falls between the parts
+        # The client sends every part again, not knowing which came: those that
+        # came are DUPLICATE, the last one completes the push.
+        for i, flags in ((0, pb.FLAG_DUPLICATE), (1, pb.FLAG_DUPLICATE), (2, 0)):
+            r = a.push_parts(0, 0, g, bounds, 0, order=[i], seq=base)[i]
+            self.assertEqual((r.type, r.h.flags), (pb.PUSH_ACK, flags), r.h.error_text)
+        got, version = self.params(a, 1)
+        self.assertEqual(version, 1)
+        np.testing.assert_array_equal(got, w - F32(LR) * g)  # momentum's first step: u = g
 
     def test_malformed_parts_are_refused_and_the_shard_serves_on(self):
         a, w = self.job()

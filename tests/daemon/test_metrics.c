@@ -20,11 +20,17 @@
 #include <zmq.h>
 
 #include "common/config.h"
+#include "server/parts.h"
+#include "server/session.h"
 #include "tests/check_run.h"
 #include "tests/harness.h"
 #include "worker/internal.h"
 
 #define N_PARAMS 210 /* layers 20,10: 20·10 + 10 */
+/* What a shard holds per rank beside the floats: its session record, restore
+ * flag, and records of pushes in parts (the kind sequence_numbers). */
+#define RANK_RECORDS                                                                              \
+    (sizeof(dcps_session_t) + sizeof(bool) + sizeof(dcps_parts_t) + sizeof(dcps_carried_t))
 
 static void teardown(void)
 {
@@ -295,7 +301,7 @@ START_TEST(scrape_counts_what_a_worker_did)
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"optimizer_state\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sync_sum\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
-                        2 * (24 + 1)); /* per rank: its session record and restore flag */
+                        2 * RANK_RECORDS); /* per rank */
     /* All the shard holds is malloc's, and the heap counts every thread's. */
     double held = 0;
     for (const char *k = "parameters\0optimizer_state\0worker_backups\0sync_sum\0delta_pull\0"
@@ -346,7 +352,7 @@ START_TEST(unsized_shard_reports_no_model_until_rank_0_sizes_it)
     ck_assert_double_eq(sample(t, "dcps_model_params{shard=\"0\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"parameters\"}"), 0);
     ck_assert_double_eq(sample(t, "dcps_memory_bytes{shard=\"0\",kind=\"sequence_numbers\"}"),
-                        24 + 1);
+                        RANK_RECORDS);
 
     snprintf(shards, sizeof shards, "servers.shards=%s", ep);
     const char *ov[] = {shards};
