@@ -541,9 +541,16 @@ static void reloaded(dcps_router_t *r)
 {
     for (uint32_t i = 0; i < (uint32_t)r->cfg->workers; i++) {
         drop_waits(r, i);
-        dcps_parts_reset(dcps_shard_parts(r->shard, i));
-        memset(dcps_shard_carried(r->shard, i), 0, sizeof(dcps_carried_t));
+        /* Parts of the open round that came are dropped with it (below), and
+         * their retries answered STALE again, which sends the rank back. */
+        dcps_parts_drop_open(dcps_shard_parts(r->shard, i));
     }
+    /* A checkpoint may have been written in the middle of the open round (the
+     * one SIGTERM writes), the other shards' at its start: every shard starts
+     * it again empty, and a rank whose push it held is sent back to it
+     * (sent_back) when it asks for a later step. */
+    dcps_shard_clear_round(r->shard);
+    dcps_consistency_open_round(&r->cons, r->cons.round);
     r->barrier_waiting = 0;
     r->rounds.closed_any = false;
     r->digest = 0;

@@ -744,8 +744,10 @@ START_TEST(unsized_shard_is_sized_by_the_checkpoint_it_restores)
     ck_assert_uint_eq(dcps_shard_stats(c.s).n_params, 0);
     ck_assert_ptr_null(dcps_shard_view(c.s).w);
     ck_assert_uint_eq(dcps_shard_stats(c.s).n, 0);
-    ck_assert_uint_eq(dcps_shard_memory(c.s), (size_t)dcps_shard_stats(c.s).workers *
-                                                  (sizeof(dcps_session_t) + sizeof(bool)));
+    ck_assert_uint_eq(dcps_shard_memory(c.s),
+                      (size_t)dcps_shard_stats(c.s).workers *
+                          (sizeof(dcps_session_t) + sizeof(bool) + sizeof(dcps_parts_t) +
+                           sizeof(dcps_carried_t)));
     box_free(&a);
     box_free(&b);
     box_free(&c);

@@ -6,7 +6,9 @@ for the same push sent whole; a retried part is applied once, a missing part
 sent again later is taken, a push cut between its parts by a new session of
 the rank is completed by that session's push of the step over the rest only
 (every parameter takes one gradient of the step), a shard restarted from its
-checkpoint between the parts of a push answers their retries as before, a sync round waits for a rank's last part and goes on
+checkpoint between the parts of a push answers their retries as before (a sync
+round too, whose checkpoint holds the open round; with several shards every
+shard starts the open round again and each rank goes back to it), a sync round waits for a rank's last part and goes on
 without the rank once it is declared dead; pull replies in parts hold the
 parameters of a whole reply; parts in shorter formats (section 18, each its
 own, INT8 blocks from the part's first value) are applied (async) and summed
@@ -196,6 +198,70 @@ class Parts(Case):
         got, version = self.params(a, 1)
         self.assertEqual(version, 1)
         np.testing.assert_array_equal(got, w - F32(LR) * g)  # momentum's first step: u = g
+
+    def test_a_sync_round_cut_by_its_shard_restarting_ends_as_if_whole(self):
+        job = self.start(shards=1, workers=2, job={"mode": "sync"},
+                         server={"checkpoint_dir": "@DIR@", "checkpoint_every": 3600})
+        w = gradient(rng(1), N, 0.01) + F32(1)
+        a = self.joined(0, 0, init=w)
+        b = self.joined(1, 0)
+        ga, gb, bounds = gradient(rng(2), N), gradient(rng(3), N), split(N, 3)
+        base = a.seq
+        a.push_parts(0, 0, ga, bounds, 0, order=[0, 1])
+        b.push(0, 0, g=gb)
+        job.restart(0)  # the checkpoint holds the open round: b's push, a's two parts
+        for i, flags in ((0, pb.FLAG_DUPLICATE), (1, pb.FLAG_DUPLICATE), (2, 0)):
+            r = a.push_parts(0, 0, ga, bounds, 0, order=[i], seq=base)[i]
+            self.assertEqual((r.type, r.h.flags), (pb.PUSH_ACK, flags), r.h.error_text)
+        got, version = self.params(a, 1)
+        self.assertEqual(version, 1)
+        np.testing.assert_array_equal(got, w - F32(LR) * ((ga + gb) / F32(2)))
+
+    def test_a_sync_job_restored_mid_round_starts_the_round_again_everywhere(self):
+        """Shard 0 of 2 stopped (SIGTERM) in the middle of round 2, after a's
+        first two parts of 3 there and b's pushes: its checkpoint holds them,
+        shard 1's (periodic, at round 2's start) does not. Every shard starts
+        round 2 again empty; each rank is sent back to it and pushes it again."""
+        job = self.start(shards=2, workers=2, job={"mode": "sync"},
+                         server={"checkpoint_dir": "@DIR@", "checkpoint_every": 1})
+        w = gradient(rng(1), N, 0.01) + F32(1)
+        a = [self.joined(0, s, init=w) for s in range(2)]
+        b = [self.joined(1, s) for s in range(2)]
+        halves = [slice(0, 512), slice(512, N)]
+        def round_of(step, ga, gb, parts=None):
+            for s, h in enumerate(halves):
+                if s == 0 and parts:
+                    a[0].push_parts(step, step, ga[h], split(512, parts), 0)
+                else:
+                    self.assertEqual(a[s].push(step, step, g=ga[h]).h.flags, 0)
+                self.assertEqual(b[s].push(step, step, g=gb[h]).h.flags, 0)
+            return w - F32(LR) * ((ga + gb) / F32(2))
+        for step in range(2):
+            w = round_of(step, gradient(rng(10 + step), N), gradient(rng(20 + step), N))
+            for s in range(2):
+                a[s].pull(step + 1), b[s].pull(step + 1)
+            time.sleep(1.2)  # a periodic checkpoint after the next round, on both shards
+        ga, gb = gradient(rng(30), N), gradient(rng(31), N)
+        base, bseq = a[0].seq, b[0].seq
+        a[0].push_parts(2, 2, ga[:512], split(512, 3), 0, order=[0, 1])
+        a[1].push(2, 2, g=ga[512:])
+        for s, h in enumerate(halves):
+            b[s].push(2, 2, g=gb[h])
+        job.restart(0)
+        # a's parts that came are taken out of the round: STALE with round 2.
+        for i in range(3):
+            r = a[0].push_parts(2, 2, ga[:512], split(512, 3), 0, order=[i], seq=base)[i]
+            self.assertEqual((r.type, r.h.flags, r.h.step), (pb.PUSH_ACK, pb.FLAG_STALE, 2))
+        # b's push is the one shard 0's checkpoint held (DUPLICATE), but a pull
+        # of a later step sends b back to round 2.
+        self.assertEqual(b[0].push(2, 2, g=gb[:512], seq=bseq).h.flags, pb.FLAG_DUPLICATE)
+        r = b[0].pull(3)
+        self.assertEqual((r.h.flags, r.h.step), (pb.FLAG_STALE, 2))
+        for s in range(2):
+            a[s].pull(2), b[s].pull(2)
+        w = round_of(2, ga, gb, parts=2)
+        got = np.concatenate([a[s].pull(3).arrays[0] for s in range(2)])
+        np.testing.assert_array_equal(got, w)
 
     def test_malformed_parts_are_refused_and_the_shard_serves_on(self):
         a, w = self.job()
