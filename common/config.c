@@ -188,8 +188,7 @@ static const struct key keys[] = {
         "pipeline: step size of the local update; 0: [optimizer] lr"),
     INT("compression", "parts", parts, "0", 0, 64,
         "dense pushes and pull replies in N parts a shard, each used as it arrives; 0: by "
-        "size (one per 524288 floats of a range, at most 16; whole in sync with "
-        "checkpoint_dir); 1: whole"),
+        "size (one per 524288 floats of a range, at most 16); 1: whole"),
     ENUM("worker", "device", device, "auto", device_names, "where gradients are computed"),
     INT("worker", "log_every", log_every, "100", 1, 1e9, "progress line every N steps"),
     INT("worker", "buffer_every", buffer_every, "10", 1, 1e9,
@@ -849,15 +848,6 @@ static int check(dcps_config_t *cfg, const char *src, char *err, size_t errlen)
                    "%s: [optimizer] lr (%g) times weight_decay (%g) must be below 1: adamw "
                    "multiplies every parameter by 1 - lr * weight_decay each update",
                    src, cfg->lr, dcps_config_weight_decay(cfg));
-    /* A sync shard's checkpoint can fall between a push's parts, and the open
-     * round's sum is not in it (docs/protocol.md section 17): the rank's push
-     * could never complete its round after a restore. */
-    if (cfg->mode == DCPS_MODE_SYNC && cfg->parts > 1 && cfg->checkpoint_dir[0])
-        return say(err, errlen,
-                   "%s: [compression] parts = %d with mode = sync and [server] checkpoint_dir: "
-                   "a checkpoint between a push's parts cannot be resumed yet; give parts = 0 "
-                   "or 1 (whole) in a sync job with checkpoints",
-                   src, cfg->parts);
     int rc = check_schedule(cfg, src, err, errlen);
     if (rc != 0)
         return rc;

@@ -809,15 +809,13 @@ START_TEST(momentum_correction_needs_error_feedback)
 }
 END_TEST
 
-/* A restored sync shard keeps no record of a push's parts: a sync job with
- * checkpoints sends whole (parts 0 or 1), and more parts are refused there. */
-START_TEST(parts_in_a_sync_job_with_checkpoints_are_refused)
+/* A checkpoint holds the records of pushes in parts (docs/protocol.md 17): parts
+ * go with checkpoints in every mode. (Until 2026-11-27 a sync job with
+ * checkpoints was refused more than 1.) */
+START_TEST(parts_in_a_sync_job_with_checkpoints_are_taken)
 {
-    expect_file_error("[job]\nmode = sync\n[server]\ncheckpoint_dir = /tmp/ck\n"
-                      "[compression]\nparts = 4\n",
-                      ": [compression] parts = 4 with mode = sync and [server] checkpoint_dir: a "
-                      "checkpoint between a push's parts cannot be resumed yet; give parts = 0 "
-                      "or 1 (whole) in a sync job with checkpoints");
+    expect_ok("[job]\nmode = sync\n[server]\ncheckpoint_dir = /tmp/ck\n"
+              "[compression]\nparts = 4\n");
     expect_ok("[job]\nmode = sync\n[server]\ncheckpoint_dir = /tmp/ck\n"
               "[compression]\nparts = 1\n");
     expect_ok("[job]\nmode = sync\n[server]\ncheckpoint_dir = /tmp/ck\n");
@@ -1464,7 +1462,7 @@ int main(void)
     tcase_add_test(tc, density_warmup_falls_from_a_quarter_to_the_density);
     tcase_add_test(tc, dgc_and_pipeline_keys_outside_their_range_are_refused);
     tcase_add_test(tc, momentum_correction_needs_error_feedback);
-    tcase_add_test(tc, parts_in_a_sync_job_with_checkpoints_are_refused);
+    tcase_add_test(tc, parts_in_a_sync_job_with_checkpoints_are_taken);
     tcase_add_test(tc, optimizer_defaults_are_torch_optims);
     tcase_add_test(tc, optimizer_keys_outside_their_range_are_refused);
     tcase_add_test(tc, unknown_optimizer_kind_lists_the_valid_ones);

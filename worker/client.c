@@ -1365,13 +1365,10 @@ uint32_t dcps_parts_for(const dcps_config_t *cfg, uint64_t len, uint64_t shard_l
 }
 
 /* The parts a dense message of shard s's range goes in (dcps_parts_for the
- * whole range); whole in a sync job with checkpoints (a restored shard keeps no
- * record of parts: common/config.c refuses more). */
+ * whole range). */
 static uint32_t parts_of(const dcps_client_t *c, int s)
 {
     const uint64_t n = c->conn[s].range.hi - c->conn[s].range.lo;
-    if (c->cfg.parts == 0 && c->cfg.mode == DCPS_MODE_SYNC && c->cfg.checkpoint_dir[0])
-        return 1;
     return dcps_parts_for(&c->cfg, n, n);
 }
 

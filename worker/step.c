@@ -756,7 +756,8 @@ static const char *ranges_refuse(const dcps_step_t *s)
     if (cfg->clip_norm > 0)
         return "[compression] clip_norm > 0 (the norm is the whole gradient's)";
     if (cfg->mode == DCPS_MODE_SYNC && cfg->checkpoint_dir[0])
-        return "[server] checkpoint_dir in a sync job (its pushes go whole)";
+        return "[server] checkpoint_dir in a sync job (a shard's restart sends the job back "
+               "to a round, which a step in ranges does not follow yet)";
     return NULL;
 }
 

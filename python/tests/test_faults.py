@@ -15,11 +15,12 @@ Also: every process killed at once and started again (sync), a shard killed
 and started again (sync: every shard goes back to the checkpoint both hold),
 and the two shards reloading a new lr at different moments (sync: one round
 for both).
-Async and ssp jobs push and pull in 4 parts, so a fault can land between the
-parts of one push. The same faults hit dcps.torch workers with buckets pushed
-during backward and ordered pulls (a step in ranges: a fault lands between
-the buckets of one step too), in jobs without checkpoints: a worker stopped
-or killed and started again, a shard stopped, sync and async.
+Every job pushes and pulls in 4 parts, so a fault can land between the parts
+of one push (a shard's kill too, its checkpoint holding the parts that came).
+The same faults hit dcps.torch workers with buckets pushed during backward and
+ordered pulls (a step in ranges: a fault lands between the buckets of one step
+too): a worker stopped or killed and started again, a shard stopped, sync and
+async (sync without checkpoints, which buckets refuse there).
 
 make check runs SEEDS seeds of each fault in each mode (short jobs);
 bench/faults.sh runs many more through run_fault() and records them.
@@ -71,14 +72,14 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints. `buckets`:
     the workers are dcps.torch's (python/tests/mlp_worker.py) with buckets
-    pushed during backward and ordered pulls, in a job without checkpoints
-    (a sync job with them pushes whole)."""
+    pushed during backward and ordered pulls (in a sync job without
+    checkpoints, which buckets refuse there)."""
     rng = random.Random(seed)
-    # Async and ssp pushes and replies go in 4 parts (docs/protocol.md section 17), so
-    # that a fault can land between the parts of a push; sync jobs with checkpoints
-    # send whole.
-    parts = 1 if mode == "sync" and not buckets else 4
-    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit, checkpoints=not buckets,
+    # Pushes and replies go in 4 parts (docs/protocol.md section 17), so that a
+    # fault can land between the parts of a push, also a shard's restart.
+    parts = 4
+    job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
+                                checkpoints=not (buckets and mode == "sync"),
                                 compression={"pull": pull, "parts": parts},
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
 
