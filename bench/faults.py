@@ -23,9 +23,9 @@ row a run), OUT/summary.txt (hangs, runs whose shards ended apart, runs more
 than 1 point of test accuracy off their twin) and prints the summary.
 
 With --buckets the workers are dcps.torch's (python/tests/mlp_worker.py) with
-buckets pushed during backward and ordered pulls, in jobs without checkpoints (a
-sync job with them pushes whole): async and sync, a worker stopped or killed and
-started again, or a shard stopped.
+buckets pushed during backward and ordered pulls: async and sync, a worker
+stopped or killed and started again, a shard stopped, or (since 2026-11-27, when
+buckets took sync jobs with checkpoints) a shard killed and started again.
 
 usage: python3 bench/faults.py N OUT [FIRST_SEED] [--buckets]   (DCPS_BUILDDIR: the build)
 """
@@ -40,7 +40,7 @@ import test_faults as T  # noqa: E402
 
 MODES = ("async", "sync", "ssp")
 FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard", "kill_all")
-BUCKET_FAULTS = ("stop_worker", "kill_worker", "stop_shard")
+BUCKET_FAULTS = ("stop_worker", "kill_worker", "stop_shard", "kill_shard")
 LIMIT, EPOCHS = 12000, 4
 
 
@@ -72,7 +72,8 @@ def main():
     rows, hangs, apart, off = [], 0, 0, 0
     for i in range(n):
         mode, fault = rng.choice(modes), rng.choice(faults)
-        pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 else "dense"
+        # (Buckets' twins are of dense pulls only: their jobs pull dense.)
+        pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 and not buckets else "dense"
         r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, epochs=EPOCHS,
                         earliest=1.0 + 2 * buckets, latest=8.0, optimizer=schedule(mode),
                         buckets=buckets)

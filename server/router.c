@@ -51,6 +51,8 @@ typedef struct {
     bool pulling;      /* a PULL waits for its step to start */
     uint64_t wait_seq; /* seq of the waiting request */
     pull_req_t pull;   /* the last pull */
+    uint64_t caught;   /* seq of its first pull from a restored shard: what it sent
+                          before comes from behind (from_behind); 0 in a new session */
 } wait_t;
 
 struct dcps_router {
@@ -1093,6 +1095,7 @@ static int hello_bind(dcps_router_t *r, const dcps_msg_t *m, char *why, size_t w
         else
             DCPS_INFO("worker %u joined (session %s\u2026)", m->rank, new);
         drop_waits(r, m->rank); /* what the old session waited for is not answered */
+        r->waits[m->rank].caught = 0; /* seqs start again */
         /* Parts of an incomplete push of the old session leave the open round
          * (sync); in async and ssp they stay applied, and the new session's
          * push of that step is applied over the rest only (push_apply). */
@@ -1191,6 +1194,16 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     return 0;
 }
 
+/* Whether rank's request `seq` comes from behind this shard's restore: the rank
+ * has not pulled from this process, or sent the request before its first pull
+ * from it (a part of a push retried after a pull sent ahead of the push's
+ * acknowledgements: docs/protocol.md 17), so that the versions and rounds it
+ * names are the previous process's. */
+static bool from_behind(const dcps_router_t *r, uint32_t rank, uint64_t seq)
+{
+    return dcps_shard_behind(r->shard, rank) || seq < r->waits[rank].caught;
+}
+
 /* A worker of a shard restored from a checkpoint names a version the previous
  * process had reached: the updates between the checkpoint and it are lost.
  * Only a rank that has not pulled from this process (dcps_shard_behind) names
@@ -1198,9 +1211,9 @@ static int on_init(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
  * process's own, which reuse the same numbers and lose nothing. Logged when a
  * worker first shows more of them than logged so far: one line per loss, and
  * one more only for a rank that had seen further. */
-static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
+static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seq, uint64_t seen)
 {
-    if (!shard_now(r).restored || !dcps_shard_behind(r->shard, rank) ||
+    if (!shard_now(r).restored || !from_behind(r, rank, seq) ||
         seen <= r->restored_version)
         return;
     uint64_t lost = seen - r->restored_version;
@@ -1220,9 +1233,9 @@ static void note_lost(dcps_router_t *r, uint32_t rank, uint64_t seen)
  * is gone on every shard) or pulls after it. Its push is dropped STALE and
  * its pull answered at once, flagged STALE, both with the open round: the
  * worker goes on from there. `after`: the push's step + 1, the pull's step. */
-static bool sent_back(const dcps_router_t *r, uint32_t rank, uint64_t after)
+static bool sent_back(const dcps_router_t *r, uint32_t rank, uint64_t seq, uint64_t after)
 {
-    return r->role != ALONE && dcps_shard_behind(r->shard, rank) && after > r->cons.round;
+    return r->role != ALONE && from_behind(r, rank, seq) && after > r->cons.round;
 }
 
 /* A shard restored from a checkpoint learns from a rank's requests, until that
@@ -1359,9 +1372,8 @@ static int push_payload(dcps_router_t *r, push_t *p, char *why, size_t whylen)
  * the values are checked. */
 static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
-    return p->based_on > shard_now(r).version || dcps_shard_behind(r->shard, p->m->rank)
-               ? ACT
-               : GO_ON;
+    return p->based_on > shard_now(r).version || from_behind(r, p->m->rank, p->m->seq) ? ACT
+                                                                                     : GO_ON;
 }
 
 /* A shard restored from a checkpoint is behind what its workers pulled before
@@ -1370,10 +1382,10 @@ static int push_version(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 static int push_version_act(dcps_router_t *r, push_t *p, int outcome, char *why, size_t whylen)
 {
     const uint64_t version = shard_now(r).version;
-    note_lost(r, p->m->rank, p->based_on);
+    note_lost(r, p->m->rank, p->m->seq, p->based_on);
     if (p->based_on <= version)
         return GO_ON;
-    if (!dcps_shard_behind(r->shard, p->m->rank)) {
+    if (!from_behind(r, p->m->rank, p->m->seq)) {
         snprintf(why, whylen, "gradient computed on version %llu, this shard is at version %llu",
                  (unsigned long long)p->m->param_version, (unsigned long long)version);
         return DCPS_E_VERSION;
@@ -1431,7 +1443,7 @@ static int push_retry_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
 static int push_round(dcps_router_t *r, push_t *p, char *why, size_t whylen)
 {
     const dcps_msg_t *m = p->m;
-    if (sent_back(r, m->rank, m->step + 1))
+    if (sent_back(r, m->rank, m->seq, m->step + 1))
         return ACT;
     catch_up(r, m->rank, m->step, false);
     switch (dcps_consistency_check_push(&r->cons, m->rank, m->step)) {
@@ -1615,7 +1627,10 @@ static int on_pull(dcps_router_t *r, const dcps_buf_t *id, const dcps_msg_t *m, 
     p->pull = (pull_req_t){m->seq,           m->step, (m->flags & DCPS_FLAG_DELTA) != 0,
                            m->param_version, m->want, (m->flags & DCPS_FLAG_EXACT) != 0,
                            m->parts};
-    if (sent_back(r, m->rank, m->step)) {
+    const bool back = sent_back(r, m->rank, m->seq, m->step);
+    if (dcps_shard_behind(r->shard, m->rank))
+        p->caught = m->seq; /* its first pull from this process */
+    if (back) {
         p->pulling = false;
         send_params(r, &p->to, m->rank, &p->pull, true);
         return 0;

@@ -755,9 +755,6 @@ static const char *ranges_refuse(const dcps_step_t *s)
         return "[compression] pipeline = true";
     if (cfg->clip_norm > 0)
         return "[compression] clip_norm > 0 (the norm is the whole gradient's)";
-    if (cfg->mode == DCPS_MODE_SYNC && cfg->checkpoint_dir[0])
-        return "[server] checkpoint_dir in a sync job (a shard's restart sends the job back "
-               "to a round, which a step in ranges does not follow yet)";
     return NULL;
 }
 

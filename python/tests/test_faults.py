@@ -20,7 +20,7 @@ of one push (a shard's kill too, its checkpoint holding the parts that came).
 The same faults hit dcps.torch workers with buckets pushed during backward and
 ordered pulls (a step in ranges: a fault lands between the buckets of one step
 too): a worker stopped or killed and started again, a shard stopped, sync and
-async (sync without checkpoints, which buckets refuse there).
+async, and a shard killed and started again (sync).
 
 make check runs SEEDS seeds of each fault in each mode (short jobs);
 bench/faults.sh runs many more through run_fault() and records them.
@@ -72,14 +72,12 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
     0), shards (each shard's end), accuracy (each rank's final test_acc),
     fault (what was done, when), and the worker logs' complaints. `buckets`:
     the workers are dcps.torch's (python/tests/mlp_worker.py) with buckets
-    pushed during backward and ordered pulls (in a sync job without
-    checkpoints, which buckets refuse there)."""
+    pushed during backward and ordered pulls."""
     rng = random.Random(seed)
     # Pushes and replies go in 4 parts (docs/protocol.md section 17), so that a
     # fault can land between the parts of a push, also a shard's restart.
     parts = 4
     job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
-                                checkpoints=not (buckets and mode == "sync"),
                                 compression={"pull": pull, "parts": parts},
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
 
@@ -270,6 +268,9 @@ class FaultsAtRandomMoments(unittest.TestCase):
 
     def test_buckets_sync_shard_stopped(self):
         self.check("sync", "stop_shard", **BUCKETS)
+
+    def test_buckets_sync_shard_killed_and_restarted(self):
+        self.check("sync", "kill_shard", **BUCKETS)
 
     def test_buckets_async_worker_stopped(self):
         self.check("async", "stop_worker", **BUCKETS)

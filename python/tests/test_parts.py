@@ -18,6 +18,7 @@ length), and the shard keeps serving. Exits 77 as
 test_protocol.py does."""
 import os
 import re
+import signal
 import sys
 import time
 import unittest
@@ -255,13 +256,43 @@ class Parts(Case):
         # b's push is the one shard 0's checkpoint held (DUPLICATE), but a pull
         # of a later step sends b back to round 2.
         self.assertEqual(b[0].push(2, 2, g=gb[:512], seq=bseq).h.flags, pb.FLAG_DUPLICATE)
+        early = b[0].seq
+        b[0].seq += 1
         r = b[0].pull(3)
+        self.assertEqual((r.h.flags, r.h.step), (pb.FLAG_STALE, 2))
+        # A push b sent before that pull (a retry that comes late, say) is from
+        # before the restore: sent back too.
+        r = b[0].push(2, 2, g=gb[:512], seq=early)
         self.assertEqual((r.h.flags, r.h.step), (pb.FLAG_STALE, 2))
         for s in range(2):
             a[s].pull(2), b[s].pull(2)
         w = round_of(2, ga, gb, parts=2)
         got = np.concatenate([a[s].pull(3).arrays[0] for s in range(2)])
         np.testing.assert_array_equal(got, w)
+
+    def test_parts_sent_before_the_first_pull_from_a_restored_shard_come_from_behind(self):
+        """A push sent before the shard went down and retried after the rank's
+        pull from the restored shard (a step in ranges pulls ahead of its
+        push's acknowledgements) names the previous process's version: taken
+        as computed on the current one, not refused VERSION."""
+        job = self.start(shards=1, workers=2,
+                         server={"checkpoint_dir": "@DIR@", "checkpoint_every": 1})
+        w = gradient(rng(1), N, 0.01) + F32(1)
+        a = self.joined(0, 0, init=w)
+        self.joined(1, 0)
+        a.push(0, 0, g=gradient(rng(2), N))
+        time.sleep(1.3)  # a periodic checkpoint of version 1
+        for step in (1, 2):
+            a.push(step, step, g=gradient(rng(2 + step), N))
+        job.restart(0, signal.SIGKILL)  # back to version 1: versions 2 and 3 are lost
+        base = a.seq
+        a.seq += 3  # the push's seqs, below its pull's
+        r = a.pull(4)
+        self.assertEqual(r.h.param_version, 1)
+        acks = a.push_parts(3, 3, gradient(rng(9), N), split(N, 3), 0, seq=base)
+        self.assertEqual([(acks[i].type, acks[i].h.flags) for i in range(3)],
+                         [(pb.PUSH_ACK, 0)] * 3, acks[0].h.error_text)
+        self.assertEqual(self.params(a, 4)[1], 2)
 
     def test_malformed_parts_are_refused_and_the_shard_serves_on(self):
         a, w = self.job()
