@@ -177,9 +177,8 @@ int dcps_step_run(dcps_step_t *s, float *grad, float *params, int epoch);
  * range), and for ranges that give one shard more than 64 parts of a push
  * (docs/protocol.md, 17: give fewer, larger ranges); DCPS_E_CONFIG, naming the
  * key, for what a step in ranges does not do in this version: device arrays,
- * [compression] pipeline = true, clip_norm > 0 (the norm is the whole
- * gradient's), and a sync job with [server] checkpoint_dir (it pushes whole);
- * DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. Memory: the ranges'
+ * [compression] pipeline = true and clip_norm > 0 (the norm is the whole
+ * gradient's); DCPS_E_STATE during a step in ranges; DCPS_E_NOMEM. Memory: the ranges'
  * compressors together hold what one compressor of the whole model does
  * (their residuals tile it), plus n uint32 indices with push = topk;
  * dcps_step_run's compressor is kept beside them. */
