@@ -1484,8 +1484,8 @@ static int push_round_act(dcps_router_t *r, push_t *p, int outcome, char *why, s
 
 /* Hands the push (or part) to the shard. The first push of a step that an
  * earlier session of the rank pushed in parts it did not complete (async,
- * ssp: dcps_shard_carried) goes only over the ranges those parts did not cover: dense,
- * as a part per range (a dense part gives each parameter what the whole push
+ * ssp: dcps_shard_carried) goes only over the ranges those parts did not
+ * cover: dense, as a part per range (a dense part gives each parameter what the whole push
  * gives it); sparse, as one part of its entries there. Its dense values are
  * checked first, so that a refusal comes before any range is applied. */
 static int push_apply(dcps_router_t *r, push_t *p, bool sync, bool last, char *why,
@@ -1507,11 +1507,12 @@ static int push_apply(dcps_router_t *r, push_t *p, bool sync, bool last, char *w
     int rc = values_first(p, why, whylen);
     if (rc != 0)
         return rc;
-    if (p->idx || n == 0) {
-        uint32_t *idx = p->k ? malloc(p->k * sizeof *idx) : NULL;
-        float *v = p->k ? malloc(p->k * sizeof *v) : NULL;
+    if (p->idx || n == 0) { /* sparse: its entries there; dense with no range left: none */
+        const size_t cap = p->idx ? p->k : 0;
+        uint32_t *idx = cap ? malloc(cap * sizeof *idx) : NULL;
+        float *v = cap ? malloc(cap * sizeof *v) : NULL;
         size_t k = 0;
-        if (p->k && (!idx || !v)) {
+        if (cap && (!idx || !v)) {
             free(idx);
             free(v);
             return dcps_say(why, whylen, DCPS_E_NOMEM, "no room for a push's %zu entries", p->k);

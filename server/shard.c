@@ -176,7 +176,8 @@ dcps_shard_t *dcps_shard_new(const dcps_config_t *cfg, int index, int *err)
     s->parts = calloc((size_t)cfg->workers, sizeof *s->parts);
     s->carried = calloc((size_t)cfg->workers, sizeof *s->carried);
     s->buffers = dcps_buffers_new(cfg->workers);
-    if (!s->session || !s->behind || !s->parts || !s->carried || !s->buffers || (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
+    if (!s->session || !s->behind || !s->parts || !s->carried || !s->buffers ||
+        (cfg->n_params && dcps_shard_size(s, cfg, cfg->n_params)))
         goto fail;
     *err = 0;
     return s;
