@@ -1215,6 +1215,12 @@ class Restart(Case):
             w.pull(step + 1)
         self.assertEqual([v for v in w.version], [3, 3])
         job.restart(1, signal.SIGKILL)  # back to version 1: so shard 0 too
+        # Once shard 0 has heard shard 1's offer (a push that reaches it before
+        # then is a push of the job as it ran, and taken).
+        deadline = time.monotonic() + 10
+        while ("shard 1 restarted while the job ran" not in job.shard_log(0) and
+               time.monotonic() < deadline):
+            time.sleep(0.02)
         ack = w.conns[0].push(3, 3, g=g[:w.ranges[0][1]])
         self.assertEqual((ack.type, ack.h.flags, ack.h.step), (pb.PUSH_ACK, pb.FLAG_STALE, 1))
         self.assertTrue(np.array_equal(w.pull(3), at1))
