@@ -1214,11 +1214,12 @@ class Restart(Case):
             w.push(step, g=g)
             w.pull(step + 1)
         self.assertEqual([v for v in w.version], [3, 3])
+        heard = job.shard_log(0).count("shard 1 restarted while the job ran")
         job.restart(1, signal.SIGKILL)  # back to version 1: so shard 0 too
         # Once shard 0 has heard shard 1's offer (a push that reaches it before
         # then is a push of the job as it ran, and taken).
         deadline = time.monotonic() + 10
-        while ("shard 1 restarted while the job ran" not in job.shard_log(0) and
+        while (job.shard_log(0).count("shard 1 restarted while the job ran") == heard and
                time.monotonic() < deadline):
             time.sleep(0.02)
         ack = w.conns[0].push(3, 3, g=g[:w.ranges[0][1]])
