@@ -73,7 +73,8 @@ def main():
     for i in range(n):
         mode, fault = rng.choice(modes), rng.choice(faults)
         # (Buckets' twins are of dense pulls only: their jobs pull dense.)
-        pull = "delta" if fault == "kill_shard" and rng.random() < 0.5 and not buckets else "dense"
+        delta = fault == "kill_shard" and rng.random() < 0.5 and not buckets
+        pull = "delta" if delta else "dense"
         r = T.run_fault(mode, fault, first + i, pull=pull, limit=LIMIT, epochs=EPOCHS,
                         earliest=1.0 + 2 * buckets, latest=8.0, optimizer=schedule(mode),
                         buckets=buckets)

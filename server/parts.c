@@ -234,59 +234,56 @@ static bool inside(uint64_t a, uint64_t b, uint64_t lo, uint64_t hi)
     return lo <= a && a < b && b <= hi;
 }
 
-static int bad(dcps_parts_t *p, dcps_carried_t *c, char *why, size_t whylen, const char *what)
+static int bad(char *why, size_t whylen, const char *what)
 {
-    memset(p, 0, sizeof *p);
-    memset(c, 0, sizeof *c);
     snprintf(why, whylen, "its record of a push in parts %s", what);
     return 1;
 }
 
-int dcps_parts_load(dcps_parts_t *p, dcps_carried_t *c, uint64_t lo, uint64_t hi,
-                    const uint64_t *w, size_t words, size_t *used, char *why, size_t whylen)
+int dcps_parts_load(dcps_parts_t *p, dcps_carried_t *c, uint64_t lo, uint64_t hi, const uint64_t *w,
+                    size_t words, size_t *used, char *why, size_t whylen)
 {
     const uint64_t *const start = w, *const end = w + words;
     memset(p, 0, sizeof *p);
     memset(c, 0, sizeof *c);
     if (words < 1 || w[0] >> 16 || (w[0] & 0xf8))
-        return bad(p, c, why, whylen, "has unknown flags");
+        return bad(why, whylen, "has unknown flags");
     const uint64_t flags = *w++;
     if (!(flags & SAVED_LATEST) && (flags & (0xff00 | SAVED_SPARSE)))
-        return bad(p, c, why, whylen, "has unknown flags");
+        return bad(why, whylen, "has unknown flags");
     if (flags & SAVED_LATEST) {
         p->any = true;
         p->sparse = (flags & SAVED_SPARSE) != 0;
         p->parts = (uint32_t)(flags >> 8 & 0xff);
         if (p->parts < 1 || p->parts > DCPS_PARTS_MAX || end - w < 5)
-            return bad(p, c, why, whylen, "does not fit the file");
+            return bad(why, whylen, "does not fit the file");
         p->base = *w++, p->step = *w++, p->applied = *w++, p->dropped = *w++;
         const uint64_t covered = *w++;
         if ((p->applied & p->dropped) || ((p->applied | p->dropped) & ~all(p->parts)))
-            return bad(p, c, why, whylen, "marks a part both applied and dropped, or past its "
-                                          "count");
+            return bad(why, whylen, "marks a part both applied and dropped, or past its count");
         for (uint32_t i = 0; i < p->parts; i++) {
             if (!((p->applied | p->dropped) >> i & 1))
                 continue;
             if (end - w < 2 || !inside(w[0], w[1], lo, hi))
-                return bad(p, c, why, whylen, "has a part outside the shard's range");
+                return bad(why, whylen, "has a part outside the shard's range");
             p->lo[i] = *w++, p->hi[i] = *w++;
             for (uint32_t j = 0; j < i; j++)
                 if (((p->applied | p->dropped) >> j & 1) && p->lo[i] < p->hi[j] &&
                     p->lo[j] < p->hi[i])
-                    return bad(p, c, why, whylen, "has parts that overlap");
+                    return bad(why, whylen, "has parts that overlap");
             p->covered += p->hi[i] - p->lo[i];
         }
         if (p->covered != covered)
-            return bad(p, c, why, whylen, "counts other parameters than its parts cover");
+            return bad(why, whylen, "counts other parameters than its parts cover");
     }
     if (flags & SAVED_CARRIED) {
         if (end - w < 2 || w[1] > DCPS_CARRIED_MAX)
-            return bad(p, c, why, whylen, "does not fit the file");
+            return bad(why, whylen, "does not fit the file");
         c->any = true;
         c->step = *w++, c->n = (uint32_t)*w++;
         for (uint32_t i = 0; i < c->n; i++) {
             if (end - w < 2 || !inside(w[0], w[1], lo, hi) || (i > 0 && w[0] <= c->hi[i - 1]))
-                return bad(p, c, why, whylen, "has ranges out of order or outside the shard's");
+                return bad(why, whylen, "has ranges out of order or outside the shard's");
             c->lo[i] = *w++, c->hi[i] = *w++;
         }
     }

@@ -133,7 +133,7 @@ void dcps_parts_save(const dcps_parts_t *p, const dcps_carried_t *c, uint64_t *w
 /* Reads a rank's records saved by dcps_parts_save from the `words` words at w,
  * for a shard of the range [lo, hi); *used: the words they took. Returns 0, or
  * 1 with a sentence in why if they are not records of such a shard (p and c
- * then hold nothing). */
+ * then hold what was read so far: dcps_shard_parts_load forgets every rank's). */
 int dcps_parts_load(dcps_parts_t *p, dcps_carried_t *c, uint64_t lo, uint64_t hi,
                     const uint64_t *w, size_t words, size_t *used, char *why, size_t whylen);
 

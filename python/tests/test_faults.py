@@ -43,15 +43,14 @@ DEAD_AFTER_MS = 600
 BUCKETS = {"buckets": True, "earliest": 1.8, "latest": 3.5}
 
 
-def fault_job(mode, epochs=2, limit=4800, checkpoints=True, **extra):
+def fault_job(mode, epochs=2, limit=4800, **extra):
     """A job of about 100 steps a worker (3 workers, batch 32), slowed to last
     a few seconds so that a fault lands inside it; checkpoints every second
-    (a kill of everything resumes from them), unless not `checkpoints`."""
+    (a kill of everything resumes from them)."""
     worker = {"log_every": 10, "timeout_ms": 300, "retries": 20, "delay_ms": 15}
     worker.update(extra.pop("worker", {}))
-    server = {"heartbeat_ms": 100, "dead_after_ms": DEAD_AFTER_MS}
-    if checkpoints:
-        server.update(checkpoint_dir="@DIR@/ckpt", checkpoint_every=1)
+    server = {"heartbeat_ms": 100, "dead_after_ms": DEAD_AFTER_MS,
+              "checkpoint_dir": "@DIR@/ckpt", "checkpoint_every": 1}
     return harness.job_text(
         shards=2, workers=3,
         job={"mode": mode, "staleness": 3},
@@ -76,9 +75,8 @@ def run_fault(mode, fault, seed, timeout=180, pull="dense", limit=4800, epochs=2
     rng = random.Random(seed)
     # Pushes and replies go in 4 parts (docs/protocol.md section 17), so that a
     # fault can land between the parts of a push, also a shard's restart.
-    parts = 4
     job = harness.Job(fault_job(mode, epochs=epochs, limit=limit,
-                                compression={"pull": pull, "parts": parts},
+                                compression={"pull": pull, "parts": 4},
                                 optimizer=optimizer or {}))  # @DIR@: the Job's directory
 
     def spawn(rank, tag=None):

@@ -8,7 +8,8 @@ the rank is completed by that session's push of the step over the rest only
 (every parameter takes one gradient of the step), a shard restarted from its
 checkpoint between the parts of a push answers their retries as before (a sync
 round too, whose checkpoint holds the open round; with several shards every
-shard starts the open round again and each rank goes back to it), a sync round waits for a rank's last part and goes on
+shard starts the open round again and each rank goes back to it), a sync round
+waits for a rank's last part and goes on
 without the rank once it is declared dead; pull replies in parts hold the
 parameters of a whole reply; parts in shorter formats (section 18, each its
 own, INT8 blocks from the part's first value) are applied (async) and summed
