@@ -7,8 +7,10 @@ namespace PFXs<s> at 10.211.0.<s+1>, as bench/netem.sh makes them, this script
 run in PFXw0: bench/netem.sh -x overlap), a job of --mode (default async: with
 one worker the same messages and the same work per step as sync) with dense
 pushes and pulls (or --push topk at --density with delta pulls) of --values
-(fp32, fp16, bf16, int8) and SGD, an MLP of --layers square layers of --width (float32), batch
---batch of random data, torch on --threads threads. In each repetition, one
+(fp32, fp16, bf16, int8) and SGD, a model of --model (mlp: --layers square layers of
+--width, float32; resnet18: examples/torch/resnet_fashion.py's torchvision ResNet-18 for
+1x28x28 images, 11,172,810 parameters, whose front layers are small and compute most),
+batch --batch of random data, torch on --threads threads. In each repetition, one
 fresh job per configuration, in this order:
   compute   forward and backward alone, no worker (what overlap can hide behind)
   comm      Step.run alone: push and pull of the whole model, no backward
@@ -54,6 +56,10 @@ import harness  # noqa: E402
 
 def model_of(args):
     torch.manual_seed(0)
+    if args.model == "resnet18":
+        sys.path.insert(0, os.path.join(here, "..", "examples", "torch"))
+        from resnet_fashion import resnet18_fashion
+        return resnet18_fashion().to(args.device)
     layers = []
     for _ in range(args.layers):
         layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
@@ -62,7 +68,8 @@ def model_of(args):
 
 def batch_of(args):
     g = torch.Generator().manual_seed(1)
-    return torch.randn(args.batch, args.width, generator=g).to(args.device)
+    shape = (args.batch, 1, 28, 28) if args.model == "resnet18" else (args.batch, args.width)
+    return torch.randn(*shape, generator=g).to(args.device)
 
 
 def synced(args):
@@ -158,6 +165,7 @@ def with_worker(args, config):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("mlp", "resnet18"), default="mlp")
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
@@ -179,7 +187,7 @@ def main():
         ap.error(f"--pin needs CPUs 0 and 1; this process may use {sorted(os.sched_getaffinity(0))}")
     torch.set_num_threads(args.threads)
     n = sum(p.numel() for p in model_of(args).parameters())
-    print(f"# {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
+    print(f"# {args.model}, {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
           f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
           f"{f' {args.density}' if args.push == 'topk' else ''}, values {args.values}, shards "
           f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}"
