@@ -187,8 +187,8 @@ def main():
         ap.error(f"--pin needs CPUs 0 and 1; this process may use {sorted(os.sched_getaffinity(0))}")
     torch.set_num_threads(args.threads)
     n = sum(p.numel() for p in model_of(args).parameters())
-    print(f"# {args.model}, {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, bucket_mb "
-          f"{args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
+    print(f"# {args.model}, {n} parameters ({n * 4 / 2**20:.1f} MiB), batch {args.batch}, "
+          f"bucket_mb {args.bucket_mb}, torch threads {args.threads}, mode {args.mode}, push {args.push}"
           f"{f' {args.density}' if args.push == 'topk' else ''}, values {args.values}, shards "
           f"{'in ' + args.netns + 's0/s1' if args.netns else 'on 127.0.0.1'}"
           f"{', compute on CPU 0, the rest on CPU 1' if args.pin else ''}, device "
