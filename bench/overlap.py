@@ -57,7 +57,9 @@ import harness  # noqa: E402
 def model_of(args):
     torch.manual_seed(0)
     if args.model == "resnet18":
-        sys.path.insert(0, os.path.join(here, "..", "examples", "torch"))
+        examples = os.path.join(here, "..", "examples", "torch")
+        if examples not in sys.path:  # model_of runs once a configuration
+            sys.path.insert(0, examples)
         from resnet_fashion import resnet18_fashion
         return resnet18_fashion().to(args.device)
     layers = []
